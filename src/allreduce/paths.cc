@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// paths.cc - AllReduce path availability from topology and build.
+#include "allreduce/paths.h"
+
+#include <nccl.h>
+
+#include <fmt/format.h>
+
+namespace tpscope {
+
+namespace {
+
+std::string pairName(const PairInfo& p) { return fmt::format("GPU{}-GPU{}", p.from, p.to); }
+
+PathStatus make(const char* id, const char* label, bool hardware_ok, bool built, std::string reason) {
+  PathStatus s{id, label, PathState::kUnavailable, std::move(reason)};
+  if (hardware_ok) {
+    s.state = built ? PathState::kAvailable : PathState::kNotBuilt;
+    if (!built) s.reason += "; this build has no backend for it yet";
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string ncclVersionString(int code) {
+  // NCCL >= 2.9 encodes MAJOR*10000 + MINOR*100 + PATCH.
+  return fmt::format("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100);
+}
+
+BackendsBuilt backendsBuilt() {
+  BackendsBuilt b;
+  b.host = false;  // src/allreduce/host_staged.cu: AllReduce part 1
+  b.p2p = false;   // src/allreduce/p2p.cu: AllReduce part 2
+  b.nccl = false;  // src/allreduce/nccl.cc: AllReduce part 1
+  int v = 0;
+  if (ncclGetVersion(&v) == ncclSuccess && v > 0) b.nccl_version = v;
+  return b;
+}
+
+const char* pathStateName(PathState s) {
+  switch (s) {
+    case PathState::kAvailable: return "available";
+    case PathState::kUnavailable: return "unavailable";
+    case PathState::kNotBuilt: return "not built";
+  }
+  return "?";
+}
+
+std::vector<PathStatus> evaluatePaths(const Topology& topo, const BackendsBuilt& built) {
+  const size_t n = topo.gpus.size();
+  std::vector<PathStatus> out;
+  if (n < 2) {
+    const std::string why = fmt::format("an AllReduce needs 2 or more GPUs; this selection has {}", n);
+    out.push_back(make("host", "host staging", false, built.host, why));
+    out.push_back(make("p2p_nvlink", "p2p over NVLink", false, built.p2p, why));
+    out.push_back(make("p2p_pcie", "p2p over PCIe", false, built.p2p, why));
+    out.push_back(make("nccl", "NCCL", false, built.nccl, why));
+    return out;
+  }
+
+  // Host staging: every GPU must map pinned host memory, and the in-kernel wait uses __nanosleep (7.0+).
+  {
+    std::string why;
+    bool ok = true;
+    for (const GpuInfo& g : topo.gpus) {
+      if (!g.can_map_host_memory) {
+        ok = false;
+        why = fmt::format("GPU{} cannot map pinned host memory", g.index);
+        break;
+      }
+      if (g.cc_major < 7) {
+        ok = false;
+        why = fmt::format("GPU{} is compute capability {}.{}; the flag wait needs 7.0 or newer", g.index, g.cc_major,
+                          g.cc_minor);
+        break;
+      }
+    }
+    if (ok) {
+      bool atomics = true;
+      for (const GpuInfo& g : topo.gpus) atomics = atomics && g.host_native_atomics;
+      why = fmt::format("pinned, mapped host memory on all {} GPUs; host-native atomics {}", n,
+                        atomics ? "yes" : "no, so flags are volatile stores after a system fence");
+    }
+    out.push_back(make("host", "host staging", ok, built.host, why));
+  }
+
+  // Peer paths: which pairs lack access, and which pairs have NVLink.
+  const PairInfo* no_access = nullptr;
+  const PairInfo* no_nvlink = nullptr;
+  int min_links = 1 << 30;
+  bool any_nvlink = false;
+  for (const auto& row : topo.pairs) {
+    for (const PairInfo& p : row) {
+      if (p.from == p.to) continue;
+      if (!p.p2p_access && no_access == nullptr) no_access = &p;
+      if (p.kind == LinkKind::kNvlink) {
+        any_nvlink = true;
+        min_links = std::min(min_links, p.nvlink_links);
+      } else if (no_nvlink == nullptr) {
+        no_nvlink = &p;
+      }
+    }
+  }
+  const bool all_access = no_access == nullptr;
+  const bool all_nvlink = no_nvlink == nullptr;
+  {
+    std::string why;
+    if (!all_nvlink)
+      why = fmt::format("{} has no NVLink ({})", pairName(*no_nvlink), linkLabel(*no_nvlink));
+    else if (!all_access)
+      why = fmt::format("NVLink is there but CUDA reports no peer access for {}", pairName(*no_access));
+    else
+      why = fmt::format("NV{} or more between every pair, peer access both ways", min_links);
+    out.push_back(make("p2p_nvlink", "p2p over NVLink", all_nvlink && all_access, built.p2p, why));
+  }
+  {
+    std::string why;
+    bool ok = false;
+    if (!all_access)
+      why = fmt::format("no peer access between {} ({}): IOMMU, ACS or the driver forbids it", pairName(*no_access),
+                        linkLabel(*no_access));
+    else if (all_nvlink)
+      why = "not used: NVLink joins every pair, so peer traffic takes NVLink";
+    else {
+      ok = true;
+      why = any_nvlink ? "peer access over PCIe for the pairs without NVLink" : "peer access over PCIe between every pair";
+    }
+    out.push_back(make("p2p_pcie", "p2p over PCIe", ok, built.p2p, why));
+  }
+  {
+    std::string why;
+    if (!built.nccl_version) {
+      why = "libnccl could not be loaded";
+    } else {
+      const char* transport = all_access ? (all_nvlink ? "NVLink (P2P)" : "PCIe P2P") : "host shared memory (SHM)";
+      why = fmt::format("NCCL {}; expected transport {}", ncclVersionString(*built.nccl_version), transport);
+    }
+    out.push_back(make("nccl", "NCCL", built.nccl_version.has_value(), built.nccl, why));
+  }
+  return out;
+}
+
+nlohmann::json toJson(const std::vector<PathStatus>& paths) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const PathStatus& p : paths)
+    a.push_back({{"id", p.id}, {"label", p.label}, {"state", pathStateName(p.state)},
+                 {"available", p.state == PathState::kAvailable}, {"reason", p.reason}});
+  return a;
+}
+
+}  // namespace tpscope

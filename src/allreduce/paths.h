@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// paths.h - which AllReduce paths work on a set of GPUs, and why (the last block of `tpscope topo`).
+//
+// A path is a way for the bytes to travel: staged through pinned host memory, peer-to-peer over
+// NVLink, peer-to-peer over PCIe, or NCCL (which picks its own transport). Each gets a state and a
+// one-sentence reason. The evaluation is a pure function of the topology and of what this build
+// contains, so it is unit-tested without GPUs.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "topology/topology.h"
+
+namespace tpscope {
+
+enum class PathState {
+  kAvailable,    // hardware and backend are both there
+  kUnavailable,  // the hardware (or library) cannot do it: reason says what is missing
+  kNotBuilt,     // the hardware can, but this build has no backend for it yet
+};
+
+struct PathStatus {
+  std::string id;     // "host", "p2p_nvlink", "p2p_pcie", "nccl"
+  std::string label;  // "host staging", ...
+  PathState state = PathState::kUnavailable;
+  std::string reason;
+};
+
+// What this build contains.
+struct BackendsBuilt {
+  bool host = false;
+  bool p2p = false;
+  bool nccl = false;
+  std::optional<int> nccl_version;  // ncclGetVersion(), e.g. 22803; nullopt when NCCL does not load
+};
+
+// The backends compiled into this library, with NCCL's run-time version.
+BackendsBuilt backendsBuilt();
+// "2.28.3" from 22803.
+std::string ncclVersionString(int code);
+
+std::vector<PathStatus> evaluatePaths(const Topology& topo, const BackendsBuilt& built);
+const char* pathStateName(PathState s);  // "available", "unavailable", "not built"
+nlohmann::json toJson(const std::vector<PathStatus>& paths);
+
+}  // namespace tpscope

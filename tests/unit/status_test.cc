@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// status_test - unit tests for the C API's status strings and version.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "tpscope/tpscope.h"
+
+TEST(Status, EveryCodeHasItsOwnString) {
+  std::set<std::string> seen;
+  for (int r = tpsSuccess; r < tpsNumResults; ++r) {
+    std::string s = tpsGetErrorString(static_cast<tpsResult_t>(r));
+    EXPECT_NE(s, "unknown status code") << r;
+    EXPECT_TRUE(seen.insert(s).second) << "duplicate string for " << r;
+  }
+  EXPECT_STREQ(tpsGetErrorString(static_cast<tpsResult_t>(99)), "unknown status code");
+  EXPECT_STREQ(tpsGetErrorString(tpsTimeout), "timeout");
+}
+
+TEST(Status, VersionIsSemantic) {
+  std::string v = tpsGetVersion();
+  EXPECT_EQ(std::count(v.begin(), v.end(), '.'), 2) << v;
+  EXPECT_NE(std::string(tpsGetGitRevision()), "");
+}

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// cli.cc - argument handling shared by all subcommands, and the dispatcher.
+#include "cli.h"
+
+#include <cstdio>
+
+#include "common/param.h"
+#include "tpscope/tpscope.h"
+#include "tpscope/version.h"
+
+namespace tpscope::cli {
+
+std::vector<int> parseDeviceList(const std::string& text, const std::string& option) {
+  std::vector<int> ids;
+  if (text.empty()) return ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::optional<int64_t> v = parseInt(item);
+    if (!v || *v < 0 || *v > 1023 || item.find_first_not_of("0123456789") != std::string::npos)
+      throw UsageError("bad GPU index '" + item + "' in " + option + ": give GPU indices like 0,1");
+    for (int seen : ids)
+      if (seen == *v) throw UsageError("GPU index " + item + " appears twice in " + option);
+    ids.push_back(static_cast<int>(*v));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ids;
+}
+
+int fail(int code, const std::string& message) {
+  std::fprintf(stderr, "tpscope: error: %s\n", message.c_str());
+  return code;
+}
+
+int runCli(int argc, char** argv) {
+  CLI::App app{"tpscope: tensor-parallel AllReduce and interconnect measurement for the GPUs of one host", "tpscope"};
+  app.set_version_flag("-V,--version", std::string("tpscope ") + TPSCOPE_VERSION_STRING + " (" + TPSCOPE_GIT_SHA + ")");
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  std::vector<std::unique_ptr<Command>> commands = registerCommands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    if (what.empty()) what = "bad arguments";
+    return fail(kExitUsage, what + " (see 'tpscope --help')");
+  } catch (const UsageError& e) {
+    return fail(kExitUsage, e.what());
+  }
+  for (auto& c : commands) {
+    if (!c->subcommand()->parsed()) continue;
+    try {
+      return c->run();
+    } catch (const UsageError& e) {
+      return fail(kExitUsage, e.what());
+    } catch (const std::exception& e) {
+      return fail(kExitRuntime, e.what());
+    }
+  }
+  return fail(kExitUsage, "no subcommand given (see 'tpscope --help')");
+}
+
+}  // namespace tpscope::cli

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// cli.h - what every subcommand shares: exit codes, usage errors, device lists.
+//
+// Data goes to stdout, diagnostics to stderr. A usage error is one line on stderr and exit 2; a
+// runtime error one line and exit 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tpscope::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+
+// Thrown by option parsing that CLI11 cannot express; main() prints it as a usage error.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// "0,1,3" -> {0,1,3}; "" -> {} (all). Throws UsageError for anything else, naming the option.
+std::vector<int> parseDeviceList(const std::string& text, const std::string& option);
+
+// Prints "tpscope: error: MESSAGE" on stderr and returns `code`.
+int fail(int code, const std::string& message);
+
+// One subcommand: registers its options on `app` and later runs if it was selected.
+struct Command {
+  virtual ~Command() = default;
+  virtual CLI::App* subcommand() const = 0;
+  virtual int run() = 0;
+};
+
+// Builds the whole command tree; the returned commands are run by main() or by tests.
+std::vector<std::unique_ptr<Command>> registerCommands(CLI::App& app);
+
+// Parses argv and runs the selected subcommand; returns the process exit code. main() is this.
+int runCli(int argc, char** argv);
+
+}  // namespace tpscope::cli

@@ -1,0 +1,14 @@
+// SPDX-License-Identifier: Apache-2.0
+// commands.cc - the list of subcommands, in the order `tpscope --help` shows them.
+#include "cli.h"
+#include "topo.h"
+
+namespace tpscope::cli {
+
+std::vector<std::unique_ptr<Command>> registerCommands(CLI::App& app) {
+  std::vector<std::unique_ptr<Command>> commands;
+  commands.push_back(makeTopoCommand(app));
+  return commands;
+}
+
+}  // namespace tpscope::cli

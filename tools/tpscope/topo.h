@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// topo.h - `tpscope topo`: devices, links, P2P matrix, ceilings, and which AllReduce paths work and why.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allreduce/paths.h"
+#include "cli.h"
+#include "topology/topology.h"
+
+namespace tpscope::cli {
+
+std::unique_ptr<Command> makeTopoCommand(CLI::App& app);
+
+// The table printed by `tpscope topo` (one screen). `nccl_version` is empty when NCCL is missing.
+std::string formatTopologyTable(const Topology& topo, const std::vector<PathStatus>& paths,
+                                const std::string& nccl_version);
+// The JSON document printed by `tpscope topo --format json`.
+nlohmann::json topologyDocument(const Topology& topo, const std::vector<PathStatus>& paths,
+                                const std::string& nccl_version);
+
+}  // namespace tpscope::cli
