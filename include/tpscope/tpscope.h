@@ -34,6 +34,117 @@ const char* tpsGetErrorString(tpsResult_t result);
 const char* tpsGetVersion(void);
 const char* tpsGetGitRevision(void);
 
+/* ---- AllReduce ------------------------------------------------------------------------------- */
+
+#include <stddef.h>
+
+/* cudaStream_t without pulling the CUDA headers into C users' builds. */
+struct CUstream_st;
+typedef struct CUstream_st* tpsStream_t;
+
+#define TPS_MAX_DEVICES 8
+
+/* Element types. Sums are computed in float and rounded once to the element type. */
+typedef enum { tpsFloat32 = 0, tpsFloat16 = 1, tpsBfloat16 = 2, tpsNumDataTypes = 3 } tpsDataType_t;
+
+/* Backends. tpsBackendAuto takes TPSCOPE_ALLREDUCE (host|p2p|nccl|auto) when set, else chooses per call. */
+typedef enum {
+  tpsBackendAuto = 0,
+  tpsBackendHost = 1, /* staged through pinned host memory: works on any box */
+  tpsBackendP2p = 2,  /* direct loads/stores between GPUs over NVLink or PCIe P2P */
+  tpsBackendNccl = 3, /* NCCL communicators over the same devices */
+  tpsNumBackends = 4
+} tpsBackend_t;
+
+/* The path that carried a call: a backend and its algorithm. */
+typedef enum {
+  tpsPathHostKernel = 0,     /* host backend, one kernel per GPU: mapped host memory, in-kernel flags */
+  tpsPathHostCopyEngine = 1, /* host backend, copy engines: chunked D2H and H2D, then an add kernel */
+  tpsPathP2pOneShot = 2,     /* p2p backend, each GPU reads every peer */
+  tpsPathP2pTwoShot = 3,     /* p2p backend, reduce-scatter then all-gather */
+  tpsPathNccl = 4,           /* ncclAllReduce */
+  tpsNumPaths = 5
+} tpsPath_t;
+
+/* Message size classes for statistics, by bytes per GPU: <= 64 KiB (decode), <= 1 MiB, <= 16 MiB,
+ * <= 256 MiB, larger. */
+#define TPS_NUM_SIZE_CLASSES 5
+
+/* Communicator configuration. Initialise with tpsConfigInit(); a field left at 0 takes its default
+ * (environment variable first, then the value measured for this box, then a built-in default). */
+typedef struct {
+  tpsBackend_t backend;
+  size_t host_copy_threshold;  /* bytes per GPU at or above which the host backend uses copy engines */
+  size_t host_chunk_bytes;     /* copy-engine chunk size */
+  int host_blocks;             /* blocks per GPU of the host kernel path */
+  unsigned spin_timeout_ms;    /* bounded wait for a peer inside kernels; on expiry: tpsTimeout */
+} tpsConfig_t;
+
+/* Fills *config with zeros and tpsBackendAuto: every field takes its default. */
+tpsResult_t tpsConfigInit(tpsConfig_t* config);
+
+/* An AllReduce communicator over N devices of this process (opaque, like ncclComm_t). */
+typedef struct tpsComm* tpsComm_t;
+
+/* Creates a communicator over devices[0..ndev-1] (CUDA ordinals, distinct, 2 <= ndev <= 8). Allocates
+ * every buffer it will need (pinned host staging, device scratch, NCCL communicators) so that failures
+ * happen here, not mid-run. config may be NULL for defaults. Not thread-safe with other calls on the
+ * same communicator. Errors: tpsInvalidArgument (bad ndev, duplicate or missing device, bad config),
+ * tpsUnavailable (the selected backend cannot run on these GPUs), tpsCudaError, tpsNcclError. */
+tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devices, const tpsConfig_t* config);
+
+/* Waits for nothing: the caller synchronises its streams first. Frees everything. NULL is accepted. */
+tpsResult_t tpsCommDestroy(tpsComm_t comm);
+
+/* In-place sum: after the call completes on streams[i], bufs[i] on devices[i] holds the element-wise sum
+ * of all N input buffers, bit-identical on every GPU. count elements of dtype each.
+ * Asynchronous: enqueued on streams[i] (one per device, on that device; legacy default streams are
+ * refused) and capturable into a CUDA graph when every stream is being captured. Returns once all work
+ * is enqueued. Bad arguments enqueue nothing: tpsInvalidArgument for NULL bufs or streams, count 0,
+ * an unknown dtype, a buffer that is not device memory of its GPU; tpsInvalidUsage after an earlier
+ * asynchronous error (see tpsCommGetAsyncError). */
+tpsResult_t tpsAllReduce(tpsComm_t comm, void* const* bufs, size_t count, tpsDataType_t dtype,
+                         const tpsStream_t* streams);
+
+/* Like tpsAllReduce with the backend forced for this call (tpsBackendAuto = the communicator's choice).
+ * tpsUnavailable when the communicator was not created with that backend's resources. */
+tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* bufs, size_t count,
+                             tpsDataType_t dtype, const tpsStream_t* streams);
+
+/* Errors that happen after a call returned: tpsTimeout when a kernel gave up waiting for a peer within
+ * spin_timeout_ms. Once set the communicator refuses further calls; destroy it. Reads host memory only
+ * (no synchronisation); call it after synchronising the streams to see everything enqueued so far. */
+tpsResult_t tpsCommGetAsyncError(tpsComm_t comm, tpsResult_t* async_error);
+
+/* Per-communicator statistics: what was enqueued, by path and size class. tx/rx are the payload bytes
+ * each GPU sent and received over the path's medium (host memory over PCIe for the host paths, peer
+ * links for p2p, NCCL's ring estimate 2(N-1)/N x size for nccl); link-level counters add protocol
+ * overhead on top of these (see `tpscope meter`). */
+typedef struct {
+  unsigned long long calls;
+  unsigned long long payload_bytes; /* sum of count x element size */
+  unsigned long long tx_bytes[TPS_MAX_DEVICES];
+  unsigned long long rx_bytes[TPS_MAX_DEVICES];
+} tpsStatsCell_t;
+
+typedef struct {
+  int ndev;
+  int devices[TPS_MAX_DEVICES];
+  tpsStatsCell_t cells[tpsNumPaths][TPS_NUM_SIZE_CLASSES];
+} tpsStats_t;
+
+tpsResult_t tpsCommGetStats(tpsComm_t comm, tpsStats_t* stats);
+tpsResult_t tpsCommResetStats(tpsComm_t comm);
+
+/* Names for printing: "host", "host-kernel", "bf16", "<=64KiB". Never NULL. */
+const char* tpsBackendName(tpsBackend_t backend);
+const char* tpsPathName(tpsPath_t path);
+const char* tpsDataTypeName(tpsDataType_t dtype);
+const char* tpsSizeClassName(int size_class);
+/* The size class of a message of `bytes` per GPU, and the element size of dtype (0 if unknown). */
+int tpsSizeClassOf(size_t bytes);
+size_t tpsDataTypeSize(tpsDataType_t dtype);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
