@@ -30,9 +30,9 @@ std::string ncclVersionString(int code) {
 
 BackendsBuilt backendsBuilt() {
   BackendsBuilt b;
-  b.host = false;  // src/allreduce/host_staged.cu: AllReduce part 1
+  b.host = true;   // src/allreduce/host_staged.cu
   b.p2p = false;   // src/allreduce/p2p.cu: AllReduce part 2
-  b.nccl = false;  // src/allreduce/nccl.cc: AllReduce part 1
+  b.nccl = true;   // src/allreduce/nccl.cc
   int v = 0;
   if (ncclGetVersion(&v) == ncclSuccess && v > 0) b.nccl_version = v;
   return b;

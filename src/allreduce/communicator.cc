@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+// communicator.cc - the C API: communicator lifetime, argument validation, dispatch, statistics.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "allreduce/backend.h"
+#include "allreduce/host_staged.h"
+#include "allreduce/nccl.h"
+#include "allreduce/selector.h"
+#include "allreduce/tuning.h"
+#include "common/checks.h"
+#include "tpscope/tpscope.h"
+
+using namespace tpscope;
+using namespace tpscope::detail;
+
+struct tpsComm {
+  std::vector<int> devices;
+  tpsBackend_t requested = tpsBackendAuto;
+  Availability avail;
+  std::array<std::unique_ptr<Backend>, tpsNumBackends> backends;
+  std::mutex stats_mutex;  // stats may be read from another thread than the one calling tpsAllReduce
+  tpsStats_t stats{};
+  tpsResult_t async_error = tpsSuccess;
+};
+
+namespace {
+
+bool validDtype(tpsDataType_t t) { return t >= tpsFloat32 && t < tpsNumDataTypes; }
+
+tpsResult_t checkAsync(tpsComm* c) {
+  if (c->async_error != tpsSuccess) return c->async_error;
+  for (const auto& b : c->backends)
+    if (b && b->asyncError() != tpsSuccess) c->async_error = b->asyncError();
+  return c->async_error;
+}
+
+tpsResult_t validateCall(tpsComm* c, void* const* bufs, size_t count, tpsDataType_t dtype, const tpsStream_t* streams) {
+  TPS_EXPECT(bufs != nullptr && streams != nullptr, tpsInvalidArgument, "tpsAllReduce: bufs and streams must not be NULL");
+  TPS_EXPECT(count > 0, tpsInvalidArgument, "tpsAllReduce: count is 0");
+  TPS_EXPECT(validDtype(dtype), tpsInvalidArgument, "tpsAllReduce: unsupported dtype {}", static_cast<int>(dtype));
+  TPS_EXPECT(count <= SIZE_MAX / tpsDataTypeSize(dtype), tpsInvalidArgument, "tpsAllReduce: count {} overflows", count);
+  for (size_t r = 0; r < c->devices.size(); ++r) {
+    const int dev = c->devices[r];
+    TPS_EXPECT(bufs[r] != nullptr, tpsInvalidArgument, "tpsAllReduce: bufs[{}] is NULL", r);
+    TPS_EXPECT(streams[r] != nullptr, tpsInvalidArgument,
+               "tpsAllReduce: streams[{}] is the legacy default stream; pass a stream created on GPU {}", r, dev);
+    int sdev = -1;
+    if (cudaStreamGetDevice(reinterpret_cast<cudaStream_t>(streams[r]), &sdev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      TPS_LOG_WARN("tpsAllReduce: streams[{}] is not a valid stream", r);
+      return tpsInvalidArgument;
+    }
+    TPS_EXPECT(sdev == dev, tpsInvalidArgument, "tpsAllReduce: streams[{}] is on GPU {}, not GPU {}", r, sdev, dev);
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, bufs[r]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      attr.type = cudaMemoryTypeUnregistered;
+    }
+    TPS_EXPECT(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, tpsInvalidArgument,
+               "tpsAllReduce: bufs[{}] is not device memory", r);
+    TPS_EXPECT(attr.type == cudaMemoryTypeManaged || attr.device == dev, tpsInvalidArgument,
+               "tpsAllReduce: bufs[{}] is on GPU {}, not GPU {}", r, attr.device, dev);
+  }
+  return tpsSuccess;
+}
+
+void record(tpsComm* c, const Backend& b, size_t bytes) {
+  const tpsPath_t path = b.pathFor(bytes);
+  const Traffic t = b.trafficFor(path, bytes);
+  std::lock_guard<std::mutex> lock(c->stats_mutex);
+  tpsStatsCell_t& cell = c->stats.cells[path][tpsSizeClassOf(bytes)];
+  cell.calls += 1;
+  cell.payload_bytes += bytes;
+  for (size_t r = 0; r < c->devices.size(); ++r) {
+    cell.tx_bytes[r] += t.tx;
+    cell.rx_bytes[r] += t.rx;
+  }
+}
+
+bool allPeerAccess(const std::vector<int>& devs) {
+  for (int a : devs)
+    for (int b : devs) {
+      int ok = 0;
+      if (a != b && (cudaDeviceCanAccessPeer(&ok, a, b) != cudaSuccess || !ok)) {
+        (void)cudaGetLastError();
+        return false;
+      }
+    }
+  return true;
+}
+
+}  // namespace
+
+extern "C" tpsResult_t tpsConfigInit(tpsConfig_t* config) {
+  if (config == nullptr) return tpsInvalidArgument;
+  std::memset(config, 0, sizeof(*config));
+  config->backend = tpsBackendAuto;
+  return tpsSuccess;
+}
+
+extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devices, const tpsConfig_t* config) {
+  TPS_EXPECT(comm != nullptr && devices != nullptr, tpsInvalidArgument, "tpsCommCreate: comm and devices must not be NULL");
+  *comm = nullptr;
+  TPS_EXPECT(ndev >= 2 && ndev <= TPS_MAX_DEVICES, tpsInvalidArgument,
+             "tpsCommCreate: ndev is {}; a communicator spans 2 to {} GPUs", ndev, TPS_MAX_DEVICES);
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    TPS_LOG_WARN("tpsCommCreate: no CUDA device is usable on this machine");
+    return tpsUnavailable;
+  }
+  std::vector<int> devs(devices, devices + ndev);
+  for (int i = 0; i < ndev; ++i) {
+    TPS_EXPECT(devs[i] >= 0 && devs[i] < count, tpsInvalidArgument, "tpsCommCreate: GPU {} does not exist ({} GPUs)",
+               devs[i], count);
+    TPS_EXPECT(std::count(devs.begin(), devs.end(), devs[i]) == 1, tpsInvalidArgument,
+               "tpsCommCreate: GPU {} appears twice", devs[i]);
+  }
+  tpsConfig_t cfg;
+  tpsConfigInit(&cfg);
+  if (config) cfg = *config;
+  std::string error;
+  tpsBackend_t requested = tpsBackendAuto;
+  if (requestedBackend(cfg.backend, std::getenv("TPSCOPE_ALLREDUCE"), &requested, &error) != tpsSuccess) {
+    TPS_LOG_WARN("tpsCommCreate: {}", error);
+    return tpsInvalidArgument;
+  }
+  HostTuning tuning;
+  TPS_CHECK(resolveHostTuning(cfg, &tuning));
+
+  auto c = std::make_unique<tpsComm>();
+  c->devices = devs;
+  c->requested = requested;
+  c->avail.all_peer_access = allPeerAccess(devs);
+  c->stats.ndev = ndev;
+  std::copy(devs.begin(), devs.end(), c->stats.devices);
+  const bool want_all = requested == tpsBackendAuto;
+  if (requested == tpsBackendP2p) {
+    TPS_LOG_WARN("tpsCommCreate: the p2p backend is not in this build yet");
+    return tpsUnavailable;
+  }
+  if (want_all || requested == tpsBackendHost) {
+    tpsResult_t r = createHostStagedBackend(devs, tuning, &c->backends[tpsBackendHost]);
+    if (r != tpsSuccess && !want_all) return r;
+    c->avail.host = r == tpsSuccess;
+  }
+  if (want_all || requested == tpsBackendNccl) {
+    tpsResult_t r = createNcclBackend(devs, &c->backends[tpsBackendNccl]);
+    if (r != tpsSuccess && !want_all) return r;
+    if (r != tpsSuccess) TPS_LOG_WARN("tpsCommCreate: NCCL could not start; auto continues without it");
+    c->avail.nccl = r == tpsSuccess;
+  }
+  TPS_EXPECT(c->avail.host || c->avail.nccl, tpsUnavailable, "tpsCommCreate: no backend can run on these GPUs");
+  *comm = c.release();
+  return tpsSuccess;
+}
+
+extern "C" tpsResult_t tpsCommDestroy(tpsComm_t comm) {
+  delete comm;
+  return tpsSuccess;
+}
+
+extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* bufs, size_t count,
+                                        tpsDataType_t dtype, const tpsStream_t* streams) {
+  TPS_EXPECT(comm != nullptr, tpsInvalidArgument, "tpsAllReduce: comm is NULL");
+  TPS_EXPECT(backend >= tpsBackendAuto && backend < tpsNumBackends, tpsInvalidArgument,
+             "tpsAllReduceWith: backend {} is not a backend", static_cast<int>(backend));
+  if (checkAsync(comm) != tpsSuccess) {
+    TPS_LOG_WARN("tpsAllReduce: the communicator had an asynchronous error ({}); destroy it",
+                 tpsGetErrorString(comm->async_error));
+    return tpsInvalidUsage;
+  }
+  TPS_CHECK(validateCall(comm, bufs, count, dtype, streams));
+  const size_t bytes = count * tpsDataTypeSize(dtype);
+  tpsBackend_t which = backend != tpsBackendAuto ? backend : comm->requested;
+  if (which == tpsBackendAuto) which = chooseAuto(comm->avail, bytes);
+  Backend* b = which == tpsBackendAuto ? nullptr : comm->backends[which].get();
+  TPS_EXPECT(b != nullptr, tpsUnavailable, "tpsAllReduce: backend {} is not available in this communicator",
+             tpsBackendName(which));
+  CallArgs args{bufs, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
+  TPS_CHECK(b->allReduce(args));
+  record(comm, *b, bytes);
+  return tpsSuccess;
+}
+
+extern "C" tpsResult_t tpsAllReduce(tpsComm_t comm, void* const* bufs, size_t count, tpsDataType_t dtype,
+                                    const tpsStream_t* streams) {
+  return tpsAllReduceWith(comm, tpsBackendAuto, bufs, count, dtype, streams);
+}
+
+extern "C" tpsResult_t tpsCommGetAsyncError(tpsComm_t comm, tpsResult_t* async_error) {
+  if (comm == nullptr || async_error == nullptr) return tpsInvalidArgument;
+  *async_error = checkAsync(comm);
+  return tpsSuccess;
+}
+
+extern "C" tpsResult_t tpsCommGetStats(tpsComm_t comm, tpsStats_t* stats) {
+  if (comm == nullptr || stats == nullptr) return tpsInvalidArgument;
+  std::lock_guard<std::mutex> lock(comm->stats_mutex);
+  *stats = comm->stats;
+  return tpsSuccess;
+}
+
+extern "C" tpsResult_t tpsCommResetStats(tpsComm_t comm) {
+  if (comm == nullptr) return tpsInvalidArgument;
+  std::lock_guard<std::mutex> lock(comm->stats_mutex);
+  std::memset(comm->stats.cells, 0, sizeof(comm->stats.cells));
+  return tpsSuccess;
+}

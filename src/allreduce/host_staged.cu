@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: Apache-2.0
+// host_staged.cu - backend `host`: AllReduce through pinned host memory, for boxes with no usable
+// GPU-to-GPU path (and as the baseline the study measured).
+//
+// Two paths, chosen per call by size (HostTuning::copy_threshold, measured on the box):
+// - kernel path (below the threshold): one kernel per GPU writes, publishes, waits and reduces
+//   (host_kernels.cuh explains the protocol). Latency-bound decode traffic lives here.
+// - copy-engine path (at or above it): in rounds of up to kStageBytes per GPU, each GPU copies its
+//   data to its host stage in chunks on a D2H side stream; each chunk, once every peer's D2H of it is
+//   done (cross-device events), is copied H2D into the GPU's scratch on a second side stream; an add
+//   kernel on the caller's stream then sums in rank order. D2H and H2D run on separate copy engines
+//   and directions of the link, and the SMs stay free while they do.
+// Every wait is on an event recorded earlier in the same call, so a call can be captured in a CUDA
+// graph: the side streams fork from and join back into the caller's streams.
+#include "allreduce/host_staged.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "allreduce/host_kernels.cuh"
+#include "common/checks.h"
+#include "common/cuda_raii.h"
+
+namespace tpscope::detail {
+
+namespace {
+
+constexpr size_t kStageBytes = 64u << 20;        // copy-engine staging per GPU per round
+constexpr size_t kKernelStageMax = 4u << 20;     // kernel-path staging per (slot, rank)
+constexpr size_t kAlign = 16;
+
+size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+class HostStagedBackend final : public Backend {
+ public:
+  tpsResult_t init(const std::vector<int>& devices, const HostTuning& tuning);
+  tpsBackend_t kind() const override { return tpsBackendHost; }
+  tpsPath_t pathFor(size_t bytes) const override {
+    return bytes >= tuning_.copy_threshold ? tpsPathHostCopyEngine : tpsPathHostKernel;
+  }
+  Traffic trafficFor(tpsPath_t, size_t bytes) const override {
+    // Each GPU writes its data to host memory once and reads every peer's data once.
+    return Traffic{bytes, bytes * (devices_.size() - 1)};
+  }
+  tpsResult_t allReduce(const CallArgs& a) override {
+    switch (a.dtype) {
+      case tpsFloat32: return run<float>(a);
+      case tpsFloat16: return run<__half>(a);
+      case tpsBfloat16: return run<__nv_bfloat16>(a);
+      default: return tpsInvalidArgument;
+    }
+  }
+  tpsResult_t asyncError() const override {
+    const volatile unsigned* st = static_cast<const volatile unsigned*>(status_.host());
+    for (size_t q = 0; q < devices_.size(); ++q)
+      if (st[q] != 0) return static_cast<tpsResult_t>(st[q]);
+    return tpsSuccess;
+  }
+
+ private:
+  template <typename T>
+  tpsResult_t run(const CallArgs& a);
+  template <typename T>
+  tpsResult_t kernelPath(const CallArgs& a);
+  template <typename T>
+  tpsResult_t copyPath(const CallArgs& a);
+
+  int n() const { return static_cast<int>(devices_.size()); }
+
+  std::vector<int> devices_;
+  HostTuning tuning_{};
+  // Kernel path.
+  size_t kstage_stride_ = 0;
+  PinnedBuffer kstage_, flags_, status_;
+  std::vector<DeviceBuffer> counters_;
+  std::vector<HostKernelHandle> handles_;
+  // Copy-engine path.
+  std::vector<PinnedBuffer> cstage_;
+  std::vector<DeviceBuffer> scratch_;  // per GPU: (n-1) regions of kStageBytes, one per peer
+  std::vector<Stream> d2h_, h2d_;
+  std::vector<Event> fork_, h2d_done_, add_done_;
+  std::vector<std::vector<Event>> d2h_chunk_;  // [rank][chunk in round]
+};
+
+tpsResult_t HostStagedBackend::init(const std::vector<int>& devices, const HostTuning& tuning) {
+  devices_ = devices;
+  tuning_ = tuning;
+  const int nr = n();
+  for (int d : devices_) {
+    cudaDeviceProp p{};
+    TPS_CUDA_CHECK(cudaGetDeviceProperties(&p, d));
+    TPS_EXPECT(p.canMapHostMemory, tpsUnavailable, "GPU {} cannot map pinned host memory: host backend unavailable", d);
+    TPS_EXPECT(p.major >= 7, tpsUnavailable, "GPU {} is sm_{}{}: the host backend needs 7.0+ (__nanosleep)", d, p.major,
+               p.minor);
+  }
+  // Kernel path: staging sized to the threshold (bigger kernel-path messages loop in pieces).
+  kstage_stride_ = roundUp(std::min(std::max(tuning_.copy_threshold, size_t{64} << 10), kKernelStageMax), kAlign);
+  TPS_CHECK(PinnedBuffer::create(2 * nr * kstage_stride_, &kstage_));
+  const size_t flag_bytes = size_t{2} * nr * tuning_.blocks * kFlagStride * sizeof(unsigned long long);
+  TPS_CHECK(PinnedBuffer::create(flag_bytes, &flags_));
+  std::memset(flags_.host(), 0, flag_bytes);
+  TPS_CHECK(PinnedBuffer::create(kAlign * TPS_MAX_DEVICES, &status_));
+  std::memset(status_.host(), 0, status_.bytes());
+  counters_.resize(nr);
+  handles_.resize(nr);
+  for (int r = 0; r < nr; ++r) {
+    DeviceGuard g(devices_[r]);
+    TPS_CHECK(DeviceBuffer::create(devices_[r], tuning_.blocks * sizeof(unsigned long long), &counters_[r]));
+    TPS_CUDA_CHECK(cudaMemset(counters_[r].get(), 0, counters_[r].bytes()));
+    HostKernelHandle& h = handles_[r];
+    void* p = nullptr;
+    TPS_CHECK(kstage_.devicePointer(devices_[r], &p));
+    h.stage = static_cast<char*>(p);
+    h.stage_stride = kstage_stride_;
+    TPS_CHECK(flags_.devicePointer(devices_[r], &p));
+    h.flags = static_cast<unsigned long long*>(p);
+    TPS_CHECK(status_.devicePointer(devices_[r], &p));
+    h.status = static_cast<unsigned*>(p);
+    h.counters = counters_[r].as<unsigned long long>();
+    h.timeout_ns = static_cast<unsigned long long>(tuning_.spin_timeout_ms) * 1000000ull;
+    h.rank = r;
+    h.nranks = nr;
+  }
+  // Copy-engine path.
+  const size_t chunks = (kStageBytes + tuning_.chunk_bytes - 1) / tuning_.chunk_bytes;
+  cstage_.resize(nr);
+  scratch_.resize(nr);
+  d2h_.resize(nr);
+  h2d_.resize(nr);
+  fork_.resize(nr);
+  h2d_done_.resize(nr);
+  add_done_.resize(nr);
+  d2h_chunk_.resize(nr);
+  for (int r = 0; r < nr; ++r) {
+    const int d = devices_[r];
+    TPS_CHECK(PinnedBuffer::create(kStageBytes, &cstage_[r]));
+    TPS_CHECK(DeviceBuffer::create(d, kStageBytes * (nr - 1), &scratch_[r]));
+    TPS_CHECK(Stream::create(d, &d2h_[r]));
+    TPS_CHECK(Stream::create(d, &h2d_[r]));
+    TPS_CHECK(Event::create(d, &fork_[r], false));
+    TPS_CHECK(Event::create(d, &h2d_done_[r], false));
+    TPS_CHECK(Event::create(d, &add_done_[r], false));
+    d2h_chunk_[r].resize(chunks);
+    for (Event& e : d2h_chunk_[r]) TPS_CHECK(Event::create(d, &e, false));
+  }
+  TPS_LOG_INFO("host backend: {} GPUs, copy threshold {} B, chunk {} B, {} blocks, timeout {} ms ({})", nr,
+               tuning_.copy_threshold, tuning_.chunk_bytes, tuning_.blocks, tuning_.spin_timeout_ms, tuning_.source);
+  return tpsSuccess;
+}
+
+template <typename T>
+tpsResult_t HostStagedBackend::run(const CallArgs& a) {
+  return pathFor(a.bytes()) == tpsPathHostCopyEngine ? copyPath<T>(a) : kernelPath<T>(a);
+}
+
+template <typename T>
+tpsResult_t HostStagedBackend::kernelPath(const CallArgs& a) {
+  // Vector ranges only when every buffer is 16-byte aligned: all ranks must split the work alike.
+  bool aligned = true;
+  for (int r = 0; r < n(); ++r) aligned = aligned && reinterpret_cast<uintptr_t>(a.bufs[r]) % kAlign == 0;
+  const size_t piece = kstage_stride_ / sizeof(T);
+  for (size_t off = 0; off < a.count; off += piece) {
+    const size_t cnt = std::min(piece, a.count - off);
+    for (int r = 0; r < n(); ++r) {
+      DeviceGuard g(devices_[r]);
+      T* buf = static_cast<T*>(a.bufs[r]) + off;
+      if (aligned)
+        hostKernelAllReduce<T, true><<<tuning_.blocks, kKernelThreads, 0, a.streams[r]>>>(handles_[r], buf, cnt);
+      else
+        hostKernelAllReduce<T, false><<<tuning_.blocks, kKernelThreads, 0, a.streams[r]>>>(handles_[r], buf, cnt);
+      TPS_CUDA_CHECK_LAUNCH();
+    }
+  }
+  return tpsSuccess;
+}
+
+template <typename T>
+tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
+  const int nr = n();
+  const size_t total = a.bytes();
+  const size_t chunk = tuning_.chunk_bytes;
+  bool aligned = true;
+  for (int r = 0; r < nr; ++r) aligned = aligned && reinterpret_cast<uintptr_t>(a.bufs[r]) % kAlign == 0;
+  auto peerRegion = [&](int r, int q) { return scratch_[r].as<char>() + size_t(q < r ? q : q - 1) * kStageBytes; };
+
+  // Fork the side streams from the caller's streams.
+  for (int r = 0; r < nr; ++r) {
+    DeviceGuard g(devices_[r]);
+    TPS_CUDA_CHECK(cudaEventRecord(fork_[r].get(), a.streams[r]));
+    TPS_CUDA_CHECK(cudaStreamWaitEvent(d2h_[r].get(), fork_[r].get(), 0));
+    TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), fork_[r].get(), 0));
+  }
+  for (size_t off = 0; off < total; off += kStageBytes) {
+    const size_t round_bytes = std::min(kStageBytes, total - off);
+    const size_t nchunks = (round_bytes + chunk - 1) / chunk;
+    // D2H: this GPU's data into its host stage, chunk by chunk. From the second round on, wait until
+    // every peer has finished reading this stage in the round before.
+    for (int r = 0; r < nr; ++r) {
+      DeviceGuard g(devices_[r]);
+      if (off > 0)
+        for (int q = 0; q < nr; ++q)
+          if (q != r) TPS_CUDA_CHECK(cudaStreamWaitEvent(d2h_[r].get(), h2d_done_[q].get(), 0));
+      const char* src = static_cast<const char*>(a.bufs[r]) + off;
+      char* dst = static_cast<char*>(cstage_[r].host());
+      for (size_t k = 0; k < nchunks; ++k) {
+        const size_t kb = std::min(chunk, round_bytes - k * chunk);
+        TPS_CUDA_CHECK(cudaMemcpyAsync(dst + k * chunk, src + k * chunk, kb, cudaMemcpyDeviceToHost, d2h_[r].get()));
+        TPS_CUDA_CHECK(cudaEventRecord(d2h_chunk_[r][k].get(), d2h_[r].get()));
+      }
+    }
+    // H2D: each peer's chunk as soon as that peer's D2H of it is done. From the second round on, wait
+    // until the add kernel of the round before has consumed the scratch.
+    for (int r = 0; r < nr; ++r) {
+      DeviceGuard g(devices_[r]);
+      if (off > 0) TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), add_done_[r].get(), 0));
+      for (size_t k = 0; k < nchunks; ++k) {
+        const size_t kb = std::min(chunk, round_bytes - k * chunk);
+        for (int q = 0; q < nr; ++q) {
+          if (q == r) continue;
+          TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), d2h_chunk_[q][k].get(), 0));
+          TPS_CUDA_CHECK(cudaMemcpyAsync(peerRegion(r, q) + k * chunk,
+                                         static_cast<const char*>(cstage_[q].host()) + k * chunk, kb,
+                                         cudaMemcpyHostToDevice, h2d_[r].get()));
+        }
+      }
+      TPS_CUDA_CHECK(cudaEventRecord(h2d_done_[r].get(), h2d_[r].get()));
+    }
+    // Add on the caller's stream once this GPU's own D2H (the data is overwritten in place) and its H2D
+    // copies are done.
+    for (int r = 0; r < nr; ++r) {
+      DeviceGuard g(devices_[r]);
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], d2h_chunk_[r][nchunks - 1].get(), 0));
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], h2d_done_[r].get(), 0));
+      AddArgs args{};
+      for (int q = 0; q < nr; ++q) args.tmp[q] = q == r ? nullptr : peerRegion(r, q);
+      args.rank = r;
+      args.nranks = nr;
+      const size_t cnt = round_bytes / sizeof(T);
+      const int blocks = static_cast<int>(std::min<size_t>(1024, (cnt / Vec<T>::kElems + 255) / 256 + 1));
+      T* buf = reinterpret_cast<T*>(static_cast<char*>(a.bufs[r]) + off);
+      if (aligned)
+        addPeers<T, true><<<blocks, 256, 0, a.streams[r]>>>(args, buf, cnt);
+      else
+        addPeers<T, false><<<blocks, 256, 0, a.streams[r]>>>(args, buf, cnt);
+      TPS_CUDA_CHECK_LAUNCH();
+      TPS_CUDA_CHECK(cudaEventRecord(add_done_[r].get(), a.streams[r]));
+    }
+  }
+  // Join: the next call's D2H forks from the caller's stream, so it must follow every peer's last
+  // read of this GPU's host stage.
+  for (int r = 0; r < nr; ++r) {
+    DeviceGuard g(devices_[r]);
+    for (int q = 0; q < nr; ++q)
+      if (q != r) TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], h2d_done_[q].get(), 0));
+  }
+  return tpsSuccess;
+}
+
+}  // namespace
+
+tpsResult_t createHostStagedBackend(const std::vector<int>& devices, const HostTuning& tuning,
+                                    std::unique_ptr<Backend>* out) {
+  auto b = std::make_unique<HostStagedBackend>();
+  TPS_CHECK(b->init(devices, tuning));
+  *out = std::move(b);
+  return tpsSuccess;
+}
+
+}  // namespace tpscope::detail

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+// names.cc - printable names and sizes for the C API's enums.
+#include "tpscope/tpscope.h"
+
+extern "C" const char* tpsBackendName(tpsBackend_t b) {
+  switch (b) {
+    case tpsBackendAuto: return "auto";
+    case tpsBackendHost: return "host";
+    case tpsBackendP2p: return "p2p";
+    case tpsBackendNccl: return "nccl";
+    default: return "unknown";
+  }
+}
+
+extern "C" const char* tpsPathName(tpsPath_t p) {
+  switch (p) {
+    case tpsPathHostKernel: return "host-kernel";
+    case tpsPathHostCopyEngine: return "host-copy";
+    case tpsPathP2pOneShot: return "p2p-oneshot";
+    case tpsPathP2pTwoShot: return "p2p-twoshot";
+    case tpsPathNccl: return "nccl";
+    default: return "unknown";
+  }
+}
+
+extern "C" const char* tpsDataTypeName(tpsDataType_t t) {
+  switch (t) {
+    case tpsFloat32: return "float";
+    case tpsFloat16: return "half";
+    case tpsBfloat16: return "bfloat16";
+    default: return "unknown";
+  }
+}
+
+extern "C" size_t tpsDataTypeSize(tpsDataType_t t) {
+  switch (t) {
+    case tpsFloat32: return 4;
+    case tpsFloat16:
+    case tpsBfloat16: return 2;
+    default: return 0;
+  }
+}
+
+extern "C" int tpsSizeClassOf(size_t bytes) {
+  const size_t limits[TPS_NUM_SIZE_CLASSES - 1] = {64u << 10, 1u << 20, 16u << 20, 256u << 20};
+  for (int c = 0; c < TPS_NUM_SIZE_CLASSES - 1; ++c)
+    if (bytes <= limits[c]) return c;
+  return TPS_NUM_SIZE_CLASSES - 1;
+}
+
+extern "C" const char* tpsSizeClassName(int c) {
+  static const char* kNames[TPS_NUM_SIZE_CLASSES] = {"<=64KiB", "<=1MiB", "<=16MiB", "<=256MiB", ">256MiB"};
+  return c >= 0 && c < TPS_NUM_SIZE_CLASSES ? kNames[c] : "unknown";
+}

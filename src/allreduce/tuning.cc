@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// tuning.cc - host backend tunables from defaults, tuning file, environment and config.
+#include "allreduce/tuning.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "common/checks.h"
+#include "common/param.h"
+
+namespace tpscope::detail {
+
+// Built-in defaults, measured on the 2xH200 machine (docs/PERFORMANCE.md has the sweep that chose
+// them); a tuning file written on the user's box replaces them.
+constexpr size_t kDefaultCopyThreshold = 1u << 20;
+constexpr size_t kDefaultChunkBytes = 4u << 20;
+constexpr int kDefaultBlocks = 16;
+constexpr unsigned kDefaultSpinTimeoutMs = 10000;
+
+TPS_PARAM_INT(HostCopyThreshold, "TPSCOPE_HOST_COPY_THRESHOLD", 0)
+TPS_PARAM_INT(HostChunkBytes, "TPSCOPE_HOST_CHUNK_BYTES", 0)
+TPS_PARAM_INT(HostBlocks, "TPSCOPE_HOST_BLOCKS", 0)
+TPS_PARAM_INT(SpinTimeoutMs, "TPSCOPE_SPIN_TIMEOUT_MS", 0)
+TPS_PARAM_STRING(TuneFile, "TPSCOPE_TUNE_FILE", "")
+
+std::string tuneFilePath() {
+  if (!tpsParamTuneFile().empty()) return tpsParamTuneFile();
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/tpscope/tune.json";
+}
+
+tpsResult_t resolveHostTuning(const tpsConfig_t& config, HostTuning* out) {
+  HostTuning t{kDefaultCopyThreshold, kDefaultChunkBytes, kDefaultBlocks, kDefaultSpinTimeoutMs, "built-in"};
+  const std::string path = tuneFilePath();
+  if (std::ifstream f(path); f) {
+    nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) {
+      t.copy_threshold = j.value("host_copy_threshold", t.copy_threshold);
+      t.chunk_bytes = j.value("host_chunk_bytes", t.chunk_bytes);
+      t.blocks = j.value("host_blocks", t.blocks);
+      t.source = "tune file " + path;
+    } else {
+      TPS_LOG_WARN("tuning file {} is not a JSON object; using built-in defaults", path);
+    }
+  }
+  if (tpsParamHostCopyThreshold() > 0) t.copy_threshold = tpsParamHostCopyThreshold(), t.source = "environment";
+  if (tpsParamHostChunkBytes() > 0) t.chunk_bytes = tpsParamHostChunkBytes(), t.source = "environment";
+  if (tpsParamHostBlocks() > 0) t.blocks = static_cast<int>(tpsParamHostBlocks()), t.source = "environment";
+  if (tpsParamSpinTimeoutMs() > 0) t.spin_timeout_ms = static_cast<unsigned>(tpsParamSpinTimeoutMs());
+  if (config.host_copy_threshold) t.copy_threshold = config.host_copy_threshold, t.source = "config";
+  if (config.host_chunk_bytes) t.chunk_bytes = config.host_chunk_bytes, t.source = "config";
+  if (config.host_blocks) t.blocks = config.host_blocks, t.source = "config";
+  if (config.spin_timeout_ms) t.spin_timeout_ms = config.spin_timeout_ms;
+  TPS_EXPECT(t.blocks >= 1 && t.blocks <= 64, tpsInvalidArgument, "host_blocks {} is outside 1..64", t.blocks);
+  TPS_EXPECT(t.chunk_bytes >= (64u << 10), tpsInvalidArgument, "host_chunk_bytes {} is below 64 KiB", t.chunk_bytes);
+  t.chunk_bytes &= ~size_t{15};  // copies stay 16-byte aligned
+  *out = t;
+  return tpsSuccess;
+}
+
+}  // namespace tpscope::detail

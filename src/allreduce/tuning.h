@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+// tuning.h - the host backend's tunables: built-in defaults, a tuning file measured on the box, the
+// environment and the caller's config, in increasing order of precedence.
+//
+// The tuning file is JSON written by `tpscope bench allreduce --tune` (keys: host_copy_threshold,
+// host_chunk_bytes, host_blocks); its path is TPSCOPE_TUNE_FILE or ~/.cache/tpscope/tune.json.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "tpscope/tpscope.h"
+
+namespace tpscope::detail {
+
+struct HostTuning {
+  size_t copy_threshold;   // bytes per GPU at or above which the copy-engine path runs
+  size_t chunk_bytes;      // copy-engine chunk
+  int blocks;              // kernel-path blocks per GPU
+  unsigned spin_timeout_ms;
+  std::string source;      // where the values came from, for logs and reports
+};
+
+// Resolves the tunables for a communicator from every source. Returns tpsInvalidArgument (with a
+// WARN line) for values that cannot work: blocks outside 1..64, a chunk below 64 KiB.
+tpsResult_t resolveHostTuning(const tpsConfig_t& config, HostTuning* out);
+
+// The tuning file's path (it may not exist).
+std::string tuneFilePath();
+
+}  // namespace tpscope::detail

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+// allreduce_selector_test - unit tests for backend selection, names, tuning and CPU-side API checks.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "allreduce/selector.h"
+#include "allreduce/tuning.h"
+#include "tpscope/tpscope.h"
+
+namespace tpscope::detail {
+namespace {
+
+TEST(Selector, BackendNamesParseExactly) {
+  tpsBackend_t b = tpsBackendAuto;
+  EXPECT_TRUE(parseBackendName("host", &b));
+  EXPECT_EQ(b, tpsBackendHost);
+  EXPECT_TRUE(parseBackendName("nccl", &b));
+  EXPECT_EQ(b, tpsBackendNccl);
+  EXPECT_TRUE(parseBackendName("p2p", &b));
+  EXPECT_EQ(b, tpsBackendP2p);
+  EXPECT_FALSE(parseBackendName("internal", &b));
+  EXPECT_FALSE(parseBackendName("HOST", &b));
+  EXPECT_FALSE(parseBackendName("", &b));
+}
+
+TEST(Selector, UnknownEnvironmentValueIsAnErrorNotAFallback) {
+  tpsBackend_t b = tpsBackendAuto;
+  std::string err;
+  EXPECT_EQ(requestedBackend(tpsBackendAuto, "internal", &b, &err), tpsInvalidArgument);
+  EXPECT_NE(err.find("TPSCOPE_ALLREDUCE=internal"), std::string::npos) << err;
+  EXPECT_EQ(requestedBackend(tpsBackendAuto, "nccl", &b, &err), tpsSuccess);
+  EXPECT_EQ(b, tpsBackendNccl);
+  // A config field wins over the environment.
+  EXPECT_EQ(requestedBackend(tpsBackendHost, "nccl", &b, &err), tpsSuccess);
+  EXPECT_EQ(b, tpsBackendHost);
+  EXPECT_EQ(requestedBackend(tpsBackendAuto, nullptr, &b, &err), tpsSuccess);
+  EXPECT_EQ(b, tpsBackendAuto);
+  EXPECT_EQ(requestedBackend(static_cast<tpsBackend_t>(42), nullptr, &b, &err), tpsInvalidArgument);
+}
+
+TEST(Selector, AutoPrefersDirectPathsThenStaging) {
+  Availability a;
+  a.host = a.nccl = true;
+  a.all_peer_access = true;
+  EXPECT_EQ(chooseAuto(a, 8192), tpsBackendNccl);
+  a.p2p = true;
+  EXPECT_EQ(chooseAuto(a, 8192), tpsBackendP2p);
+  a.all_peer_access = false;  // no P2P: NCCL would use SHM, staging is the design for this box
+  EXPECT_EQ(chooseAuto(a, 8192), tpsBackendHost);
+  a.host = false;
+  EXPECT_EQ(chooseAuto(a, 8192), tpsBackendNccl);
+  a.nccl = false;
+  EXPECT_EQ(chooseAuto(a, 8192), tpsBackendAuto);
+}
+
+TEST(Names, SizeClassesAndTypes) {
+  EXPECT_EQ(tpsSizeClassOf(8192), 0);
+  EXPECT_EQ(tpsSizeClassOf(64 << 10), 0);
+  EXPECT_EQ(tpsSizeClassOf((64 << 10) + 1), 1);
+  EXPECT_EQ(tpsSizeClassOf(256u << 20), 3);
+  EXPECT_EQ(tpsSizeClassOf(1u << 30), 4);
+  EXPECT_STREQ(tpsSizeClassName(0), "<=64KiB");
+  EXPECT_STREQ(tpsSizeClassName(9), "unknown");
+  EXPECT_EQ(tpsDataTypeSize(tpsBfloat16), 2u);
+  EXPECT_EQ(tpsDataTypeSize(tpsFloat32), 4u);
+  EXPECT_EQ(tpsDataTypeSize(static_cast<tpsDataType_t>(7)), 0u);
+  EXPECT_STREQ(tpsDataTypeName(tpsBfloat16), "bfloat16");
+  EXPECT_STREQ(tpsPathName(tpsPathHostCopyEngine), "host-copy");
+  EXPECT_STREQ(tpsBackendName(tpsBackendNccl), "nccl");
+}
+
+TEST(Tuning, PrecedenceIsConfigOverEnvironmentOverFileOverDefaults) {
+  const std::string file = "/tmp/tpscope_tuning_test.json";
+  std::ofstream(file) << R"({"host_copy_threshold": 524288, "host_chunk_bytes": 2097152, "host_blocks": 12})";
+  setenv("TPSCOPE_TUNE_FILE", file.c_str(), 1);  // read once per process: this test owns it
+  tpsConfig_t cfg;
+  tpsConfigInit(&cfg);
+  HostTuning t;
+  ASSERT_EQ(resolveHostTuning(cfg, &t), tpsSuccess);
+  EXPECT_EQ(t.copy_threshold, 524288u);
+  EXPECT_EQ(t.chunk_bytes, 2097152u);
+  EXPECT_EQ(t.blocks, 12);
+  EXPECT_NE(t.source.find("tune file"), std::string::npos);
+  cfg.host_blocks = 4;
+  cfg.spin_timeout_ms = 250;
+  ASSERT_EQ(resolveHostTuning(cfg, &t), tpsSuccess);
+  EXPECT_EQ(t.blocks, 4);
+  EXPECT_EQ(t.spin_timeout_ms, 250u);
+  EXPECT_EQ(t.source, "config");
+  cfg.host_blocks = 100;
+  EXPECT_EQ(resolveHostTuning(cfg, &t), tpsInvalidArgument);
+  cfg.host_blocks = 0;
+  cfg.host_chunk_bytes = 1000;
+  EXPECT_EQ(resolveHostTuning(cfg, &t), tpsInvalidArgument);
+  std::remove(file.c_str());
+}
+
+TEST(Api, BadArgumentsAreRefusedBeforeAnyGpuWork) {
+  tpsComm_t comm = reinterpret_cast<tpsComm_t>(0x1);
+  int devs[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(tpsCommCreate(&comm, 1, devs, nullptr), tpsInvalidArgument);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_EQ(tpsCommCreate(&comm, 9, devs, nullptr), tpsInvalidArgument);
+  EXPECT_EQ(tpsCommCreate(nullptr, 2, devs, nullptr), tpsInvalidArgument);
+  EXPECT_EQ(tpsCommCreate(&comm, 2, nullptr, nullptr), tpsInvalidArgument);
+  EXPECT_EQ(tpsAllReduce(nullptr, nullptr, 1, tpsFloat32, nullptr), tpsInvalidArgument);
+  EXPECT_EQ(tpsConfigInit(nullptr), tpsInvalidArgument);
+  tpsResult_t e;
+  EXPECT_EQ(tpsCommGetAsyncError(nullptr, &e), tpsInvalidArgument);
+  EXPECT_EQ(tpsCommDestroy(nullptr), tpsSuccess);
+}
+
+}  // namespace
+}  // namespace tpscope::detail
