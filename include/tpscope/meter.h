@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+// meter.h - the interconnect meter: exact PCIe and NVLink bytes per named window (C++ API).
+//
+// A Meter reads each GPU's cumulative byte counters (NVML field values: PCIe TX/RX, NVLink data
+// TX/RX summed over the links that are up) from one thread per GPU every few milliseconds, and
+// turns them into bytes, mean rate and share of the link ceiling for windows the caller marks by
+// name. Optionally it also runs the "dmon method" (the 20 ms throughput snapshot that
+// `nvidia-smi dmon -s t` prints) so the two can be compared on the same run. docs/METHOD.md says
+// how the numbers are made and how far to trust them.
+//
+// Conventions:
+//  - Time is CLOCK_MONOTONIC in nanoseconds (Meter::now()); every window edge and sample uses it.
+//  - Bytes are link bytes as the GPU counts them: PCIe includes packet headers (8-17% over the
+//    payload on H200), NVLink "data" excludes protocol, "raw" includes it. MB = 10^6 bytes.
+//  - TX and RX are from the GPU's point of view: a D2H copy is PCIe TX of that GPU.
+//  - A value the GPU cannot give is std::nullopt (N/A, JSON null), never 0.
+//  - Thread safety: begin/end/addWindow/windows/samples may be called from any thread, concurrently.
+//    start/stop/quiesce from one controlling thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpscope/tpscope.h"
+
+namespace tpscope {
+
+enum class MeterCounter : int { kPcieTx = 0, kPcieRx, kNvlinkTx, kNvlinkRx, kNvlinkRawTx, kNvlinkRawRx };
+constexpr int kMeterCounters = 6;
+// "pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx", "nvlink_raw_tx", "nvlink_raw_rx".
+const char* meterCounterName(MeterCounter c);
+inline bool isPcie(MeterCounter c) { return c == MeterCounter::kPcieTx || c == MeterCounter::kPcieRx; }
+
+enum class MeterMethod { kCounters, kDmon, kBoth };
+
+struct MeterOptions {
+  std::vector<int> devices;  // CUDA ordinals; empty: every GPU
+  // Period between reads of one GPU. 0: TPSCOPE_METER_PERIOD_US, else the built-in default (2 ms;
+  // docs/METHOD.md says why). A read that takes longer than the period stretches it.
+  int64_t period_us = 0;  // 100..50000: longer and a 32-bit PCIe counter could wrap unseen
+  bool nvlink = true;       // read NVLink data TX/RX (one field per link: ~1.1 ms more per read on H200)
+  bool nvlink_raw = false;  // also read the raw NVLink counters (data + protocol)
+  MeterMethod method = MeterMethod::kCounters;
+  int64_t dmon_period_ms = 1000;  // the dmon method's cadence (nvidia-smi dmon's default is 1 s)
+  double peak_span_ms = 10;       // sub-window length for the peak rate
+};
+
+// One GPU as the meter sees it.
+struct MeterGpu {
+  int index = 0;  // CUDA ordinal
+  std::string name, bus_id;
+  std::array<bool, kMeterCounters> supported{};  // counter read on this GPU; false: N/A
+  int nvlink_links = 0;                          // links whose counters are summed
+  std::optional<double> pcie_ceiling_mbps;       // per direction
+  std::optional<double> nvlink_ceiling_mbps;     // per direction
+  std::optional<double> ceilingMBps(MeterCounter c) const {
+    return isPcie(c) ? pcie_ceiling_mbps : nvlink_ceiling_mbps;
+  }
+};
+
+// One read of one GPU's counters.
+struct MeterSample {
+  int gpu = 0;  // position in Meter::gpus()
+  int64_t t_before_ns = 0, t_after_ns = 0;  // the clock just before and after the read
+  int64_t nvml_timestamp_us = 0;            // NVML's own stamp of the first field (wall clock); 0: none
+  // Cumulative bytes since the meter's first read, unwrapped; nullopt when unsupported or the read failed.
+  std::array<std::optional<uint64_t>, kMeterCounters> bytes{};
+  // When each value was read, in the monotonic clock: NVML's per-field stamp mapped into
+  // [t_before, t_after] (fields are read one after another within a call), else the midpoint.
+  std::array<int64_t, kMeterCounters> t_ns{};
+};
+
+// One reading of the dmon method: PCIe throughput over the driver's ~20 ms window.
+struct MeterDmonSample {
+  int gpu = 0;
+  MeterCounter counter = MeterCounter::kPcieTx;  // kPcieTx or kPcieRx
+  int64_t t_before_ns = 0, t_after_ns = 0;
+  std::optional<double> mbps;
+};
+
+// One GPU, one counter, one window.
+struct MeterCell {
+  std::optional<double> bytes;  // counter difference across the window, edge intervals prorated
+  // Bounds the true bytes must lie within: reads strictly inside the window (low) and the reads
+  // bracketing it (high). Their gap is the edge error; it shrinks when the edges fall in idle time.
+  std::optional<double> bytes_low, bytes_high;
+  std::optional<double> mean_mbps;         // bytes / duration; nullopt for a zero-length window
+  std::optional<double> peak_mbps;         // highest rate over any span >= peak_span_ms inside
+  std::optional<double> share_of_ceiling;  // mean_mbps / ceiling (0.5 = half the link per direction)
+  int samples = 0;                         // reads inside [start, end]
+  std::optional<double> dmon_mbps;         // dmon method: mean of its readings inside the window
+  int dmon_samples = 0;
+};
+
+struct MeterWindow {
+  std::string name;
+  int repetition = 0;  // 0 for the first window of this name, 1 for the next, ...
+  int64_t start_ns = 0, end_ns = 0;
+  bool complete = false;  // every GPU has a read after end_ns (always true after stop())
+  std::vector<std::array<MeterCell, kMeterCounters>> cells;  // [gpu position][counter]
+};
+
+// The median of repetitions with min and max: how results across repetitions are reported.
+struct MeterSpread {
+  double median = 0, min = 0, max = 0;
+  int n = 0;
+};
+// Over the values that are present; nullopt when none is.
+std::optional<MeterSpread> meterSpread(const std::vector<std::optional<double>>& values);
+
+struct QuiesceOptions {
+  int64_t idle_ms = 8000;        // how long the GPUs must stay idle
+  double threshold_mbps = 100;   // highest mean rate any counter of any GPU may show meanwhile
+  bool check_processes = true;   // fail when another process has a compute context on a GPU
+};
+
+// The record of one quiescing attempt; part of any result measured after it.
+struct QuiesceRecord {
+  bool passed = false;
+  int64_t start_ns = 0, end_ns = 0;
+  double threshold_mbps = 0;
+  std::vector<std::array<std::optional<double>, kMeterCounters>> idle_mbps;  // [gpu position][counter]
+  std::vector<unsigned> other_pids;  // processes other than this one on the metered GPUs
+  bool processes_checked = false;    // false when NVML could not list them
+  std::string reason;                // why it failed; empty when passed
+};
+
+// How the sampler kept up.
+struct MeterCadence {
+  int gpu = 0;
+  int64_t reads = 0;
+  double period_target_ms = 0;
+  double period_mean_ms = 0, period_p50_ms = 0, period_p99_ms = 0, period_max_ms = 0;
+  double read_cost_mean_ms = 0, read_cost_p99_ms = 0;  // t_after - t_before
+  int64_t dropped = 0;  // reads lost because the ring was full (should be 0)
+  int64_t wrap_gaps = 0;  // gaps long enough for a 32-bit PCIe counter to wrap unseen
+};
+
+class Meter {
+ public:
+  // Starts sampling on options.devices. Errors, with *reason set to one sentence:
+  // tpsInvalidArgument (a GPU index that does not exist, bad options), tpsUnavailable (no GPU, no
+  // driver, NVML missing), tpsSystemError (a thread could not start). A GPU that answers none of
+  // the counters is metered anyway, all N/A, with a warning. TPSCOPE_METER_FAKE=1 replaces the
+  // hardware with two scripted GPUs (tests, CI).
+  static tpsResult_t start(const MeterOptions& options, std::unique_ptr<Meter>* out, std::string* reason);
+  ~Meter();  // stops
+  Meter(const Meter&) = delete;
+  Meter& operator=(const Meter&) = delete;
+
+  // The meter's clock: CLOCK_MONOTONIC in nanoseconds.
+  static int64_t now();
+
+  // Opens the window `name` now. tpsInvalidUsage when a window of that name is already open or the
+  // meter is stopped; tpsInvalidArgument for an empty name. Repeating a name after end() is a new
+  // repetition of it.
+  tpsResult_t begin(const std::string& name);
+  // Closes the open window `name` now. tpsInvalidUsage when none of that name is open.
+  tpsResult_t end(const std::string& name);
+  // A window from the caller's own readings of now(). tpsInvalidArgument when end_ns < start_ns.
+  tpsResult_t addWindow(const std::string& name, int64_t start_ns, int64_t end_ns);
+
+  // Waits opts.idle_ms while sampling and checks the GPUs were idle and unshared (see QuiesceOptions).
+  // Returns tpsSuccess whether or not it passed: the verdict is in *out.
+  tpsResult_t quiesce(const QuiesceOptions& opts, QuiesceRecord* out);
+
+  // Takes one last read of every GPU, stops the threads. Windows still open are closed at the stop.
+  void stop();
+
+  const std::vector<MeterGpu>& gpus() const;
+  const MeterOptions& options() const;  // with defaults filled in
+  // Windows in the order they closed, computed from the samples so far.
+  std::vector<MeterWindow> windows() const;
+  std::vector<MeterSample> samples() const;  // every GPU, each in read order
+  std::vector<MeterDmonSample> dmonSamples() const;
+  // The latest read of GPU position `gpu` (nullopt before the first).
+  std::optional<MeterSample> latest(int gpu) const;
+  std::optional<MeterDmonSample> latestDmon(int gpu, MeterCounter counter) const;
+  std::vector<MeterCadence> cadence() const;
+  std::vector<QuiesceRecord> quiesceRecords() const;  // every quiesce() so far, in order
+
+  struct Impl;
+
+ private:
+  explicit Meter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  friend struct MeterFactory;
+};
+
+}  // namespace tpscope

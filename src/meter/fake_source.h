@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// fake_source.h - scripted GPUs for tests: counters that grow at rates the test chooses.
+//
+// A script gives each counter a constant background rate plus bursts [from, to) at extra rates,
+// relative to the moment the reader is created. PCIe values are returned modulo 2^32 from a start
+// just below the wrap, so every test run crosses a wrap as real H200 counters do every ~70 ms.
+#pragma once
+
+#include <vector>
+
+#include "meter/source.h"
+
+namespace tpscope::detail {
+
+struct FakeBurst {
+  double from_s = 0, to_s = 0;
+  MeterCounter counter = MeterCounter::kPcieTx;
+  double bytes_per_s = 0;
+};
+
+struct FakeGpuScript {
+  std::string name = "Fake H200";
+  uint32_t supported = 0x0f;  // PCIe and NVLink data; raw N/A
+  std::array<double, kMeterCounters> background_bytes_per_s{};
+  std::vector<FakeBurst> bursts;
+  int64_t read_cost_ns = 200000;   // each read sleeps this long, like an NVML call
+  int64_t dmon_window_ns = 20000000;  // the dmon call blocks this long and reports the mean over it
+  std::optional<double> pcie_ceiling_mbps = 63015.4, nvlink_ceiling_mbps = 478116;
+  int nvlink_links = 18;
+  std::vector<unsigned> pids;  // what the process check reports
+};
+
+// Cumulative bytes of counter c after `t_s` seconds of the script (exact integral).
+double fakeCumulative(const FakeGpuScript& s, MeterCounter c, double t_s);
+
+// A SourceSet from scripts; time 0 of every script is the call to this function.
+SourceSet makeFakeSources(const std::vector<FakeGpuScript>& scripts, MeterMethod method);
+
+}  // namespace tpscope::detail

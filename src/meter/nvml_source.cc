@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+// nvml_source.cc - the real GPUs: NVML field values for the counters, the throughput call for dmon.
+#include "meter/nvml_source.h"
+
+#include <unistd.h>
+
+#include "common/log.h"
+#include "topology/topology.h"
+
+namespace tpscope::detail {
+
+namespace {
+
+int64_t realtimeNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+uint64_t valueOf(const nvmlFieldValue_t& f) {
+  switch (f.valueType) {
+    case NVML_VALUE_TYPE_UNSIGNED_INT: return f.value.uiVal;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG: return f.value.ulVal;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: return f.value.ullVal;
+    case NVML_VALUE_TYPE_SIGNED_LONG_LONG: return static_cast<uint64_t>(f.value.sllVal);
+    case NVML_VALUE_TYPE_SIGNED_INT: return static_cast<uint32_t>(f.value.siVal);
+    default: return 0;
+  }
+}
+
+int widthOf(nvmlValueType_t t) {
+  return (t == NVML_VALUE_TYPE_UNSIGNED_INT || t == NVML_VALUE_TYPE_SIGNED_INT) ? 32 : 64;
+}
+
+}  // namespace
+
+NvmlCounterReader::NvmlCounterReader(const nvml::Api* api, nvmlDevice_t dev, const std::vector<unsigned>& links,
+                                     bool nvlink_raw)
+    : api_(api), dev_(dev) {
+  auto add = [&](unsigned field, unsigned scope, MeterCounter c) {
+    nvmlFieldValue_t f{};
+    f.fieldId = field;
+    f.scopeId = scope;
+    fields_.push_back(f);
+    counter_of_.push_back(static_cast<int>(c));
+  };
+  add(kFieldPcieTx, 0, MeterCounter::kPcieTx);
+  add(kFieldPcieRx, 0, MeterCounter::kPcieRx);
+  for (unsigned link : links) {
+    add(kFieldNvlinkTx, link, MeterCounter::kNvlinkTx);
+    add(kFieldNvlinkRx, link, MeterCounter::kNvlinkRx);
+    if (nvlink_raw) {
+      add(kFieldNvlinkRawTx, link, MeterCounter::kNvlinkRawTx);
+      add(kFieldNvlinkRawRx, link, MeterCounter::kNvlinkRawRx);
+    }
+  }
+  // Probe: a counter is supported when every one of its fields succeeds (GeForce answers N/A for
+  // NVLink data; drivers before R555 have no PCIe byte counters).
+  std::vector<nvmlFieldValue_t> probe = fields_;
+  nvmlReturn_t r = api_->deviceGetFieldValues(dev_, static_cast<int>(probe.size()), probe.data());
+  uint32_t failed = 0, seen = 0;
+  for (size_t i = 0; i < probe.size(); ++i) {
+    const uint32_t bit = 1u << counter_of_[i];
+    seen |= bit;
+    if (r != NVML_SUCCESS || probe[i].nvmlReturn != NVML_SUCCESS) {
+      failed |= bit;
+      TPS_LOG_INFO("NVML field {} scope {}: {}; counter {} is N/A", probe[i].fieldId, probe[i].scopeId,
+                   nvml::Nvml::errorString(r != NVML_SUCCESS ? r : probe[i].nvmlReturn),
+                   meterCounterName(static_cast<MeterCounter>(counter_of_[i])));
+    } else {
+      width_[counter_of_[i]] = widthOf(probe[i].valueType);
+    }
+  }
+  supported_ = seen & ~failed;
+  // Keep only the fields of supported counters, so a read never pays for a field that fails.
+  std::vector<nvmlFieldValue_t> kept;
+  std::vector<int> kept_counter;
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    if (!(supported_ & (1u << counter_of_[i]))) continue;
+    kept.push_back(fields_[i]);
+    kept_counter.push_back(counter_of_[i]);
+  }
+  fields_.swap(kept);
+  counter_of_.swap(kept_counter);
+  if (supported_ & (1u << static_cast<int>(MeterCounter::kNvlinkTx))) links_read_ = static_cast<int>(links.size());
+}
+
+bool NvmlCounterReader::read(Reading* out) {
+  *out = Reading{};
+  if (fields_.empty()) {
+    out->t_before_ns = out->t_after_ns = monotonicNs();
+    return false;
+  }
+  // The pair (monotonic, realtime) maps NVML's wall-clock stamps into the monotonic clock. Both are
+  // vDSO reads (tens of ns), taken back to back so their difference is the current offset.
+  out->t_before_ns = monotonicNs();
+  const int64_t realtime_offset = realtimeNs() - out->t_before_ns;
+  nvmlReturn_t r = api_->deviceGetFieldValues(dev_, static_cast<int>(fields_.size()), fields_.data());
+  out->t_after_ns = monotonicNs();
+  if (r != NVML_SUCCESS) return false;
+  const int64_t mid = out->t_before_ns + (out->t_after_ns - out->t_before_ns) / 2;
+  std::array<int64_t, kMeterCounters> t_sum{};
+  std::array<int, kMeterCounters> n{};
+  uint32_t failed = 0;
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    const nvmlFieldValue_t& f = fields_[i];
+    const int c = counter_of_[i];
+    if (f.nvmlReturn != NVML_SUCCESS) {
+      failed |= 1u << c;
+      continue;
+    }
+    if (out->nvml_timestamp_us == 0) out->nvml_timestamp_us = f.timestamp;
+    // NVLink fields are KiB per link: sum the links, then convert once.
+    out->raw[c] += valueOf(f);
+    int64_t t = f.timestamp > 0 ? f.timestamp * 1000 - realtime_offset : mid;
+    if (t < out->t_before_ns || t > out->t_after_ns) t = mid;  // a clock step: trust the bracket
+    t_sum[c] += t - out->t_before_ns;
+    ++n[c];
+  }
+  for (int c = 0; c < kMeterCounters; ++c) {
+    if (n[c] == 0) continue;
+    if (!isPcie(static_cast<MeterCounter>(c))) out->raw[c] *= 1024;
+    // The links of one counter are read one after another; their sum is the value at their mean time.
+    out->t_ns[c] = out->t_before_ns + t_sum[c] / n[c];
+    out->valid |= 1u << c;
+  }
+  out->valid &= ~failed;
+  return out->valid != 0;
+}
+
+bool NvmlDmonReader::read(MeterCounter direction, MeterDmonSample* out) {
+  out->gpu = gpu_;
+  out->counter = direction;
+  out->mbps.reset();
+  unsigned kbps = 0;
+  const nvmlPcieUtilCounter_t which =
+      direction == MeterCounter::kPcieTx ? NVML_PCIE_UTIL_TX_BYTES : NVML_PCIE_UTIL_RX_BYTES;
+  out->t_before_ns = monotonicNs();
+  nvmlReturn_t r = api_->deviceGetPcieThroughput(dev_, which, &kbps);
+  out->t_after_ns = monotonicNs();
+  // NVML documents KB/s; read as 1000 bytes, it matches the byte counters on H200 (METHOD.md).
+  if (r == NVML_SUCCESS) out->mbps = kbps / 1000.0;
+  return r == NVML_SUCCESS;
+}
+
+tpsResult_t openNvmlSources(const MeterOptions& options, SourceSet* out, std::string* reason) {
+  Topology topo;
+  if (tpsResult_t r = queryTopology(options.devices, &topo, reason); r != tpsSuccess) return r;
+  const nvml::Api* api = nvml::Nvml::get();
+  if (api == nullptr) {
+    *reason = "cannot meter: " + nvml::Nvml::unavailableReason();
+    return tpsUnavailable;
+  }
+  const bool counters = options.method != MeterMethod::kDmon;
+  const bool dmon = options.method != MeterMethod::kCounters;
+  if (dmon && api->deviceGetPcieThroughput == nullptr) {
+    *reason = "cannot use the dmon method: this NVML has no nvmlDeviceGetPcieThroughput";
+    return tpsUnavailable;
+  }
+  std::vector<nvmlDevice_t> handles;
+  for (size_t k = 0; k < topo.gpus.size(); ++k) {
+    const GpuInfo& g = topo.gpus[k];
+    nvmlDevice_t dev = nullptr;
+    nvmlReturn_t r = api->deviceGetHandleByPciBusId(g.bus_id.c_str(), &dev);
+    if (r != NVML_SUCCESS) {
+      *reason = "NVML does not know GPU " + std::to_string(g.index) + " (bus " + g.bus_id +
+                "): " + nvml::Nvml::errorString(r);
+      return tpsUnavailable;
+    }
+    handles.push_back(dev);
+    MeterGpu m;
+    m.index = g.index;
+    m.name = g.name;
+    m.bus_id = g.bus_id;
+    m.pcie_ceiling_mbps = g.pcie_ceiling_mbps;
+    m.nvlink_ceiling_mbps = g.nvlink_ceiling_mbps;
+    if (counters) {
+      std::vector<unsigned> links;
+      if (options.nvlink && api->deviceGetNvLinkState != nullptr) {
+        for (unsigned link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
+          nvmlEnableState_t active = NVML_FEATURE_DISABLED;
+          if (api->deviceGetNvLinkState(dev, link, &active) == NVML_SUCCESS && active == NVML_FEATURE_ENABLED)
+            links.push_back(link);
+        }
+      }
+      auto reader = std::make_unique<NvmlCounterReader>(api, dev, links, options.nvlink_raw);
+      for (int c = 0; c < kMeterCounters; ++c) m.supported[c] = reader->supported() & (1u << c);
+      m.nvlink_links = reader->linksRead();
+      if (reader->supported() == 0)
+        TPS_LOG_WARN("GPU {} answers none of the byte-counter fields (driver older than R555?): all N/A", g.index);
+      out->counters.push_back(std::move(reader));
+    }
+    if (dmon) out->dmon.push_back(std::make_unique<NvmlDmonReader>(api, dev, static_cast<int>(k)));
+    out->gpus.push_back(std::move(m));
+  }
+  out->processes = [api, handles](int gpu) -> std::optional<std::vector<unsigned>> {
+    if (api->deviceGetComputeRunningProcesses == nullptr) return std::nullopt;
+    std::vector<nvmlProcessInfo_t> infos(64);
+    unsigned count = static_cast<unsigned>(infos.size());
+    if (api->deviceGetComputeRunningProcesses(handles[gpu], &count, infos.data()) != NVML_SUCCESS) return std::nullopt;
+    std::vector<unsigned> pids;
+    for (unsigned i = 0; i < count; ++i) pids.push_back(infos[i].pid);
+    return pids;
+  };
+  return tpsSuccess;
+}
+
+}  // namespace tpscope::detail

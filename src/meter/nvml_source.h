@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// nvml_source.h - NVML field-value counters and the dmon method, per GPU.
+#pragma once
+
+#include <nvml.h>
+
+#include <vector>
+
+#include "meter/source.h"
+#include "nvml/nvml_loader.h"
+
+namespace tpscope::detail {
+
+// Field ids (nvml.h; measured on H200 in ../shared/docs/H200-FACTS.md).
+constexpr unsigned kFieldPcieTx = 197;       // NVML_FI_DEV_PCIE_COUNT_TX_BYTES: bytes, 32-bit, wraps
+constexpr unsigned kFieldPcieRx = 198;       // NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+constexpr unsigned kFieldNvlinkTx = 138;     // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: KiB per link
+constexpr unsigned kFieldNvlinkRx = 139;     // ..._DATA_RX
+constexpr unsigned kFieldNvlinkRawTx = 140;  // ..._RAW_TX: data + protocol, KiB per link
+constexpr unsigned kFieldNvlinkRawRx = 141;  // ..._RAW_RX
+
+// Reads every counter of one GPU in ONE nvmlDeviceGetFieldValues call: PCIe TX/RX and, per active
+// link, the NVLink fields with scopeId = link. (scopeId UINT_MAX, "all links", returned success
+// with value 0 on a freshly booted H200, and without a scope only link 0 comes back: so we sum
+// the links ourselves.)
+class NvmlCounterReader : public CounterReader {
+ public:
+  // Probes the fields once; those that fail are dropped and their counters are N/A.
+  NvmlCounterReader(const nvml::Api* api, nvmlDevice_t dev, const std::vector<unsigned>& links, bool nvlink_raw);
+  uint32_t supported() const override { return supported_; }
+  int widthBits(MeterCounter c) const override { return width_[static_cast<int>(c)]; }
+  bool read(Reading* out) override;
+  int linksRead() const { return links_read_; }
+
+ private:
+  const nvml::Api* api_;
+  nvmlDevice_t dev_;
+  std::vector<nvmlFieldValue_t> fields_;  // preallocated: read() only refills it
+  std::vector<int> counter_of_;           // fields_[i] feeds counter counter_of_[i]
+  uint32_t supported_ = 0;
+  int links_read_ = 0;
+  std::array<int, kMeterCounters> width_{32, 32, 64, 64, 64, 64};
+};
+
+class NvmlDmonReader : public DmonReader {
+ public:
+  NvmlDmonReader(const nvml::Api* api, nvmlDevice_t dev, int gpu) : api_(api), dev_(dev), gpu_(gpu) {}
+  bool read(MeterCounter direction, MeterDmonSample* out) override;
+
+ private:
+  const nvml::Api* api_;
+  nvmlDevice_t dev_;
+  int gpu_;
+};
+
+}  // namespace tpscope::detail

@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: Apache-2.0
+// record.cc - JSON and CSV records of meter data.
+#include "meter/record.h"
+
+#include <fmt/format.h>
+
+namespace tpscope {
+
+namespace {
+
+template <typename T>
+nlohmann::json opt(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+template <typename T>
+std::string csv(const std::optional<T>& v) {
+  if (!v) return "N/A";
+  if constexpr (std::is_floating_point_v<T>) return fmt::format("{:.6g}", *v);
+  return fmt::format("{}", *v);
+}
+
+std::string csvName(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+const char* methodName(MeterMethod m) {
+  switch (m) {
+    case MeterMethod::kCounters: return "counters";
+    case MeterMethod::kDmon: return "dmon";
+    case MeterMethod::kBoth: return "both";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::vector<MeterCounter> reportedCounters(const MeterOptions& o) {
+  std::vector<MeterCounter> out{MeterCounter::kPcieTx, MeterCounter::kPcieRx};
+  if (o.method == MeterMethod::kDmon) return out;
+  if (o.nvlink) {
+    out.push_back(MeterCounter::kNvlinkTx);
+    out.push_back(MeterCounter::kNvlinkRx);
+  }
+  if (o.nvlink_raw) {
+    out.push_back(MeterCounter::kNvlinkRawTx);
+    out.push_back(MeterCounter::kNvlinkRawRx);
+  }
+  return out;
+}
+
+nlohmann::json toJson(const MeterGpu& g) {
+  nlohmann::json supported = nlohmann::json::object();
+  for (int c = 0; c < kMeterCounters; ++c) supported[meterCounterName(static_cast<MeterCounter>(c))] = g.supported[c];
+  return {{"index", g.index},
+          {"name", g.name},
+          {"bus_id", g.bus_id},
+          {"counters_supported", supported},
+          {"nvlink_links", g.nvlink_links},
+          {"pcie_ceiling_mbps", opt(g.pcie_ceiling_mbps)},
+          {"nvlink_ceiling_mbps", opt(g.nvlink_ceiling_mbps)}};
+}
+
+nlohmann::json toJson(const MeterOptions& o) {
+  return {{"period_us", o.period_us},           {"method", methodName(o.method)},
+          {"nvlink", o.nvlink},                 {"nvlink_raw", o.nvlink_raw},
+          {"dmon_period_ms", o.dmon_period_ms}, {"peak_span_ms", o.peak_span_ms}};
+}
+
+nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus) {
+  nlohmann::json j = {{"type", "sample"},
+                      {"gpu", gpus[s.gpu].index},
+                      {"t_before_ns", s.t_before_ns},
+                      {"t_after_ns", s.t_after_ns},
+                      {"nvml_timestamp_us", s.nvml_timestamp_us ? nlohmann::json(s.nvml_timestamp_us) : nlohmann::json()}};
+  for (int c = 0; c < kMeterCounters; ++c) {
+    if (!gpus[s.gpu].supported[c]) continue;  // not read on this GPU: the gpu record says so
+    const std::string n = meterCounterName(static_cast<MeterCounter>(c));
+    j[n + "_bytes"] = opt(s.bytes[c]);
+    j[n + "_t_ns"] = s.t_ns[c];
+  }
+  return j;
+}
+
+nlohmann::json toJson(const MeterDmonSample& d, const std::vector<MeterGpu>& gpus) {
+  return {{"type", "dmon"},           {"gpu", gpus[d.gpu].index},  {"counter", meterCounterName(d.counter)},
+          {"t_before_ns", d.t_before_ns}, {"t_after_ns", d.t_after_ns}, {"mbps", opt(d.mbps)}};
+}
+
+nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const std::vector<MeterCounter>& counters) {
+  nlohmann::json per_gpu = nlohmann::json::array();
+  for (size_t k = 0; k < w.cells.size(); ++k) {
+    nlohmann::json cells = nlohmann::json::object();
+    for (MeterCounter c : counters) {
+      const MeterCell& x = w.cells[k][static_cast<int>(c)];
+      cells[meterCounterName(c)] = {{"bytes", opt(x.bytes)},
+                                    {"bytes_low", opt(x.bytes_low)},
+                                    {"bytes_high", opt(x.bytes_high)},
+                                    {"mean_mbps", opt(x.mean_mbps)},
+                                    {"peak_mbps", opt(x.peak_mbps)},
+                                    {"share_of_ceiling", opt(x.share_of_ceiling)},
+                                    {"samples", x.samples},
+                                    {"dmon_mbps", opt(x.dmon_mbps)},
+                                    {"dmon_samples", x.dmon_samples}};
+    }
+    per_gpu.push_back({{"gpu", gpus[k].index}, {"counters", cells}});
+  }
+  return {{"type", "window"},         {"name", w.name},
+          {"repetition", w.repetition}, {"start_ns", w.start_ns},
+          {"end_ns", w.end_ns},       {"duration_ms", (w.end_ns - w.start_ns) * 1e-6},
+          {"complete", w.complete},   {"gpus", per_gpu}};
+}
+
+nlohmann::json toJson(const QuiesceRecord& q, const std::vector<MeterGpu>& gpus) {
+  nlohmann::json idle = nlohmann::json::array();
+  for (size_t k = 0; k < q.idle_mbps.size(); ++k) {
+    nlohmann::json rates = nlohmann::json::object();
+    for (int c = 0; c < kMeterCounters; ++c)
+      if (gpus[k].supported[c]) rates[meterCounterName(static_cast<MeterCounter>(c))] = opt(q.idle_mbps[k][c]);
+    idle.push_back({{"gpu", gpus[k].index}, {"mean_mbps", rates}});
+  }
+  return {{"type", "quiesce"},
+          {"passed", q.passed},
+          {"start_ns", q.start_ns},
+          {"end_ns", q.end_ns},
+          {"idle_ms", (q.end_ns - q.start_ns) * 1e-6},
+          {"threshold_mbps", q.threshold_mbps},
+          {"idle", idle},
+          {"processes_checked", q.processes_checked},
+          {"other_pids", q.other_pids},
+          {"reason", q.reason}};
+}
+
+nlohmann::json toJson(const MeterCadence& c, const std::vector<MeterGpu>& gpus) {
+  return {{"type", "cadence"},
+          {"gpu", gpus[c.gpu].index},
+          {"reads", c.reads},
+          {"period_target_ms", c.period_target_ms},
+          {"period_mean_ms", c.period_mean_ms},
+          {"period_p50_ms", c.period_p50_ms},
+          {"period_p99_ms", c.period_p99_ms},
+          {"period_max_ms", c.period_max_ms},
+          {"read_cost_mean_ms", c.read_cost_mean_ms},
+          {"read_cost_p99_ms", c.read_cost_p99_ms},
+          {"dropped", c.dropped},
+          {"wrap_gaps", c.wrap_gaps}};
+}
+
+std::string samplesCsvHeader() {
+  std::string h = "gpu,t_before_ns,t_after_ns,nvml_timestamp_us";
+  for (int c = 0; c < kMeterCounters; ++c) {
+    const std::string n = meterCounterName(static_cast<MeterCounter>(c));
+    h += "," + n + "_bytes," + n + "_t_ns";
+  }
+  return h + "\n";
+}
+
+std::string toCsv(const MeterSample& s, const std::vector<MeterGpu>& gpus) {
+  std::string line = fmt::format("{},{},{},{}", gpus[s.gpu].index, s.t_before_ns, s.t_after_ns, s.nvml_timestamp_us);
+  for (int c = 0; c < kMeterCounters; ++c) line += fmt::format(",{},{}", csv(s.bytes[c]), s.t_ns[c]);
+  return line + "\n";
+}
+
+std::string windowsCsvHeader() {
+  return "window,repetition,start_ns,end_ns,duration_ms,gpu,counter,bytes,bytes_low,bytes_high,mean_mbps,peak_mbps,"
+         "share_of_ceiling,samples,dmon_mbps,dmon_samples\n";
+}
+
+std::string toCsv(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const std::vector<MeterCounter>& counters) {
+  std::string out;
+  for (size_t k = 0; k < w.cells.size(); ++k) {
+    for (MeterCounter c : counters) {
+      const MeterCell& x = w.cells[k][static_cast<int>(c)];
+      out += fmt::format("{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{},{}\n", csvName(w.name), w.repetition,
+                         w.start_ns, w.end_ns, (w.end_ns - w.start_ns) * 1e-6, gpus[k].index, meterCounterName(c),
+                         csv(x.bytes), csv(x.bytes_low), csv(x.bytes_high), csv(x.mean_mbps), csv(x.peak_mbps),
+                         csv(x.share_of_ceiling), x.samples, csv(x.dmon_mbps), x.dmon_samples);
+    }
+  }
+  return out;
+}
+
+}  // namespace tpscope

@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+// record.h - the meter's data as JSON (one object per sample, window, ...) and CSV rows.
+//
+// One place that turns meter results into records, shared by `tpscope meter --out`, the accuracy
+// benchmark and later the experiment runner. Keys are snake_case with the unit in the key; N/A is
+// null in JSON and "N/A" in CSV, never 0.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "tpscope/meter.h"
+
+namespace tpscope {
+
+nlohmann::json toJson(const MeterGpu& g);
+nlohmann::json toJson(const MeterOptions& o);
+nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus);  // "type": "sample"
+nlohmann::json toJson(const MeterDmonSample& d, const std::vector<MeterGpu>& gpus);  // "type": "dmon"
+// "type": "window"; `counters` selects which cells appear (the others were not asked for).
+nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const std::vector<MeterCounter>& counters);
+nlohmann::json toJson(const QuiesceRecord& q, const std::vector<MeterGpu>& gpus);  // "type": "quiesce"
+nlohmann::json toJson(const MeterCadence& c, const std::vector<MeterGpu>& gpus);   // "type": "cadence"
+
+// The counters a set of options asks for, in report order.
+std::vector<MeterCounter> reportedCounters(const MeterOptions& o);
+
+// CSV: a header line and one line per sample / per window cell.
+std::string samplesCsvHeader();
+std::string toCsv(const MeterSample& s, const std::vector<MeterGpu>& gpus);
+std::string windowsCsvHeader();
+std::string toCsv(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const std::vector<MeterCounter>& counters);
+
+}  // namespace tpscope
