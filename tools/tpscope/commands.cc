@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // commands.cc - the list of subcommands, in the order `tpscope --help` shows them.
+#include "bench_allreduce.h"
 #include "cli.h"
+#include "meter.h"
 #include "topo.h"
 
 namespace tpscope::cli {
@@ -8,6 +10,8 @@ namespace tpscope::cli {
 std::vector<std::unique_ptr<Command>> registerCommands(CLI::App& app) {
   std::vector<std::unique_ptr<Command>> commands;
   commands.push_back(makeTopoCommand(app));
+  commands.push_back(makeMeterCommand(app));
+  commands.push_back(makeBenchAllReduceCommand(app));
   return commands;
 }
 

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// bench_cli_test - `tpscope bench allreduce` refuses bad command lines with exit 2, one line on stderr
+// naming the flag, and nothing on stdout; all of it before touching a GPU, so it holds on any machine.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cli_runner.h"
+
+namespace tpscope::testing {
+namespace {
+
+void expectUsageError(const std::string& args, const std::string& mention, const std::string& env = "") {
+  CliResult r = runTpscope("bench allreduce " + args, env);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+  EXPECT_EQ(lineCount(r.err), 1) << args << "\n" << r.err;
+  EXPECT_NE(r.err.find(mention), std::string::npos) << args << " should mention " << mention << ": " << r.err;
+  EXPECT_TRUE(r.out.empty()) << args << "\n" << r.out;
+}
+
+TEST(BenchCli, BadSizesAreUsageErrors) {
+  expectUsageError("-b 8Q", "-b");
+  expectUsageError("-e lots", "-e");
+  expectUsageError("-b 1M -e 8K", "-b");
+  expectUsageError("-b 0", "-b");
+  expectUsageError("-b 2 -e 8 -d float", "-b");  // below one element
+  expectUsageError("-f 1 -i 0", "-i");
+  expectUsageError("-f 2 -i 1M", "-i");
+  expectUsageError("-f 1 -i 8 -b 8K -e 256M", "sizes");
+}
+
+TEST(BenchCli, BadFlagsAreUsageErrors) {
+  expectUsageError("-d int8", "-d");
+  expectUsageError("--backend host,shm", "--backend");
+  expectUsageError("--backend nccl,nccl", "--backend");
+  expectUsageError("-c 2", "--check");
+  expectUsageError("-n 0", "--iters");
+  expectUsageError("-o prod", "--op");
+  expectUsageError("--format yaml", "--format");
+  expectUsageError("-g 2 --devices 0,1", "--devices");
+  expectUsageError("--devices 0", "--devices");
+  expectUsageError("--devices 0,x", "--devices");
+  expectUsageError("-g 1", "-g");
+  expectUsageError("--frobnicate", "--frobnicate");
+}
+
+TEST(BenchCli, NvlinkMulticastIsRefused) { expectUsageError("", "NCCL_NVLS_ENABLE", "NCCL_NVLS_ENABLE=1"); }
+
+TEST(BenchCli, BenchWithoutABenchmarkIsAUsageError) {
+  CliResult r = runTpscope("bench");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
+}
+
+TEST(BenchCli, HelpListsTheNcclTestsFlags) {
+  CliResult r = runTpscope("bench allreduce --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"-b,--minbytes", "-e,--maxbytes", "-f,--stepfactor", "-n,--iters", "-w,--warmup_iters",
+                           "-c,--check", "-d,--datatype", "-g,--ngpus", "--backend", "--graph", "-J,--json"})
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+}
+
+}  // namespace
+}  // namespace tpscope::testing

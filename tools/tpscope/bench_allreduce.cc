@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: Apache-2.0
+// bench_allreduce.cc - `tpscope bench allreduce`: an nccl-tests-compatible AllReduce sweep over the
+// library's backends, interleaved size by size in one process so their ratios are measured side by side.
+//
+// The pieces: bench_args (options and their checks), bench_runner (GPU timing), bench_check (-c 1),
+// bench_stats (path and bytes columns), bench_table (text and JSON). This file wires them together.
+// --tune (issue 5) will reuse runSweep() and the `fastest` column of timeRatios() to store crossovers.
+#include "bench_allreduce.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <limits>
+
+#include "allreduce/paths.h"
+#include "bench_args.h"
+#include "bench_runner.h"
+#include "bench_table.h"
+#include "cli.h"
+#include "topology/topology.h"
+#include "tpscope/tpscope.h"
+
+namespace tpscope::cli {
+
+namespace {
+
+// `tpscope bench` groups benchmarks; the first bench subcommand registered creates it.
+CLI::App* benchGroup(CLI::App& app) {
+  try {
+    return app.get_subcommand("bench");
+  } catch (const CLI::OptionNotFound&) {
+    CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print nccl-tests-style tables and JSON");
+    bench->require_subcommand(1);
+    return bench;
+  }
+}
+
+std::vector<std::string> processArgv() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string arg; std::getline(f, arg, '\0');) argv.push_back(arg);
+  return argv;
+}
+
+std::string utcNow() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Every size of every type, backends interleaved within each size; rows in measuring order.
+std::vector<BenchRow> runSweep(AllReduceBench& bench, const BenchOptions& o, const std::vector<uint64_t>& sizes,
+                               const std::function<void(const BenchRow&)>& on_row) {
+  std::vector<BenchRow> rows;
+  for (tpsDataType_t t : o.dtypes)
+    for (size_t count : sweepCounts(sizes, t))
+      for (tpsBackend_t b : o.backends) {
+        rows.push_back(bench.measure(b, t, count));
+        on_row(rows.back());
+      }
+  return rows;
+}
+
+class BenchAllReduceCommand : public Command {
+ public:
+  explicit BenchAllReduceCommand(CLI::App& app) {
+    sub_ = benchGroup(app)->add_subcommand(
+        "allreduce", "AllReduce sweep over sizes and backends, nccl-tests table (all_reduce_perf flags)");
+    sub_->add_option("-b,--minbytes", min_bytes_, "Smallest size, bytes per GPU (K/M/G suffixes)")
+        ->capture_default_str();
+    sub_->add_option("-e,--maxbytes", max_bytes_, "Largest size, bytes per GPU")->capture_default_str();
+    factor_opt_ = sub_->add_option("-f,--stepfactor", o_.sweep.step_factor, "Multiply the size by this; 1: add -i")
+                      ->capture_default_str();
+    step_opt_ = sub_->add_option("-i,--stepbytes", step_bytes_, "Add this many bytes per step (with -f 1)");
+    sub_->add_option("-n,--iters", o_.iters, "Timed calls per size (calls per graph with --graph)")
+        ->check(CLI::Range(1, 100000))
+        ->capture_default_str();
+    sub_->add_option("-w,--warmup_iters", o_.warmup_iters, "Untimed calls before each size")
+        ->check(CLI::Range(0, 100000))
+        ->capture_default_str();
+    sub_->add_option("-c,--check", check_, "Check every element against a host reference (0/1)")
+        ->check(CLI::Range(0, 1))
+        ->capture_default_str();
+    sub_->add_option("-d,--datatype", dtype_, "float|half|bfloat16 (f32|f16|bf16) or all")->capture_default_str();
+    sub_->add_option("-o,--op", op_, "Reduction (sum only)")->check(CLI::IsMember({"sum"}))->capture_default_str();
+    auto* g = sub_->add_option("-g,--ngpus", ngpus_, "Use the first N GPUs (default: all, at most 8)")
+                  ->check(CLI::Range(1, 1024));
+    sub_->add_option("--devices", devices_, "GPU indices, comma-separated (instead of -g)")->excludes(g);
+    sub_->add_option("--backend", backends_, "host, p2p, nccl, auto, comma-separated, or all")->capture_default_str();
+    sub_->add_flag("--graph", o_.graph, "Time CUDA-graph launches of -n captured calls");
+    sub_->add_option("--graph-replays", o_.graph_replays, "Timed launches of each graph")
+        ->check(CLI::Range(1, 100000))
+        ->capture_default_str();
+    sub_->add_option("-J,--json", o_.json_path, "Also write the results as JSON to FILE");
+    sub_->add_option("--format", format_, "Output on stdout")
+        ->check(CLI::IsMember({"table", "json"}))
+        ->capture_default_str();
+  }
+  CLI::App* subcommand() const override { return sub_; }
+  int run() override;
+
+ private:
+  BenchOptions parseOptions();
+  BenchContext context(const Topology& topo) const;
+
+  CLI::App* sub_ = nullptr;
+  CLI::Option* factor_opt_ = nullptr;
+  CLI::Option* step_opt_ = nullptr;
+  BenchOptions o_;
+  std::string min_bytes_ = "8K", max_bytes_ = "256M", step_bytes_ = "1M";
+  int check_ = 1;
+  int ngpus_ = 0;
+  std::string dtype_ = "bfloat16", op_ = "sum", devices_, backends_ = "host,nccl", format_ = "table";
+};
+
+BenchOptions BenchAllReduceCommand::parseOptions() {
+  BenchOptions o = o_;
+  o.sweep.min_bytes = parseSizeFlag(min_bytes_, "-b");
+  o.sweep.max_bytes = parseSizeFlag(max_bytes_, "-e");
+  o.sweep.step_bytes = parseSizeFlag(step_bytes_, "-i");
+  if (step_opt_->count() > 0) {
+    // nccl-tests adds -i when -f is 1; -i alone means that too, and -i beside -f > 1 is a contradiction.
+    if (factor_opt_->count() > 0 && o.sweep.step_factor != 1)
+      throw UsageError("-i steps by bytes and -f by a factor: give -f 1 -i BYTES, or -f alone");
+    o.sweep.step_factor = 1;
+  }
+  o.check = check_ == 1;
+  o.dtypes = parseDataTypes(dtype_);
+  o.backends = parseBackends(backends_);
+  o.json_stdout = format_ == "json";
+  return o;
+}
+
+BenchContext BenchAllReduceCommand::context(const Topology& topo) const {
+  BenchContext c;
+  c.version = tpsGetVersion();
+  c.git_sha = tpsGetGitRevision();
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  c.hostname = host;
+  c.pid = static_cast<int>(getpid());
+  c.start_time = utcNow();
+  c.argv = processArgv();
+  for (size_t r = 0; r < topo.gpus.size(); ++r)
+    c.devices.push_back({static_cast<int>(r), topo.gpus[r].index, topo.gpus[r].bus_id, topo.gpus[r].name});
+  c.driver_version = topo.driver_version;
+  c.cuda_driver_version = topo.cuda_driver_version;
+  c.cuda_runtime_version = topo.cuda_runtime_version;
+  BackendsBuilt built = backendsBuilt();
+  if (built.nccl_version) c.nccl_version = ncclVersionString(*built.nccl_version);
+  for (const std::string& name : ncclEnvNames())
+    if (const char* v = std::getenv(name.c_str())) c.env.emplace_back(name, v);
+  c.options = o_;
+  return c;
+}
+
+int BenchAllReduceCommand::run() {
+  o_ = parseOptions();
+  const std::vector<uint64_t> sizes = sizeSweep(o_.sweep);
+  size_t max_bytes = 0;
+  for (tpsDataType_t t : o_.dtypes) max_bytes = std::max(max_bytes, sweepCounts(sizes, t).back() * tpsDataTypeSize(t));
+  // NVLink multicast must never be used by tpscope (it is off on our machines): refuse it, default it off.
+  if (const char* nvls = std::getenv("NCCL_NVLS_ENABLE"); nvls && std::string(nvls) != "0")
+    throw UsageError("NCCL_NVLS_ENABLE=" + std::string(nvls) +
+                     ": tpscope never uses NVLink multicast; unset it or set 0");
+  setenv("NCCL_NVLS_ENABLE", "0", 0);
+
+  // Flag errors first, so a bad command line is a usage error even on a machine without GPUs.
+  if (ngpus_ != 0 || !devices_.empty()) resolveDevices(ngpus_, devices_, std::numeric_limits<int>::max());
+  int visible = 0;
+  std::string reason;
+  if (cudaDeviceCount(&visible, &reason) != tpsSuccess) return fail(kExitRuntime, reason);
+  o_.devices = resolveDevices(ngpus_, devices_, visible);
+  Topology topo;
+  tpsResult_t r = queryTopology(o_.devices, &topo, &reason);
+  if (r == tpsInvalidArgument) return fail(kExitUsage, reason);
+  if (r != tpsSuccess) return fail(kExitRuntime, "cannot read the topology: " + reason);
+  std::ofstream json_file;
+  if (!o_.json_path.empty()) {
+    json_file.open(o_.json_path);
+    if (!json_file) return fail(kExitRuntime, "cannot write " + o_.json_path + ": check the folder exists");
+  }
+
+  AllReduceBench bench(o_.devices, max_bytes, o_);
+  std::vector<tpsBackend_t> usable;
+  for (tpsBackend_t b : o_.backends) {
+    if (bench.available(b)) {
+      usable.push_back(b);
+    } else if (backends_ != "all") {
+      return fail(kExitRuntime, fmt::format("backend {} is not available on these GPUs with this build ('tpscope topo' "
+                                            "says why; TPSCOPE_ALLREDUCE, if set, limits the backends)",
+                                            tpsBackendName(b)));
+    }
+  }
+  o_.backends = usable;
+  const BenchContext ctx = context(topo);
+  const bool table = !o_.json_stdout;
+  if (table) std::fputs((formatPreamble(ctx) + formatHeader()).c_str(), stdout);
+  std::fflush(stdout);
+  const std::vector<BenchRow> rows = runSweep(bench, o_, sizes, [&](const BenchRow& row) {
+    if (table) std::fputs(formatRow(row).c_str(), stdout);
+    std::fflush(stdout);  // rows appear as they are measured, like all_reduce_perf
+  });
+  if (table) {
+    std::string tail = formatFooter(rows, o_.backends);
+    if (o_.backends.size() > 1) {
+      const tpsBackend_t ref = ratioReference(o_.backends);
+      tail += formatRatios(timeRatios(rows, o_.backends, ref), o_.backends, ref);
+    }
+    std::fputs(tail.c_str(), stdout);
+  }
+  const nlohmann::json doc = benchDocument(ctx, rows);
+  if (o_.json_stdout) std::printf("%s\n", doc.dump(2).c_str());
+  if (json_file.is_open()) json_file << doc.dump(2) << "\n";
+  uint64_t wrong = 0;
+  for (const BenchRow& row : rows) wrong += row.check ? row.check->wrong : 0;
+  if (wrong) return fail(kExitRuntime, fmt::format("{} elements were wrong (the #wrong column says where)", wrong));
+  return kExitOk;
+}
+
+}  // namespace
+
+std::unique_ptr<Command> makeBenchAllReduceCommand(CLI::App& app) {
+  return std::make_unique<BenchAllReduceCommand>(app);
+}
+
+}  // namespace tpscope::cli

@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
+// bench_allreduce.h - `tpscope bench allreduce` (docs/cli.md describes flags, columns and formulas).
+#pragma once
+
+#include <memory>
+
+#include "cli.h"
+
+namespace tpscope::cli {
+
+std::unique_ptr<Command> makeBenchAllReduceCommand(CLI::App& app);
+
+}  // namespace tpscope::cli
