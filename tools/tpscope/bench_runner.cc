@@ -87,6 +87,7 @@ void AllReduceBench::forkFrom(cudaEvent_t start) {
 
 void AllReduceBench::joinInto() {
   for (size_t r = 1; r < streams_.size(); ++r) {
+    DeviceGuard guard(devices_[r]);  // an event is recorded on a stream of its own device
     TPS_BENCH_CUDA(cudaEventRecord(join_[r].get(), streams_[r].get()));
     TPS_BENCH_CUDA(cudaStreamWaitEvent(streams_[0].get(), join_[r].get(), 0));
   }
@@ -136,6 +137,7 @@ cudaGraphExec_t AllReduceBench::capture(tpsBackend_t backend, tpsDataType_t dtyp
     e = cudaStreamWaitEvent(streams_[i].get(), fork_.get(), 0);
   for (int i = 0; i < calls && r == tpsSuccess && e == cudaSuccess; ++i) r = call(backend, dtype, count);
   for (size_t i = 1; i < streams_.size() && e == cudaSuccess; ++i) {
+    DeviceGuard on(devices_[i]);
     e = cudaEventRecord(join_[i].get(), streams_[i].get());
     if (e == cudaSuccess) e = cudaStreamWaitEvent(s0, join_[i].get(), 0);
   }
