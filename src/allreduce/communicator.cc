@@ -52,13 +52,24 @@ tpsResult_t validateCall(tpsComm* c, void* const* bufs, size_t count, tpsDataTyp
     TPS_EXPECT(bufs[r] != nullptr, tpsInvalidArgument, "tpsAllReduce: bufs[{}] is NULL", r);
     TPS_EXPECT(streams[r] != nullptr, tpsInvalidArgument,
                "tpsAllReduce: streams[{}] is the legacy default stream; pass a stream created on GPU {}", r, dev);
-    int sdev = -1;
-    if (cudaStreamGetDevice(reinterpret_cast<cudaStream_t>(streams[r]), &sdev) != cudaSuccess) {
+    // The stream's device is checked on eager calls only: CUDA forbids querying it while the stream
+    // is being captured (cuStreamGetDevice would invalidate the capture), and a captured call on the
+    // wrong device fails at instantiation anyway.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(streams[r]), &capturing) != cudaSuccess) {
       (void)cudaGetLastError();
       TPS_LOG_WARN("tpsAllReduce: streams[{}] is not a valid stream", r);
       return tpsInvalidArgument;
     }
-    TPS_EXPECT(sdev == dev, tpsInvalidArgument, "tpsAllReduce: streams[{}] is on GPU {}, not GPU {}", r, sdev, dev);
+    if (capturing == cudaStreamCaptureStatusNone) {
+      int sdev = -1;
+      if (cudaStreamGetDevice(reinterpret_cast<cudaStream_t>(streams[r]), &sdev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        TPS_LOG_WARN("tpsAllReduce: streams[{}] is not a valid stream", r);
+        return tpsInvalidArgument;
+      }
+      TPS_EXPECT(sdev == dev, tpsInvalidArgument, "tpsAllReduce: streams[{}] is on GPU {}, not GPU {}", r, sdev, dev);
+    }
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, bufs[r]) != cudaSuccess) {
       (void)cudaGetLastError();

@@ -5,7 +5,7 @@
 // Two paths, chosen per call by size (HostTuning::copy_threshold, measured on the box):
 // - kernel path (below the threshold): one kernel per GPU writes, publishes, waits and reduces
 //   (host_kernels.cuh explains the protocol). Latency-bound decode traffic lives here.
-// - copy-engine path (at or above it): in rounds of up to kStageBytes per GPU, each GPU copies its
+// - copy-engine path (at or above it): in rounds of up to kRoundBytes per GPU, each GPU copies its
 //   data to its host stage in chunks on a D2H side stream; each chunk, once every peer's D2H of it is
 //   done (cross-device events), is copied H2D into the GPU's scratch on a second side stream; an add
 //   kernel on the caller's stream then sums in rank order. D2H and H2D run on separate copy engines
@@ -18,6 +18,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "allreduce/host_kernels.cuh"
@@ -28,7 +29,10 @@ namespace tpscope::detail {
 
 namespace {
 
-constexpr size_t kStageBytes = 64u << 20;        // copy-engine staging per GPU per round
+// Copy-engine staging per GPU: two halves, so round r+1's D2H fills one half while the peers still
+// read round r's data from the other (one round's worth of copy time hides the hand-over).
+constexpr size_t kStageBytes = 64u << 20;
+constexpr size_t kRoundBytes = kStageBytes / 2;
 constexpr size_t kKernelStageMax = 4u << 20;     // kernel-path staging per (slot, rank)
 constexpr size_t kAlign = 16;
 
@@ -79,10 +83,11 @@ class HostStagedBackend final : public Backend {
   std::vector<HostKernelHandle> handles_;
   // Copy-engine path.
   std::vector<PinnedBuffer> cstage_;
-  std::vector<DeviceBuffer> scratch_;  // per GPU: (n-1) regions of kStageBytes, one per peer
+  std::vector<DeviceBuffer> scratch_;  // per GPU: 2 halves x (n-1) peer regions of kRoundBytes
   std::vector<Stream> d2h_, h2d_;
-  std::vector<Event> fork_, h2d_done_, add_done_;
-  std::vector<std::vector<Event>> d2h_chunk_;  // [rank][chunk in round]
+  std::vector<Event> fork_;
+  std::vector<std::array<Event, 2>> h2d_done_, add_done_;  // [rank][half]
+  std::vector<std::vector<Event>> d2h_chunk_;              // [rank][chunk in round]
 };
 
 tpsResult_t HostStagedBackend::init(const std::vector<int>& devices, const HostTuning& tuning) {
@@ -124,8 +129,27 @@ tpsResult_t HostStagedBackend::init(const std::vector<int>& devices, const HostT
     h.rank = r;
     h.nranks = nr;
   }
+  // Load every kernel on every GPU now. With CUDA's lazy module loading the first launch would load
+  // it, and loading waits for the device to go idle: a first call whose peer GPU is busy with a
+  // kernel that waits on the host (or on this call) would deadlock inside the launch.
+  for (int d : devices_) {
+    DeviceGuard g(d);
+    cudaFuncAttributes fa;
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<float, true>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<float, false>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<__half, true>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<__half, false>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<__nv_bfloat16, true>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<__nv_bfloat16, false>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<float, true>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<float, false>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__half, true>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__half, false>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__nv_bfloat16, true>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__nv_bfloat16, false>));
+  }
   // Copy-engine path.
-  const size_t chunks = (kStageBytes + tuning_.chunk_bytes - 1) / tuning_.chunk_bytes;
+  const size_t chunks = (kRoundBytes + tuning_.chunk_bytes - 1) / tuning_.chunk_bytes;
   cstage_.resize(nr);
   scratch_.resize(nr);
   d2h_.resize(nr);
@@ -141,8 +165,10 @@ tpsResult_t HostStagedBackend::init(const std::vector<int>& devices, const HostT
     TPS_CHECK(Stream::create(d, &d2h_[r]));
     TPS_CHECK(Stream::create(d, &h2d_[r]));
     TPS_CHECK(Event::create(d, &fork_[r], false));
-    TPS_CHECK(Event::create(d, &h2d_done_[r], false));
-    TPS_CHECK(Event::create(d, &add_done_[r], false));
+    for (int half = 0; half < 2; ++half) {
+      TPS_CHECK(Event::create(d, &h2d_done_[r][half], false));
+      TPS_CHECK(Event::create(d, &add_done_[r][half], false));
+    }
     d2h_chunk_[r].resize(chunks);
     for (Event& e : d2h_chunk_[r]) TPS_CHECK(Event::create(d, &e, false));
   }
@@ -184,7 +210,10 @@ tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
   const size_t chunk = tuning_.chunk_bytes;
   bool aligned = true;
   for (int r = 0; r < nr; ++r) aligned = aligned && reinterpret_cast<uintptr_t>(a.bufs[r]) % kAlign == 0;
-  auto peerRegion = [&](int r, int q) { return scratch_[r].as<char>() + size_t(q < r ? q : q - 1) * kStageBytes; };
+  auto stage = [&](int q, int half) { return static_cast<char*>(cstage_[q].host()) + half * kRoundBytes; };
+  auto peerRegion = [&](int r, int q, int half) {
+    return scratch_[r].as<char>() + (size_t(half) * (nr - 1) + (q < r ? q : q - 1)) * kRoundBytes;
+  };
 
   // Fork the side streams from the caller's streams.
   for (int r = 0; r < nr; ++r) {
@@ -193,49 +222,51 @@ tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
     TPS_CUDA_CHECK(cudaStreamWaitEvent(d2h_[r].get(), fork_[r].get(), 0));
     TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), fork_[r].get(), 0));
   }
-  for (size_t off = 0; off < total; off += kStageBytes) {
-    const size_t round_bytes = std::min(kStageBytes, total - off);
+  const size_t rounds = (total + kRoundBytes - 1) / kRoundBytes;
+  for (size_t round = 0; round < rounds; ++round) {
+    const size_t off = round * kRoundBytes;
+    const int half = static_cast<int>(round % 2);
+    const size_t round_bytes = std::min(kRoundBytes, total - off);
     const size_t nchunks = (round_bytes + chunk - 1) / chunk;
-    // D2H: this GPU's data into its host stage, chunk by chunk. From the second round on, wait until
-    // every peer has finished reading this stage in the round before.
+    // D2H: this GPU's data into its host stage, chunk by chunk. A half is reused two rounds later,
+    // once every peer has finished reading it (events recorded earlier in this call).
     for (int r = 0; r < nr; ++r) {
       DeviceGuard g(devices_[r]);
-      if (off > 0)
+      if (round >= 2)
         for (int q = 0; q < nr; ++q)
-          if (q != r) TPS_CUDA_CHECK(cudaStreamWaitEvent(d2h_[r].get(), h2d_done_[q].get(), 0));
+          if (q != r) TPS_CUDA_CHECK(cudaStreamWaitEvent(d2h_[r].get(), h2d_done_[q][half].get(), 0));
       const char* src = static_cast<const char*>(a.bufs[r]) + off;
-      char* dst = static_cast<char*>(cstage_[r].host());
       for (size_t k = 0; k < nchunks; ++k) {
         const size_t kb = std::min(chunk, round_bytes - k * chunk);
-        TPS_CUDA_CHECK(cudaMemcpyAsync(dst + k * chunk, src + k * chunk, kb, cudaMemcpyDeviceToHost, d2h_[r].get()));
+        TPS_CUDA_CHECK(
+            cudaMemcpyAsync(stage(r, half) + k * chunk, src + k * chunk, kb, cudaMemcpyDeviceToHost, d2h_[r].get()));
         TPS_CUDA_CHECK(cudaEventRecord(d2h_chunk_[r][k].get(), d2h_[r].get()));
       }
     }
-    // H2D: each peer's chunk as soon as that peer's D2H of it is done. From the second round on, wait
-    // until the add kernel of the round before has consumed the scratch.
+    // H2D: each peer's chunk as soon as that peer's D2H of it is done, into this half of the scratch,
+    // which the add kernel of two rounds before must have consumed.
     for (int r = 0; r < nr; ++r) {
       DeviceGuard g(devices_[r]);
-      if (off > 0) TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), add_done_[r].get(), 0));
+      if (round >= 2) TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), add_done_[r][half].get(), 0));
       for (size_t k = 0; k < nchunks; ++k) {
         const size_t kb = std::min(chunk, round_bytes - k * chunk);
         for (int q = 0; q < nr; ++q) {
           if (q == r) continue;
           TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), d2h_chunk_[q][k].get(), 0));
-          TPS_CUDA_CHECK(cudaMemcpyAsync(peerRegion(r, q) + k * chunk,
-                                         static_cast<const char*>(cstage_[q].host()) + k * chunk, kb,
+          TPS_CUDA_CHECK(cudaMemcpyAsync(peerRegion(r, q, half) + k * chunk, stage(q, half) + k * chunk, kb,
                                          cudaMemcpyHostToDevice, h2d_[r].get()));
         }
       }
-      TPS_CUDA_CHECK(cudaEventRecord(h2d_done_[r].get(), h2d_[r].get()));
+      TPS_CUDA_CHECK(cudaEventRecord(h2d_done_[r][half].get(), h2d_[r].get()));
     }
     // Add on the caller's stream once this GPU's own D2H (the data is overwritten in place) and its H2D
-    // copies are done.
+    // copies of the round are done.
     for (int r = 0; r < nr; ++r) {
       DeviceGuard g(devices_[r]);
       TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], d2h_chunk_[r][nchunks - 1].get(), 0));
-      TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], h2d_done_[r].get(), 0));
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], h2d_done_[r][half].get(), 0));
       AddArgs args{};
-      for (int q = 0; q < nr; ++q) args.tmp[q] = q == r ? nullptr : peerRegion(r, q);
+      for (int q = 0; q < nr; ++q) args.tmp[q] = q == r ? nullptr : peerRegion(r, q, half);
       args.rank = r;
       args.nranks = nr;
       const size_t cnt = round_bytes / sizeof(T);
@@ -246,15 +277,18 @@ tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
       else
         addPeers<T, false><<<blocks, 256, 0, a.streams[r]>>>(args, buf, cnt);
       TPS_CUDA_CHECK_LAUNCH();
-      TPS_CUDA_CHECK(cudaEventRecord(add_done_[r].get(), a.streams[r]));
+      TPS_CUDA_CHECK(cudaEventRecord(add_done_[r][half].get(), a.streams[r]));
     }
   }
   // Join: the next call's D2H forks from the caller's stream, so it must follow every peer's last
-  // read of this GPU's host stage.
+  // reads of this GPU's host stage (the last one or two rounds, whose events this call recorded).
   for (int r = 0; r < nr; ++r) {
     DeviceGuard g(devices_[r]);
-    for (int q = 0; q < nr; ++q)
-      if (q != r) TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], h2d_done_[q].get(), 0));
+    for (int q = 0; q < nr; ++q) {
+      if (q == r) continue;
+      for (size_t half = 0; half < std::min<size_t>(rounds, 2); ++half)
+        TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], h2d_done_[q][half].get(), 0));
+    }
   }
   return tpsSuccess;
 }

@@ -80,7 +80,7 @@ std::vector<PathStatus> evaluatePaths(const Topology& topo, const BackendsBuilt&
       bool atomics = true;
       for (const GpuInfo& g : topo.gpus) atomics = atomics && g.host_native_atomics;
       why = fmt::format("pinned, mapped host memory on all {} GPUs; host-native atomics {}", n,
-                        atomics ? "yes" : "no, so flags are volatile stores after a system fence");
+                        atomics ? "yes" : "no, so flags are plain release stores, not atomics");
     }
     out.push_back(make("host", "host staging", ok, built.host, why));
   }
