@@ -57,6 +57,7 @@ struct Meter::Impl {
   std::vector<std::thread> threads;  // samplers and dmon
   std::thread collector;
   std::atomic<bool> stop_sampling{false}, stop_collecting{false};
+  std::atomic<int> first_reads{0};
   bool stopped = false;
 
   mutable std::mutex mu;  // guards everything below
@@ -73,6 +74,7 @@ struct Meter::Impl {
     detail::CounterReader& reader = *src.counters[k];
     const int64_t period = options.period_us * 1000;
     int64_t next = detail::monotonicNs();
+    bool first_done = false;
     for (;;) {
       // acquire pairs with stop()'s release: a read that starts after seeing the flag is later
       // than every window end recorded before stop().
@@ -80,6 +82,10 @@ struct Meter::Impl {
       detail::Reading r;
       reader.read(&r);
       rings[k]->push(r);
+      if (!first_done) {
+        first_done = true;
+        first_reads.fetch_add(1, std::memory_order_release);  // start() waits for every GPU's first read
+      }
       if (last) return;
       next += period;
       const int64_t now = detail::monotonicNs();
@@ -224,6 +230,12 @@ tpsResult_t detail::createMeter(const MeterOptions& options, SourceSet sources, 
     meter->stop();
     return tpsSystemError;
   }
+  // Return once every GPU has been read, so a window begun after start() is bracketed by reads.
+  Meter::Impl* p = MeterFactory::impl(*meter);
+  const int64_t give_up = monotonicNs() + 5000000000;
+  while (p->first_reads.load(std::memory_order_acquire) < static_cast<int>(p->rings.size()) &&
+         monotonicNs() < give_up)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   *out = std::move(meter);
   return tpsSuccess;
 }

@@ -13,10 +13,11 @@ nlohmann::json opt(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
+// Integers as they are; byte counts (doubles after proration) to the byte; rates to 6 digits.
 template <typename T>
-std::string csv(const std::optional<T>& v) {
+std::string csv(const std::optional<T>& v, bool bytes = false) {
   if (!v) return "N/A";
-  if constexpr (std::is_floating_point_v<T>) return fmt::format("{:.6g}", *v);
+  if constexpr (std::is_floating_point_v<T>) return bytes ? fmt::format("{:.0f}", *v) : fmt::format("{:.6g}", *v);
   return fmt::format("{}", *v);
 }
 
@@ -176,7 +177,7 @@ std::string toCsv(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const
       const MeterCell& x = w.cells[k][static_cast<int>(c)];
       out += fmt::format("{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{},{}\n", csvName(w.name), w.repetition,
                          w.start_ns, w.end_ns, (w.end_ns - w.start_ns) * 1e-6, gpus[k].index, meterCounterName(c),
-                         csv(x.bytes), csv(x.bytes_low), csv(x.bytes_high), csv(x.mean_mbps), csv(x.peak_mbps),
+                         csv(x.bytes, true), csv(x.bytes_low, true), csv(x.bytes_high, true), csv(x.mean_mbps), csv(x.peak_mbps),
                          csv(x.share_of_ceiling), x.samples, csv(x.dmon_mbps), x.dmon_samples);
     }
   }

@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: Apache-2.0
+// meter_cli_test - `tpscope meter` end to end on scripted GPUs (TPSCOPE_METER_FAKE=1): wrapped mode
+// and its control pipe, exit codes, --out, errors, SIGINT. Runs the built binary.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+// Runs tpscope with `args` and extra environment entries; sends `sig` to it (alone) after `sig_ms`.
+Result tpscope(std::vector<std::string> args, std::vector<std::string> env = {"TPSCOPE_METER_FAKE=1"}, int sig = 0,
+            int sig_ms = 0) {
+  const std::string base = ::testing::TempDir() + "tpscope_meter_cli_" + std::to_string(getpid());
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, (base + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, (base + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  args.insert(args.begin(), TPSCOPE_CLI_PATH);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e)
+    if (std::string(*e).rfind("TPSCOPE_", 0) != 0) envs.push_back(*e);
+  for (const std::string& e : env) envs.push_back(e);
+  std::vector<char*> envp;
+  for (std::string& e : envs) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  Result r;
+  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0) return r;
+  posix_spawn_file_actions_destroy(&fa);
+  if (sig) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(sig_ms));
+    kill(pid, sig);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  r.out = slurp(base + ".out");
+  r.err = slurp(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+}
+
+const char* kMarks =
+    "echo 'begin a' > \"$TPSCOPE_METER_PIPE\"; sleep 0.2; echo 'end a' > \"$TPSCOPE_METER_PIPE\"; "
+    "echo 'bogus line' > \"$TPSCOPE_METER_PIPE\"; exit 3";
+
+TEST(MeterCli, WrappedCommandMarksWindowsAndItsExitCodeIsReturned) {
+  Result r = tpscope({"meter", "--format", "json", "--", "sh", "-c", kMarks});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  // The malformed line is one warning, not a crash.
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("unknown command 'bogus'"), std::string::npos) << r.err;
+  nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["context"]["exit_code"], 3);
+  ASSERT_EQ(doc["windows"].size(), 2u);
+  EXPECT_EQ(doc["windows"][0]["name"], "a");
+  EXPECT_EQ(doc["windows"][1]["name"], "command");
+  const auto& a = doc["windows"][0];
+  EXPECT_GE(a["duration_ms"].get<double>(), 195);
+  EXPECT_TRUE(a["complete"].get<bool>());
+  // The fake GPU0 sends 1000 MB/s over PCIe and 2000 MB/s over NVLink; GPU1 receives the NVLink.
+  EXPECT_NEAR(a["gpus"][0]["counters"]["pcie_tx"]["mean_mbps"].get<double>(), 1000, 1);
+  EXPECT_NEAR(a["gpus"][1]["counters"]["nvlink_rx"]["mean_mbps"].get<double>(), 2000, 2);
+  const double bytes = a["gpus"][0]["counters"]["pcie_tx"]["bytes"];
+  EXPECT_NEAR(bytes, 1e9 * a["duration_ms"].get<double>() / 1000, 1e6);
+}
+
+TEST(MeterCli, SummaryTableHasOneRowPerWindowGpuAndCounter) {
+  Result r = tpscope({"meter", "--no-nvlink", "--", "sh", "-c", kMarks});
+  EXPECT_EQ(r.exit_code, 3);
+  int rows = 0;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty() && l[0] != '#') ++rows;
+  EXPECT_EQ(rows, 2 /*windows*/ * 2 /*GPUs*/ * 2 /*pcie tx, rx*/) << r.out;
+  EXPECT_NE(r.out.find("exit code 3"), std::string::npos);
+  EXPECT_EQ(r.out.find("nvlink"), std::string::npos) << "--no-nvlink drops the NVLink rows";
+}
+
+TEST(MeterCli, OutWritesEverySampleAndWindowAsJsonl) {
+  const std::string path = ::testing::TempDir() + "meter_out_" + std::to_string(getpid()) + ".jsonl";
+  Result r = tpscope({"meter", "--out", path, "--", "sh", "-c", kMarks});
+  EXPECT_EQ(r.exit_code, 3);
+  std::ifstream f(path);
+  std::map<std::string, int> types;
+  for (std::string l; std::getline(f, l);) types[nlohmann::json::parse(l)["type"]]++;
+  std::remove(path.c_str());
+  EXPECT_EQ(types["meter"], 1);
+  EXPECT_GT(types["sample"], 2 * 50);  // 2 GPUs, 2 ms period, > 0.2 s
+  EXPECT_EQ(types["window"], 2);
+  EXPECT_EQ(types["cadence"], 2);
+}
+
+TEST(MeterCli, OutAsCsvWritesSamplesAndWindowsFiles) {
+  const std::string base = ::testing::TempDir() + "meter_out_" + std::to_string(getpid());
+  Result r = tpscope({"meter", "--out", base + ".csv", "--", "true"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string samples = slurp(base + ".csv"), windows = slurp(base + ".windows.csv");
+  std::remove((base + ".csv").c_str());
+  std::remove((base + ".windows.csv").c_str());
+  EXPECT_EQ(samples.rfind("gpu,t_before_ns,", 0), 0u);
+  EXPECT_GT(lines(samples), 2);
+  EXPECT_EQ(windows.rfind("window,repetition,", 0), 0u);
+  EXPECT_EQ(lines(windows), 1 + 2 * 4) << windows;  // the whole command: 2 GPUs x 4 counters
+}
+
+TEST(MeterCli, CommandNotFoundIsOneLineAndExit127WithTheSummaryKept) {
+  Result r = tpscope({"meter", "--", "/nonexistent/tpscope-no-such-command"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("cannot run '/nonexistent/tpscope-no-such-command'"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("did not run"), std::string::npos) << r.out;
+}
+
+TEST(MeterCli, UnwritableOutFailsBeforeMeasuring) {
+  Result r = tpscope({"meter", "--out", "/nonexistent/dir/x.jsonl", "--", "true"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("cannot write --out /nonexistent/dir/x.jsonl"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(MeterCli, UnknownGpuIsAUsageError) {
+  Result r = tpscope({"meter", "-i", "0,7", "-c", "1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("GPU index 7 does not exist"), std::string::npos) << r.err;
+}
+
+TEST(MeterCli, BadOptionsAreUsageErrors) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"meter", "-o", "X"},
+                                        {"meter", "--method", "smi"},
+                                        {"meter", "--period-us", "10"},
+                                        {"meter", "--no-nvlink", "--nvlink-raw"}}) {
+    Result r = tpscope(args);
+    EXPECT_EQ(r.exit_code, 2) << args[1] << ": " << r.err;
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+  }
+}
+
+TEST(MeterCli, WithoutNvmlItSaysWhyAndExits1) {
+  Result r = tpscope({"meter", "-c", "1"}, {"TPSCOPE_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST(MeterCli, LiveModePrintsDmonShapedRows) {
+  Result r = tpscope({"meter", "-c", "2", "-d", "50"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream in(r.out);
+  std::vector<std::string> ls;
+  for (std::string l; std::getline(in, l);) ls.push_back(l);
+  ASSERT_EQ(ls.size(), 2u + 2 * 2) << r.out;
+  EXPECT_EQ(ls[0], "# gpu  rxpci  txpci  nvlrx  nvltx");
+  EXPECT_EQ(ls[1], "# Idx   MB/s   MB/s   MB/s   MB/s");
+  EXPECT_EQ(ls[2], "    0    250   1000      0   2000");
+  EXPECT_EQ(ls[5], "    1     10     10   2000      0");
+}
+
+TEST(MeterCli, SigintStopsTheWrappedCommandAndStillWritesTheSummary) {
+  // SIGINT sent to tpscope alone (not to the process group) is forwarded to the command.
+  Result r = tpscope({"meter", "--", "sleep", "10"}, {"TPSCOPE_METER_FAKE=1"}, SIGINT, 300);
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.err;
+  EXPECT_NE(r.out.find("(interrupted)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" command "), std::string::npos) << r.out;
+}
+
+TEST(MeterCli, SigintEndsLiveModeCleanly) {
+  Result r = tpscope({"meter", "-d", "50"}, {"TPSCOPE_METER_FAKE=1"}, SIGINT, 300);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GE(lines(r.out), 2 + 2 * 3);
+}
+
+}  // namespace

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+// meter_format_test - golden tests for `tpscope meter` output shapes: live rows (table, CSV, JSON) and
+// the wrapped-mode summary (table, CSV, JSON), N/A handling included.
+#include <gtest/gtest.h>
+
+#include "fixtures.h"
+#include "meter.h"
+#include "meter/record.h"
+#include "meter/window.h"
+
+namespace tpscope {
+namespace {
+
+constexpr int64_t kMs = 1000000;
+
+std::vector<MeterGpu> h200Gpus() {
+  std::vector<MeterGpu> out;
+  for (const GpuInfo& g : testing::h200Pair().gpus) {
+    MeterGpu m;
+    m.index = g.index;
+    m.name = g.name;
+    m.bus_id = g.bus_id;
+    for (int c = 0; c < 4; ++c) m.supported[c] = true;  // data counters; raw not read
+    m.nvlink_links = 18;
+    m.pcie_ceiling_mbps = g.pcie_ceiling_mbps;
+    m.nvlink_ceiling_mbps = g.nvlink_ceiling_mbps;
+    out.push_back(m);
+  }
+  return out;
+}
+
+// Reads every 2 ms for 100 ms; GPU0 sends 1.1 GB over PCIe in 20..40 ms and 1 GB to GPU1 over
+// NVLink in 60..63 ms; GPU1's PCIe RX read fails at 50 ms.
+std::vector<detail::Series> recording() {
+  std::vector<detail::Series> s(2);
+  for (int g = 0; g < 2; ++g) {
+    for (int i = 0; i <= 50; ++i) {
+      const int64_t t = i * 2 * kMs;
+      MeterSample m;
+      m.gpu = g;
+      m.t_before_ns = t - 700000;
+      m.t_after_ns = t + 700000;
+      m.t_ns.fill(t);
+      auto ramp = [&](double a_ms, double b_ms, double bytes) {
+        const double ms = t / 1e6;
+        return static_cast<uint64_t>(bytes * std::clamp((ms - a_ms) / (b_ms - a_ms), 0.0, 1.0));
+      };
+      const uint64_t background = static_cast<uint64_t>(i) * 4000;  // 2 MB/s
+      m.bytes[0] = background + (g == 0 ? ramp(20, 40, 1.1e9) : 0);
+      m.bytes[1] = background;
+      m.bytes[2] = g == 0 ? ramp(60, 63, 1e9) : 0;
+      m.bytes[3] = g == 1 ? ramp(60, 63, 1e9) : 0;
+      if (g == 1 && i == 25) m.bytes[1].reset();
+      s[g].push_back(m);
+    }
+  }
+  return s;
+}
+
+cli::MeterSummary summary() {
+  cli::MeterSummary s;
+  s.gpus = h200Gpus();
+  s.options.period_us = 2000;
+  s.options.method = MeterMethod::kBoth;
+  const std::vector<detail::Series> rec = recording();
+  std::vector<MeterDmonSample> dmon = {{0, MeterCounter::kPcieTx, 25 * kMs, 45 * kMs, 41250.0},
+                                       {0, MeterCounter::kPcieRx, 45 * kMs, 65 * kMs, 2.0}};
+  s.windows.push_back(detail::computeWindow("copy d2h", 0, 15 * kMs, 45 * kMs, rec, s.gpus, dmon, 10));
+  s.windows.push_back(detail::computeWindow("peer", 0, 55 * kMs, 70 * kMs, rec, s.gpus, dmon, 10));
+  s.windows.push_back(detail::computeWindow("peer", 1, 57 * kMs, 67 * kMs, rec, s.gpus, dmon, 10));
+  s.windows.push_back(detail::computeWindow("late", 0, 90 * kMs, 150 * kMs, rec, s.gpus, dmon, 10));
+  s.windows.push_back(detail::computeWindow("command", 0, 1 * kMs, 99 * kMs, rec, s.gpus, dmon, 10));
+  for (int g = 0; g < 2; ++g) {
+    MeterCadence c;
+    c.gpu = g;
+    c.reads = 51;
+    c.period_target_ms = 2;
+    c.period_mean_ms = c.period_p50_ms = 2;
+    c.period_p99_ms = 2.1;
+    c.period_max_ms = 2.4;
+    c.read_cost_mean_ms = 1.4;
+    c.read_cost_p99_ms = 1.6;
+    s.cadence.push_back(c);
+  }
+  MeterWindow idle = detail::computeWindow("quiesce", 0, 0, 10 * kMs, rec, s.gpus, {}, 10);
+  s.quiesce.push_back(detail::evaluateQuiesce(idle, s.gpus, 100, {std::vector<unsigned>{}, std::vector<unsigned>{}}, 1));
+  s.command = {"./run.sh", "--steps", "2"};
+  s.exit_code = 0;
+  return s;
+}
+
+TEST(MeterFormat, SummaryTableGolden) { testing::expectGolden("meter_summary_h200.txt", cli::summaryTable(summary())); }
+
+TEST(MeterFormat, SummaryCsvGolden) { testing::expectGolden("meter_summary_h200.csv", cli::summaryCsv(summary())); }
+
+TEST(MeterFormat, SummaryJsonGolden) {
+  nlohmann::json doc = cli::summaryJson(summary());
+  doc["context"]["tpscope_version"] = "X.Y.Z";
+  testing::expectGolden("meter_summary_h200.json", doc.dump(2) + "\n");
+}
+
+TEST(MeterFormat, SummaryFiguresAreTheWindowMath) {
+  cli::MeterSummary s = summary();
+  const MeterCell& d2h = s.windows[0].cells[0][0];
+  EXPECT_NEAR(*d2h.bytes, 1.1e9 + 30 * 2000, 1);  // the ramp plus 30 ms of 2 MB/s background
+  EXPECT_NEAR(*d2h.peak_mbps, 55000 + 2, 1e-6);  // 1.1 GB in 20 ms, on 2 MB/s of background
+  EXPECT_FALSE(s.windows[3].cells[0][0].bytes) << "a window past the last read is N/A";
+  const std::string table = cli::summaryTable(s);
+  EXPECT_NE(table.find("has no read after its end"), std::string::npos);
+  EXPECT_NE(table.find("Across repetitions"), std::string::npos);
+  nlohmann::json j = cli::summaryJson(s);
+  EXPECT_TRUE(j["windows"][3]["gpus"][0]["counters"]["pcie_tx"]["bytes"].is_null());
+  EXPECT_TRUE(j["windows"][1]["gpus"][0]["counters"]["nvlink_tx"]["dmon_mbps"].is_null());
+  EXPECT_FALSE(j["windows"][0]["gpus"][0]["counters"].contains("nvlink_raw_tx")) << "raw was not asked for";
+}
+
+TEST(MeterFormat, LiveRowsLikeDmon) {
+  cli::LiveLayout l;
+  l.time = true;
+  l.dmon_beside = true;
+  cli::LiveRow r;
+  r.time = "19:42:13";
+  r.date = "20261129";
+  r.t_s = 1.5;
+  r.gpu = 1;
+  r.rxpci = 12.4;
+  r.txpci = 60388.2;
+  r.nvlrx = 0;
+  r.nvltx = 394000;
+  r.rxdmn = std::nullopt;  // N/A, never 0
+  r.txdmn = 0;
+  std::string all;
+  for (const char* f : {"table", "csv", "json"}) all += cli::liveHeader(l, f) + cli::liveRow(l, r, f);
+  l = cli::LiveLayout{};
+  l.nvlink = false;
+  all += cli::liveHeader(l, "table") + cli::liveRow(l, r, "table");
+  l.counters = false;  // --method dmon: exactly dmon's columns
+  l.date = l.time = true;
+  all += cli::liveHeader(l, "table") + cli::liveRow(l, r, "table");
+  testing::expectGolden("meter_live.txt", all);
+}
+
+TEST(MeterFormat, SamplesAndWindowsAsRecords) {
+  std::vector<MeterGpu> gpus = h200Gpus();
+  gpus[1].supported[2] = gpus[1].supported[3] = false;  // GPU1 without NVLink counters
+  MeterSample s;
+  s.gpu = 1;
+  s.bytes[0] = 42;
+  s.t_ns[0] = 7;
+  nlohmann::json j = toJson(s, gpus);
+  EXPECT_EQ(j["type"], "sample");
+  EXPECT_EQ(j["pcie_tx_bytes"], 42);
+  EXPECT_TRUE(j["pcie_rx_bytes"].is_null()) << "a failed read is null";
+  EXPECT_FALSE(j.contains("nvlink_tx_bytes")) << "a counter the GPU lacks is not a column of its samples";
+  EXPECT_TRUE(j["nvml_timestamp_us"].is_null());
+  const std::string csv = toCsv(s, gpus);
+  EXPECT_EQ(csv.rfind("1,0,0,0,42,7,N/A,", 0), 0u) << csv;
+  const std::string header = samplesCsvHeader();
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), ','), std::count(header.begin(), header.end(), ','));
+}
+
+}  // namespace
+}  // namespace tpscope

@@ -1,0 +1,332 @@
+// SPDX-License-Identifier: Apache-2.0
+// meter.cc - `tpscope meter`: live mode, and wrapped mode (`tpscope meter [options] -- CMD ARGS`).
+//
+// Wrapped mode runs CMD with TPSCOPE_METER_PIPE naming a FIFO; CMD marks windows by writing
+// `begin NAME` / `end NAME` lines to it (src/meter/control.h). When CMD exits, tpscope prints one
+// row per window, GPU and counter, writes --out, and exits with CMD's exit code.
+//
+// Signals: SIGINT/SIGTERM set a flag. A terminal's Ctrl-C reaches CMD too (same process group), so
+// tpscope only forwards a signal that was sent to it alone (si_code SI_USER: `kill PID`); a second
+// one kills CMD. Either way the summary and --out are still written.
+#include "meter.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "meter/control.h"
+#include "meter/record.h"
+
+extern char** environ;
+
+namespace tpscope::cli {
+
+namespace {
+
+volatile sig_atomic_t g_interrupts = 0;
+volatile pid_t g_child = 0;
+
+void onSignal(int sig, siginfo_t* info, void*) {
+  g_interrupts = g_interrupts + 1;
+  if (g_child > 0 && info != nullptr && (info->si_code == SI_USER || info->si_code == SI_QUEUE)) kill(g_child, sig);
+}
+
+// Installs the handlers for its lifetime. No SA_RESTART: waitpid and sleeps return EINTR.
+class SignalScope {
+ public:
+  SignalScope() {
+    g_interrupts = 0;
+    struct sigaction sa {};
+    sa.sa_sigaction = onSignal;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalScope() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+std::string clockText(const char* fmt_str) {
+  time_t now = time(nullptr);
+  tm local{};
+  localtime_r(&now, &local);
+  char buf[32];
+  strftime(buf, sizeof(buf), fmt_str, &local);
+  return buf;
+}
+
+void warn(const std::string& message) { std::fprintf(stderr, "tpscope: warning: %s\n", message.c_str()); }
+
+std::optional<double> rate(const MeterSample& a, const MeterSample& b, MeterCounter c) {
+  const int k = static_cast<int>(c);
+  if (!a.bytes[k] || !b.bytes[k] || b.t_ns[k] <= a.t_ns[k]) return std::nullopt;
+  return double(*b.bytes[k] - *a.bytes[k]) / ((b.t_ns[k] - a.t_ns[k]) * 1e-9) / 1e6;
+}
+
+bool endsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+class MeterCommand : public Command {
+ public:
+  explicit MeterCommand(CLI::App& app) {
+    sub_ = app.add_subcommand("meter", "PCIe and NVLink bytes from the GPUs' counters: live, or per window of a "
+                                       "wrapped command (tpscope meter [options] -- CMD ARGS)");
+    sub_->add_option("-i,--id", devices_, "GPU indices, comma-separated (default: all)");
+    sub_->add_option("-d,--delay", delay_ms_, "Live mode: interval between rows in ms")->check(CLI::Range(1, 3600000))
+        ->capture_default_str();
+    sub_->add_option("-o,--options", stamp_, "Live mode: prefix rows with T (time), D (date) or DT");
+    sub_->add_option("-c,--count", count_, "Live mode: rows per GPU, then exit (0: until Ctrl-C)")
+        ->check(CLI::NonNegativeNumber);
+    sub_->add_option("--method", method_, "counters (byte counters), dmon (nvidia-smi dmon's 20 ms snapshot) or both")
+        ->check(CLI::IsMember({"counters", "dmon", "both"}))->capture_default_str();
+    sub_->add_option("--format", format_, "Output format")->check(CLI::IsMember({"table", "csv", "json"}))
+        ->capture_default_str();
+    sub_->add_option("--period-us", period_us_, "Counter read period per GPU in us (default TPSCOPE_METER_PERIOD_US or 2000)");
+    sub_->add_flag("--no-nvlink", no_nvlink_, "Do not read NVLink counters (a read then costs ~0.3 ms instead of ~1.4)");
+    sub_->add_flag("--nvlink-raw", nvlink_raw_, "Also read NVLink raw counters (data + protocol)");
+    sub_->add_option("--dmon-period", dmon_period_ms_, "Wrapped mode: dmon-method period in ms")->capture_default_str();
+    sub_->add_option("--out", out_, "Write every sample and window: JSONL, or CSV when the name ends in .csv");
+    sub_->add_option("--quiesce", quiesce_ms_, "Wrapped mode: first require this many ms of idle GPUs (0: skip)");
+    sub_->add_option("--quiesce-mbps", quiesce_mbps_, "Idle threshold per counter in MB/s")->capture_default_str();
+    sub_->add_option("command", command_, "Command to run and measure, after --");
+  }
+  CLI::App* subcommand() const override { return sub_; }
+
+  int run() override {
+    MeterOptions o;
+    o.devices = parseDeviceList(devices_, "-i");
+    o.period_us = period_us_;
+    o.nvlink = !no_nvlink_;
+    o.nvlink_raw = nvlink_raw_;
+    o.method = method_ == "dmon" ? MeterMethod::kDmon : method_ == "both" ? MeterMethod::kBoth : MeterMethod::kCounters;
+    o.dmon_period_ms = command_.empty() ? delay_ms_ : dmon_period_ms_;
+    if (!stamp_.empty() && stamp_.find_first_not_of("TDtd") != std::string::npos)
+      throw UsageError("-o takes T, D or DT, not '" + stamp_ + "'");
+    if (o.nvlink_raw && no_nvlink_) throw UsageError("--nvlink-raw and --no-nvlink contradict each other");
+
+    // Open --out before measuring anything, so a bad path costs nothing.
+    std::ofstream out, out_windows;
+    if (!out_.empty()) {
+      out.open(out_);
+      if (!out) return fail(kExitRuntime, "cannot write --out " + out_ + ": " + std::strerror(errno));
+      if (endsWith(out_, ".csv")) {
+        const std::string wpath = out_.substr(0, out_.size() - 4) + ".windows.csv";
+        out_windows.open(wpath);
+        if (!out_windows) return fail(kExitRuntime, "cannot write " + wpath + ": " + std::strerror(errno));
+      }
+    }
+
+    std::unique_ptr<Meter> meter;
+    std::string reason;
+    tpsResult_t r = Meter::start(o, &meter, &reason);
+    if (r == tpsInvalidArgument) return fail(kExitUsage, reason);
+    if (r != tpsSuccess) return fail(kExitRuntime, reason);
+
+    SignalScope signals;
+    int code = command_.empty() ? runLive(*meter) : runWrapped(*meter);
+    if (!out_.empty() && !writeOut(*meter, out, out_windows)) {
+      std::fprintf(stderr, "tpscope: error: writing --out %s failed (%s); the summary above is complete\n",
+                   out_.c_str(), std::strerror(errno));
+      if (code == kExitOk) code = kExitRuntime;
+    }
+    return code;
+  }
+
+ private:
+  int runLive(Meter& meter) {
+    LiveLayout layout;
+    layout.date = stamp_.find_first_of("Dd") != std::string::npos;
+    layout.time = stamp_.find_first_of("Tt") != std::string::npos;
+    const MeterOptions& o = meter.options();
+    layout.counters = o.method != MeterMethod::kDmon;
+    layout.nvlink = o.nvlink;
+    layout.dmon_beside = o.method == MeterMethod::kBoth;
+    const size_t n = meter.gpus().size();
+    std::fputs(liveHeader(layout, format_).c_str(), stdout);
+    std::fflush(stdout);
+    std::vector<std::optional<MeterSample>> prev(n);
+    // The first row needs a baseline read of every GPU (the first NVML reads can take a while).
+    for (int i = 0; i < 2000 && layout.counters && g_interrupts == 0; ++i) {
+      bool all = true;
+      for (size_t k = 0; k < n; ++k) all = all && (prev[k] = meter.latest(static_cast<int>(k))).has_value();
+      if (all) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const int64_t t0 = Meter::now();
+    int64_t next = t0;
+    for (int row = 0; count_ == 0 || row < count_; ++row) {
+      for (size_t k = 0; k < n; ++k)
+        if (!prev[k]) prev[k] = meter.latest(static_cast<int>(k));
+      next += delay_ms_ * 1000000;
+      while (g_interrupts == 0 && Meter::now() < next)
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(20, (next - Meter::now()) / 1000000 + 1)));
+      if (g_interrupts) break;
+      for (size_t k = 0; k < n; ++k) {
+        LiveRow lr;
+        lr.gpu = meter.gpus()[k].index;
+        lr.t_s = (Meter::now() - t0) * 1e-9;
+        lr.date = clockText("%Y%m%d");
+        lr.time = clockText("%H:%M:%S");
+        std::optional<MeterSample> cur = meter.latest(static_cast<int>(k));
+        if (layout.counters && prev[k] && cur) {
+          lr.rxpci = rate(*prev[k], *cur, MeterCounter::kPcieRx);
+          lr.txpci = rate(*prev[k], *cur, MeterCounter::kPcieTx);
+          lr.nvlrx = rate(*prev[k], *cur, MeterCounter::kNvlinkRx);
+          lr.nvltx = rate(*prev[k], *cur, MeterCounter::kNvlinkTx);
+        }
+        if (cur) prev[k] = cur;
+        if (o.method != MeterMethod::kCounters) {
+          auto rx = meter.latestDmon(static_cast<int>(k), MeterCounter::kPcieRx);
+          auto tx = meter.latestDmon(static_cast<int>(k), MeterCounter::kPcieTx);
+          std::optional<double> rxd = rx ? rx->mbps : std::nullopt, txd = tx ? tx->mbps : std::nullopt;
+          if (layout.counters) {
+            lr.rxdmn = rxd;
+            lr.txdmn = txd;
+          } else {
+            lr.rxpci = rxd;
+            lr.txpci = txd;
+          }
+        }
+        std::fputs(liveRow(layout, lr, format_).c_str(), stdout);
+      }
+      std::fflush(stdout);
+    }
+    meter.stop();
+    return kExitOk;
+  }
+
+  int runWrapped(Meter& meter) {
+    MeterSummary summary;
+    summary.command = command_;
+    if (quiesce_ms_ > 0) {
+      QuiesceOptions q;
+      q.idle_ms = quiesce_ms_;
+      q.threshold_mbps = quiesce_mbps_;
+      QuiesceRecord rec;
+      if (meter.quiesce(q, &rec) == tpsSuccess && !rec.passed) warn("quiescing failed: " + rec.reason);
+    }
+    // The protocol's own book: windows take the time their line was read, then go to the meter whole.
+    detail::WindowBook book;
+    detail::ControlPipe pipe;
+    std::string error;
+    const bool piped = pipe.open(
+        [&](const std::string& line, int64_t t) {
+          detail::ControlLine cl = detail::parseControlLine(line);
+          std::optional<std::string> err;
+          detail::ClosedWindow w;
+          if (cl.kind == detail::ControlLine::Kind::kMalformed) err = cl.error;
+          if (cl.kind == detail::ControlLine::Kind::kBegin) err = book.begin(cl.name, t);
+          if (cl.kind == detail::ControlLine::Kind::kEnd) {
+            err = book.end(cl.name, t, &w);
+            if (!err) meter.addWindow(w.name, w.start_ns, w.end_ns);
+          }
+          if (err) warn("control pipe: " + *err + " (line '" + line.substr(0, 80) + "'); ignored");
+        },
+        &error);
+    if (piped)
+      setenv("TPSCOPE_METER_PIPE", pipe.path().c_str(), 1);
+    else
+      warn(error + "; the command runs without window marks");
+
+    std::vector<char*> argv;
+    for (std::string& a : command_) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int64_t t_start = Meter::now();
+    pid_t pid = 0;
+    const int spawn_err = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+    int code = 0;
+    if (spawn_err != 0) {
+      fail(kExitRuntime, "cannot run '" + command_[0] + "': " + std::strerror(spawn_err));
+      code = spawn_err == ENOENT ? 127 : 126;  // what shells return for "not found" / "cannot execute"
+    } else {
+      g_child = pid;
+      int status = 0;
+      int seen = 0;
+      for (;;) {
+        if (waitpid(pid, &status, 0) == pid) break;
+        if (errno != EINTR) break;
+        if (g_interrupts >= 2 && seen < 2) kill(pid, SIGKILL);  // a second interrupt: stop for real
+        seen = g_interrupts;
+      }
+      g_child = 0;
+      code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+      summary.exit_code = code;
+    }
+    const int64_t t_end = Meter::now();
+    pipe.close();  // reads what CMD wrote last
+    unsetenv("TPSCOPE_METER_PIPE");
+    for (const detail::ClosedWindow& w : book.closeAll(t_end)) {
+      warn("window '" + w.name + "' was still open when the command ended; closed at its exit");
+      meter.addWindow(w.name, w.start_ns, w.end_ns);
+    }
+    if (spawn_err == 0) meter.addWindow("command", t_start, t_end);
+    meter.stop();
+    summary.interrupted = g_interrupts > 0;
+    summary.gpus = meter.gpus();
+    summary.options = meter.options();
+    summary.windows = meter.windows();
+    summary.cadence = meter.cadence();
+    summary.quiesce = meter.quiesceRecords();
+    if (format_ == "json")
+      std::printf("%s\n", summaryJson(summary).dump(2).c_str());
+    else if (format_ == "csv")
+      std::fputs(summaryCsv(summary).c_str(), stdout);
+    else
+      std::fputs(summaryTable(summary).c_str(), stdout);
+    std::fflush(stdout);
+    return code;
+  }
+
+  // Every sample, dmon reading, window, quiescing record and cadence line.
+  bool writeOut(const Meter& meter, std::ofstream& out, std::ofstream& out_windows) {
+    const std::vector<MeterGpu>& gpus = meter.gpus();
+    const std::vector<MeterCounter> counters = reportedCounters(meter.options());
+    if (out_windows.is_open()) {
+      out << samplesCsvHeader();
+      for (const MeterSample& s : meter.samples()) out << toCsv(s, gpus);
+      out_windows << windowsCsvHeader();
+      for (const MeterWindow& w : meter.windows()) out_windows << toCsv(w, gpus, counters);
+      out_windows.flush();
+      out.flush();
+      return out.good() && out_windows.good();
+    }
+    nlohmann::json head = {{"type", "meter"}, {"options", toJson(meter.options())}, {"command", command_}};
+    for (const MeterGpu& g : gpus) head["gpus"].push_back(toJson(g));
+    out << head.dump() << "\n";
+    for (const MeterSample& s : meter.samples()) out << toJson(s, gpus).dump() << "\n";
+    for (const MeterDmonSample& d : meter.dmonSamples()) out << toJson(d, gpus).dump() << "\n";
+    for (const MeterWindow& w : meter.windows()) out << toJson(w, gpus, counters).dump() << "\n";
+    for (const QuiesceRecord& q : meter.quiesceRecords()) out << toJson(q, gpus).dump() << "\n";
+    for (const MeterCadence& c : meter.cadence()) out << toJson(c, gpus).dump() << "\n";
+    out.flush();
+    return out.good();
+  }
+
+  CLI::App* sub_ = nullptr;
+  std::string devices_, stamp_, method_ = "counters", format_ = "table", out_;
+  int64_t delay_ms_ = 1000, count_ = 0, period_us_ = 0, dmon_period_ms_ = 1000, quiesce_ms_ = 0;
+  double quiesce_mbps_ = 100;
+  bool no_nvlink_ = false, nvlink_raw_ = false;
+  std::vector<std::string> command_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> makeMeterCommand(CLI::App& app) { return std::make_unique<MeterCommand>(app); }
+
+}  // namespace tpscope::cli

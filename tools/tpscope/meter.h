@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// meter.h - `tpscope meter`: live PCIe/NVLink rates like `nvidia-smi dmon -s t`, or the bytes of a
+// wrapped command and of the windows it marks through the control pipe.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "tpscope/meter.h"
+
+namespace tpscope::cli {
+
+std::unique_ptr<Command> makeMeterCommand(CLI::App& app);
+
+// ---- live mode: one row per GPU per interval ---------------------------------------------------
+struct LiveLayout {
+  bool date = false, time = false;  // -o D / -o T
+  bool counters = true;             // rxpci/txpci from the byte counters (else from the dmon method)
+  bool nvlink = true;               // nvlrx/nvltx columns
+  bool dmon_beside = false;         // --method both: rxdmn/txdmn columns from the dmon method
+};
+struct LiveRow {
+  std::string date, time;  // "20261129", "19:42:13"
+  double t_s = 0;          // seconds since the meter started
+  int gpu = 0;
+  std::optional<double> rxpci, txpci, nvlrx, nvltx, rxdmn, txdmn;  // MB/s
+};
+// format: "table" (two '#' lines like dmon), "csv" (one line), "json" (nothing: JSONL has no header).
+std::string liveHeader(const LiveLayout& layout, const std::string& format);
+std::string liveRow(const LiveLayout& layout, const LiveRow& row, const std::string& format);
+
+// ---- wrapped mode: the per-window summary ------------------------------------------------------
+struct MeterSummary {
+  std::vector<MeterGpu> gpus;
+  MeterOptions options;
+  std::vector<MeterWindow> windows;
+  std::vector<MeterCadence> cadence;
+  std::vector<QuiesceRecord> quiesce;
+  std::vector<std::string> command;
+  std::optional<int> exit_code;  // nullopt: the command did not run
+  bool interrupted = false;
+};
+std::string summaryTable(const MeterSummary& s);
+std::string summaryCsv(const MeterSummary& s);
+nlohmann::json summaryJson(const MeterSummary& s);
+
+}  // namespace tpscope::cli
