@@ -3,7 +3,6 @@
 #include "bench_allreduce.h"
 #include "cli.h"
 #include "meter.h"
-#include "meter.h"
 #include "topo.h"
 
 namespace tpscope::cli {
@@ -11,7 +10,6 @@ namespace tpscope::cli {
 std::vector<std::unique_ptr<Command>> registerCommands(CLI::App& app) {
   std::vector<std::unique_ptr<Command>> commands;
   commands.push_back(makeTopoCommand(app));
-  commands.push_back(makeMeterCommand(app));
   commands.push_back(makeMeterCommand(app));
   commands.push_back(makeBenchAllReduceCommand(app));
   return commands;
