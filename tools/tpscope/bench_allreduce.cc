@@ -157,7 +157,7 @@ BenchContext BenchAllReduceCommand::context(const Topology& topo) const {
   c.cuda_runtime_version = topo.cuda_runtime_version;
   BackendsBuilt built = backendsBuilt();
   if (built.nccl_version) c.nccl_version = ncclVersionString(*built.nccl_version);
-  for (const std::string& name : ncclEnvNames())
+  for (const std::string& name : benchEnvNames())
     if (const char* v = std::getenv(name.c_str())) c.env.emplace_back(name, v);
   c.options = o_;
   return c;
@@ -206,10 +206,15 @@ int BenchAllReduceCommand::run() {
   const bool table = !o_.json_stdout;
   if (table) std::fputs((formatPreamble(ctx) + formatHeader()).c_str(), stdout);
   std::fflush(stdout);
+  const bool progress = !table && isatty(STDERR_FILENO);  // JSON on stdout: show progress on a terminal
   const std::vector<BenchRow> rows = runSweep(bench, o_, sizes, [&](const BenchRow& row) {
     if (table) std::fputs(formatRow(row).c_str(), stdout);
     std::fflush(stdout);  // rows appear as they are measured, like all_reduce_perf
+    if (progress)
+      std::fprintf(stderr, "\r# %s %s %llu B done   ", tpsBackendName(row.backend), tpsDataTypeName(row.dtype),
+                   static_cast<unsigned long long>(row.bytes()));
   });
+  if (progress) std::fputs("\n", stderr);
   if (table) {
     std::string tail = formatFooter(rows, o_.backends);
     if (o_.backends.size() > 1) {

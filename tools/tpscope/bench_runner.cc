@@ -37,7 +37,8 @@ struct GraphExec {
 
 }  // namespace
 
-AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes, const BenchOptions& options)
+AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes, const BenchOptions& options,
+                               const tpsConfig_t* config)
     : options_(options), devices_(devices) {
   const size_t n = devices.size();
   streams_.resize(n);
@@ -57,9 +58,10 @@ AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes
   marks_.resize(static_cast<size_t>(std::max(options.iters, options.graph_replays)) + 1);
   for (Event& e : marks_) tpsOk(Event::create(devices[0], &e), "creating a timing event");
   syncAll();
-  tpsConfig_t config;
-  tpsConfigInit(&config);  // backend auto: the communicator sets up every backend it can
-  tpsOk(tpsCommCreate(&comm_, static_cast<int>(n), devices.data(), &config), "creating the AllReduce communicator");
+  tpsConfig_t defaults;
+  tpsConfigInit(&defaults);  // backend auto: the communicator sets up every backend it can
+  tpsOk(tpsCommCreate(&comm_, static_cast<int>(n), devices.data(), config ? config : &defaults),
+        "creating the AllReduce communicator");
 }
 
 AllReduceBench::~AllReduceBench() {

@@ -31,8 +31,11 @@ namespace tpscope::cli {
 
 class AllReduceBench {
  public:
-  // Creates streams, events, buffers of `max_bytes` per GPU and the communicator (every backend it can).
-  AllReduceBench(const std::vector<int>& devices, size_t max_bytes, const BenchOptions& options);
+  // Creates streams, events, buffers of `max_bytes` per GPU and the communicator. `config` null: defaults,
+  // every backend the communicator can set up. A tuner passes its own (say, host_copy_threshold forced to
+  // one path) to measure one path against another.
+  AllReduceBench(const std::vector<int>& devices, size_t max_bytes, const BenchOptions& options,
+                 const tpsConfig_t* config = nullptr);
   ~AllReduceBench();
   AllReduceBench(const AllReduceBench&) = delete;
   AllReduceBench& operator=(const AllReduceBench&) = delete;

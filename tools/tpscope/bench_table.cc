@@ -37,9 +37,18 @@ void setBandwidths(BenchRow* row, int ngpus) {
   row->busbw_gbps = busBandwidthGBps(row->algbw_gbps, ngpus);
 }
 
-const std::vector<std::string>& ncclEnvNames() {
-  static const std::vector<std::string> kNames = {"NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_ALGO", "NCCL_PROTO",
-                                                  "NCCL_NVLS_ENABLE"};
+const std::vector<std::string>& benchEnvNames() {
+  static const std::vector<std::string> kNames = {"NCCL_P2P_DISABLE",
+                                                  "NCCL_SHM_DISABLE",
+                                                  "NCCL_ALGO",
+                                                  "NCCL_PROTO",
+                                                  "NCCL_NVLS_ENABLE",
+                                                  "TPSCOPE_ALLREDUCE",
+                                                  "TPSCOPE_HOST_COPY_THRESHOLD",
+                                                  "TPSCOPE_HOST_CHUNK_BYTES",
+                                                  "TPSCOPE_HOST_BLOCKS",
+                                                  "TPSCOPE_SPIN_TIMEOUT_MS",
+                                                  "TPSCOPE_TUNE_FILE"};
   return kNames;
 }
 
@@ -109,9 +118,7 @@ std::string formatPreamble(const BenchContext& ctx) {
         o.iters, o.warmup_iters);
   std::string env;
   for (const auto& [k, v] : ctx.env) env += fmt::format(" {}={}", k, v);
-  s += fmt::format("# env:{}\n", env.empty() ? " (no NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_ALGO, NCCL_PROTO, "
-                                               "NCCL_NVLS_ENABLE set)"
-                                             : env);
+  s += fmt::format("# env:{}\n", env.empty() ? " (no NCCL_ or TPSCOPE_ variable that changes the paths is set)" : env);
   s += fmt::format("# driver {} | CUDA driver {}, runtime {} | NCCL {}\n",
                    ctx.driver_version.empty() ? "N/A" : ctx.driver_version, cudaVersionText(ctx.cuda_driver_version),
                    cudaVersionText(ctx.cuda_runtime_version), ctx.nccl_version.empty() ? "N/A" : ctx.nccl_version);

@@ -83,12 +83,13 @@ struct BenchContext {
   std::vector<DeviceEntry> devices;
   std::string driver_version, nccl_version;  // empty: unknown
   int cuda_driver_version = 0, cuda_runtime_version = 0;
-  std::vector<std::pair<std::string, std::string>> env;  // NCCL variables that were set
+  std::vector<std::pair<std::string, std::string>> env;  // benchEnvNames() that were set
   BenchOptions options;
 };
 
-// The NCCL variables the preamble reports when set (the ones that change which path NCCL takes).
-const std::vector<std::string>& ncclEnvNames();
+// The variables the preamble reports when set: NCCL's that change which path NCCL takes, and tpscope's
+// that change which backend, path and tunables the library uses.
+const std::vector<std::string>& benchEnvNames();
 
 std::string formatPreamble(const BenchContext& ctx);
 std::string formatHeader();
