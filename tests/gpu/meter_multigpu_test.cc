@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// meter_multigpu_test - a 1 GiB GPU0 -> GPU1 peer copy must show as NVLink data TX on GPU0 and RX on
+// GPU1 at 0.99-1.05 x the payload (the data counters exclude protocol), and not on PCIe.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include "common/cuda_raii.h"
+#include "gpu_test_util.h"
+#include "meter_gpu_util.h"
+
+namespace tpscope {
+namespace {
+
+constexpr size_t kBytes = size_t{1} << 30;
+
+TEST(MeterMultiGpu, PeerCopyIsNvlinkTxOnTheSenderAndRxOnTheReceiver) {
+  TPS_REQUIRE_GPUS(2);
+  int access = 0;
+  ASSERT_EQ(cudaDeviceCanAccessPeer(&access, 0, 1), cudaSuccess);
+  if (!access) GTEST_SKIP() << "GPU0 cannot access GPU1 directly (no P2P): nothing to meter on a peer link";
+  MeterOptions o;
+  o.devices = {0, 1};
+  std::unique_ptr<Meter> meter;
+  std::string reason;
+  ASSERT_EQ(Meter::start(o, &meter, &reason), tpsSuccess) << reason;
+  if (!meter->gpus()[0].supported[static_cast<int>(MeterCounter::kNvlinkTx)])
+    GTEST_SKIP() << "GPU0 has no NVLink data counters (" << meter->gpus()[0].nvlink_links
+                 << " links read): P2P goes over PCIe here";
+  DeviceBuffer src, dst;
+  ASSERT_EQ(DeviceBuffer::create(0, kBytes, &src), tpsSuccess);
+  ASSERT_EQ(DeviceBuffer::create(1, kBytes, &dst), tpsSuccess);
+  {
+    DeviceGuard g(0);
+    cudaError_t e = cudaDeviceEnablePeerAccess(1, 0);
+    ASSERT_TRUE(e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) << cudaGetErrorName(e);
+    (void)cudaGetLastError();
+  }
+  Stream s;
+  ASSERT_EQ(Stream::create(0, &s), tpsSuccess);
+  auto copy = [&] {
+    ASSERT_EQ(cudaMemcpyPeerAsync(dst.get(), 1, src.get(), 0, kBytes, s.get()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s.get()), cudaSuccess);
+  };
+  copy();  // warm-up
+  const double payload = static_cast<double>(kBytes);
+  for (int rep = 0; rep < 3; ++rep) {
+    MeterWindow w = testing::meterTransfer(*meter, "peer", copy);
+    EXPECT_GE(testing::ratio(w, 0, MeterCounter::kNvlinkTx, payload), 0.99);
+    EXPECT_LE(testing::ratio(w, 0, MeterCounter::kNvlinkTx, payload), 1.05);
+    EXPECT_GE(testing::ratio(w, 1, MeterCounter::kNvlinkRx, payload), 0.99);
+    EXPECT_LE(testing::ratio(w, 1, MeterCounter::kNvlinkRx, payload), 1.05);
+    // Direction: the data does not come back, and it does not cross PCIe.
+    EXPECT_LT(testing::ratio(w, 0, MeterCounter::kNvlinkRx, payload), 0.05);
+    EXPECT_LT(testing::ratio(w, 1, MeterCounter::kNvlinkTx, payload), 0.05);
+    EXPECT_LT(testing::ratio(w, 0, MeterCounter::kPcieTx, payload), 0.01);
+    EXPECT_LT(testing::ratio(w, 1, MeterCounter::kPcieRx, payload), 0.01);
+  }
+  meter->stop();
+  for (const MeterCadence& c : meter->cadence()) {
+    EXPECT_EQ(c.dropped, 0);
+    EXPECT_EQ(c.wrap_gaps, 0);
+  }
+}
+
+}  // namespace
+}  // namespace tpscope
