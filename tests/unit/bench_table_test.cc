@@ -169,5 +169,14 @@ TEST(BenchJson, NumbersAreNumbersAndUnknownsNull) {
   EXPECT_EQ(doc["context"]["devices"].size(), 2u);
 }
 
+TEST(BenchJson, StoppedEarlyKeepsRowsAndSaysWhy) {
+  std::vector<BenchRow> rows = h200Rows();
+  rows.resize(3);
+  const nlohmann::json doc = benchDocument(h200Context(), rows, "backend nccl failed: timeout");
+  EXPECT_EQ(doc["results"].size(), 3u);
+  EXPECT_EQ(doc["error"], "backend nccl failed: timeout");
+  EXPECT_TRUE(benchDocument(h200Context(), rows)["error"].is_null());
+}
+
 }  // namespace
 }  // namespace tpscope::cli

@@ -57,17 +57,16 @@ std::string utcNow() {
   return buf;
 }
 
-// Every size of every type, backends interleaved within each size; rows in measuring order.
-std::vector<BenchRow> runSweep(AllReduceBench& bench, const BenchOptions& o, const std::vector<uint64_t>& sizes,
-                               const std::function<void(const BenchRow&)>& on_row) {
-  std::vector<BenchRow> rows;
+// Every size of every type, backends interleaved within each size; rows appended in measuring order, so a
+// failure part-way leaves the rows measured before it.
+void runSweep(AllReduceBench& bench, const BenchOptions& o, const std::vector<uint64_t>& sizes,
+              const std::function<void(const BenchRow&)>& on_row, std::vector<BenchRow>* rows) {
   for (tpsDataType_t t : o.dtypes)
     for (size_t count : sweepCounts(sizes, t))
       for (tpsBackend_t b : o.backends) {
-        rows.push_back(bench.measure(b, t, count));
-        on_row(rows.back());
+        rows->push_back(bench.measure(b, t, count));
+        on_row(rows->back());
       }
-  return rows;
 }
 
 class BenchAllReduceCommand : public Command {
@@ -201,31 +200,43 @@ int BenchAllReduceCommand::run() {
                                             tpsBackendName(b)));
     }
   }
+  if (usable.empty()) return fail(kExitRuntime, "no backend of --backend all can run here ('tpscope topo' says why)");
   o_.backends = usable;
   const BenchContext ctx = context(topo);
   const bool table = !o_.json_stdout;
   if (table) std::fputs((formatPreamble(ctx) + formatHeader()).c_str(), stdout);
   std::fflush(stdout);
   const bool progress = !table && isatty(STDERR_FILENO);  // JSON on stdout: show progress on a terminal
-  const std::vector<BenchRow> rows = runSweep(bench, o_, sizes, [&](const BenchRow& row) {
-    if (table) std::fputs(formatRow(row).c_str(), stdout);
-    std::fflush(stdout);  // rows appear as they are measured, like all_reduce_perf
-    if (progress)
-      std::fprintf(stderr, "\r# %s %s %llu B done   ", tpsBackendName(row.backend), tpsDataTypeName(row.dtype),
-                   static_cast<unsigned long long>(row.bytes()));
-  });
+  std::vector<BenchRow> rows;
+  std::string stopped;  // a runtime error part-way: the rows so far are still printed and written
+  try {
+    runSweep(
+        bench, o_, sizes,
+        [&](const BenchRow& row) {
+          if (table) std::fputs(formatRow(row).c_str(), stdout);
+          std::fflush(stdout);  // rows appear as they are measured, like all_reduce_perf
+          if (progress)
+            std::fprintf(stderr, "\r# %s %s %llu B done   ", tpsBackendName(row.backend), tpsDataTypeName(row.dtype),
+                         static_cast<unsigned long long>(row.bytes()));
+        },
+        &rows);
+  } catch (const std::exception& e) {
+    stopped = e.what();
+  }
   if (progress) std::fputs("\n", stderr);
   if (table) {
-    std::string tail = formatFooter(rows, o_.backends);
+    std::string tail = stopped.empty() ? "" : "# Stopped early: " + stopped + "\n";
+    tail += formatFooter(rows, o_.backends);
     if (o_.backends.size() > 1) {
       const tpsBackend_t ref = ratioReference(o_.backends);
       tail += formatRatios(timeRatios(rows, o_.backends, ref), o_.backends, ref);
     }
     std::fputs(tail.c_str(), stdout);
   }
-  const nlohmann::json doc = benchDocument(ctx, rows);
+  const nlohmann::json doc = benchDocument(ctx, rows, stopped);
   if (o_.json_stdout) std::printf("%s\n", doc.dump(2).c_str());
   if (json_file.is_open()) json_file << doc.dump(2) << "\n";
+  if (!stopped.empty()) return fail(kExitRuntime, stopped);
   uint64_t wrong = 0;
   for (const BenchRow& row : rows) wrong += row.check ? row.check->wrong : 0;
   if (wrong) return fail(kExitRuntime, fmt::format("{} elements were wrong (the #wrong column says where)", wrong));

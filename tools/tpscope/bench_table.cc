@@ -238,7 +238,7 @@ nlohmann::json rowJson(const BenchRow& r) {
   return j;
 }
 
-nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow>& rows) {
+nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow>& rows, const std::string& error) {
   using nlohmann::json;
   const BenchOptions& o = ctx.options;
   auto orNull = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
@@ -278,7 +278,7 @@ nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow
                     {"step_bytes", o.sweep.step_bytes}}}};
   json results = json::array();
   for (const BenchRow& r : rows) results.push_back(rowJson(r));
-  return {{"json_schema_version", 1}, {"context", context}, {"results", results}};
+  return {{"json_schema_version", 1}, {"context", context}, {"results", results}, {"error", orNull(error)}};
 }
 
 }  // namespace tpscope::cli

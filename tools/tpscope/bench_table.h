@@ -110,7 +110,8 @@ std::string formatRatios(const std::vector<RatioRow>& ratios, const std::vector<
                          tpsBackend_t reference);
 
 nlohmann::json rowJson(const BenchRow& row);
-// {"json_schema_version", "context", "results"}; consumers ignore keys they do not know.
-nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow>& rows);
+// {"json_schema_version", "context", "results", "error"}; consumers ignore keys they do not know. `error`
+// is why the sweep stopped early (null when it did not).
+nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow>& rows, const std::string& error = "");
 
 }  // namespace tpscope::cli
