@@ -78,7 +78,8 @@ double decodeElement(tpsDataType_t dtype, const void* data, size_t i) {
 }
 
 double benchTolerance(tpsDataType_t dtype, int nranks, double sum_abs) {
-  return (nranks - 1) * unitRoundoff(dtype) * sum_abs;
+  const double ku = (nranks - 1) * unitRoundoff(dtype);
+  return ku / (1 - ku) * sum_abs;
 }
 
 CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const std::vector<const void*>& results) {

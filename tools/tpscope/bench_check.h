@@ -4,12 +4,12 @@
 // Input element i of rank r is +-k/64 with k in [64, 255] drawn from a hash of (seed, r, i): exact in
 // every dtype (8 significant bits fit bfloat16), and any sum of <= 8 of them is exact in float, so the
 // reference (the sum in double) is the true sum. An element passes when
-//     |result - reference| <= (n - 1) * u * sum_i |x_i|      (u: 2^-8 bf16, 2^-11 half, 2^-24 float)
-// which is the error bound of n - 1 additions each rounded to the dtype, in any order (Higham,
-// "Accuracy and Stability of Numerical Algorithms", 4.2): it admits a ring that rounds every hop
-// (NCCL) as well as float accumulation rounded once (tpscope's backends). It is also tight enough to
-// catch a missing, repeated or sign-flipped contribution: each moves the sum by |x| >= 1, and the bound
-// is at most 7 * 2^-8 * 8 * 255/64 = 0.87 for 8 GPUs in bfloat16.
+//     |result - reference| <= gamma(n - 1) * sum_i |x_i|,   gamma(k) = k*u / (1 - k*u)
+// (u: 2^-8 bf16, 2^-11 half, 2^-24 float), the bound for n - 1 additions each rounded to the dtype, in
+// any order (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., 4.2): it admits a ring
+// that rounds every hop (NCCL) as well as float accumulation rounded once (tpscope's backends). It is
+// also tight enough to catch a missing, repeated or sign-flipped contribution: each moves the sum by
+// |x| >= 1, and the bound is at most gamma(7) * 8 * 255/64 = 0.90 for 8 GPUs in bfloat16.
 // Separately, every rank's result must be bit-identical to rank 0's (the API promises it).
 #pragma once
 
