@@ -247,8 +247,19 @@ class MeterCommand : public Command {
     for (std::string& a : command_) argv.push_back(a.data());
     argv.push_back(nullptr);
     const int64_t t_start = Meter::now();
+    // CMD starts with SIGINT/SIGTERM at their defaults even where our caller ignored them (a
+    // background job of a non-interactive shell): tpscope forwards them and CMD must be able to stop.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
     pid_t pid = 0;
-    const int spawn_err = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+    const int spawn_err = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
+    posix_spawnattr_destroy(&attr);
     int code = 0;
     if (spawn_err != 0) {
       fail(kExitRuntime, "cannot run '" + command_[0] + "': " + std::strerror(spawn_err));

@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: Apache-2.0
+// meter_accuracy - how far to trust `tpscope meter`, measured on the box it runs on.
+//
+//   1. Accuracy: 1 GiB D2H, H2D and GPU0->GPU1 copies, and thousands of 8-64 KiB copies, each in a
+//      window with idle guards; meter bytes / payload per GPU and counter over --reps repetitions
+//      (median [min - max]), with the dmon method's figure (its mean MB/s x window length) beside.
+//   2. Cadence: the achieved read period per GPU with PCIe + NVLink fields at the default period and
+//      as fast as the driver allows, and PCIe alone as fast as it allows; the cost of one read.
+//   3. Overhead: a launch-bound loop of empty kernels with no meter, the default meter and the
+//      fastest meter, interleaved, --reps times; the slowdown of the median (target < 2 %).
+// Prints a table ('#' lines are comments) and writes JSON to --json. Timer: CLOCK_MONOTONIC.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/cuda_raii.h"
+#include "meter/record.h"
+#include "nvml/nvml_loader.h"
+#include "tpscope/meter.h"
+
+namespace tpscope::bench {
+cudaError_t launchEmptyKernels(cudaStream_t stream, int count);
+}
+
+namespace {
+
+using namespace tpscope;
+using nlohmann::json;
+
+struct Args {
+  int reps = 5;
+  std::string json_path = "meter_accuracy.json";
+  int64_t dmon_period_ms = 0;
+  int small_copies = 4000;
+  int launches = 20000;
+  int guard_ms = 50;
+};
+
+struct Case {
+  std::string name;
+  double payload = 0;
+  std::vector<std::pair<int, MeterCounter>> carriers;  // (gpu position, counter) that should carry it
+  std::function<void()> run;
+};
+
+#define CUDA_OK(call)                                                                              \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess) {                                                                       \
+      std::fprintf(stderr, "meter_accuracy: %s failed: %s\n", #call, cudaGetErrorString(e_));      \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+MeterWindow measure(Meter& m, const std::string& name, const std::function<void()>& work, int guard_ms) {
+  m.begin(name);
+  std::this_thread::sleep_for(std::chrono::milliseconds(guard_ms));
+  work();
+  std::this_thread::sleep_for(std::chrono::milliseconds(guard_ms));
+  m.end(name);
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<MeterWindow> ws = m.windows();
+    if (ws.back().complete) return ws.back();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return m.windows().back();
+}
+
+std::string spreadText(const std::optional<MeterSpread>& s, const char* spec = "{:.3f}") {
+  if (!s) return "N/A";
+  return fmt::format(fmt::runtime(std::string(spec) + " [" + spec + " - " + spec + "]"), s->median, s->min, s->max);
+}
+
+json spreadJson(const std::optional<MeterSpread>& s) {
+  if (!s) return nullptr;
+  return {{"median", s->median}, {"min", s->min}, {"max", s->max}, {"n", s->n}};
+}
+
+std::unique_ptr<Meter> startMeter(const MeterOptions& o) {
+  std::unique_ptr<Meter> m;
+  std::string reason;
+  if (Meter::start(o, &m, &reason) != tpsSuccess) {
+    std::fprintf(stderr, "meter_accuracy: cannot start the meter: %s\n", reason.c_str());
+    std::exit(1);
+  }
+  return m;
+}
+
+// 1. Accuracy.
+json accuracy(const Args& a, int ngpu, bool peer) {
+  const size_t kBig = size_t{1} << 30;
+  DeviceBuffer dev0, dev1;
+  PinnedBuffer host;
+  Stream s0;
+  if (DeviceBuffer::create(0, kBig, &dev0) != tpsSuccess || PinnedBuffer::create(kBig, &host) != tpsSuccess ||
+      Stream::create(0, &s0) != tpsSuccess || (peer && DeviceBuffer::create(1, kBig, &dev1) != tpsSuccess)) {
+    std::fprintf(stderr, "meter_accuracy: cannot allocate 1 GiB buffers\n");
+    std::exit(1);
+  }
+  // Small copies: sizes cycle 8, 16, 32, 64 KiB through the buffers.
+  const size_t kSizes[] = {8 << 10, 16 << 10, 32 << 10, 64 << 10};
+  double small_payload = 0;
+  for (int i = 0; i < a.small_copies; ++i) small_payload += kSizes[i % 4];
+  auto small = [&](cudaMemcpyKind kind) {
+    size_t off = 0;
+    for (int i = 0; i < a.small_copies; ++i) {
+      const size_t n = kSizes[i % 4];
+      if (off + n > kBig) off = 0;
+      char* d = dev0.as<char>() + off;
+      char* h = static_cast<char*>(host.host()) + off;
+      CUDA_OK(kind == cudaMemcpyDeviceToHost ? cudaMemcpyAsync(h, d, n, kind, s0.get())
+                                             : cudaMemcpyAsync(d, h, n, kind, s0.get()));
+      off += n;
+    }
+    CUDA_OK(cudaStreamSynchronize(s0.get()));
+  };
+  std::vector<Case> cases;
+  cases.push_back({"d2h 1GiB", double(kBig), {{0, MeterCounter::kPcieTx}}, [&] {
+                     CUDA_OK(cudaMemcpyAsync(host.host(), dev0.get(), kBig, cudaMemcpyDeviceToHost, s0.get()));
+                     CUDA_OK(cudaStreamSynchronize(s0.get()));
+                   }});
+  cases.push_back({"h2d 1GiB", double(kBig), {{0, MeterCounter::kPcieRx}}, [&] {
+                     CUDA_OK(cudaMemcpyAsync(dev0.get(), host.host(), kBig, cudaMemcpyHostToDevice, s0.get()));
+                     CUDA_OK(cudaStreamSynchronize(s0.get()));
+                   }});
+  if (peer)
+    cases.push_back({"p2p 1GiB 0->1", double(kBig), {{0, MeterCounter::kNvlinkTx}, {1, MeterCounter::kNvlinkRx}}, [&] {
+                       CUDA_OK(cudaMemcpyPeerAsync(dev1.get(), 1, dev0.get(), 0, kBig, s0.get()));
+                       CUDA_OK(cudaStreamSynchronize(s0.get()));
+                     }});
+  const std::string small_name = fmt::format("{}x8-64KiB", a.small_copies);
+  cases.push_back({"d2h " + small_name, small_payload, {{0, MeterCounter::kPcieTx}},
+                   [&] { small(cudaMemcpyDeviceToHost); }});
+  cases.push_back({"h2d " + small_name, small_payload, {{0, MeterCounter::kPcieRx}},
+                   [&] { small(cudaMemcpyHostToDevice); }});
+  for (Case& c : cases) c.run();  // warm-up: first-touch costs stay out of the windows
+
+  MeterOptions o;
+  for (int g = 0; g < ngpu; ++g) o.devices.push_back(g);
+  o.method = MeterMethod::kBoth;
+  o.dmon_period_ms = a.dmon_period_ms;
+  std::unique_ptr<Meter> m = startMeter(o);
+  std::vector<std::vector<MeterWindow>> windows(cases.size());
+  for (int rep = 0; rep < a.reps; ++rep)
+    for (size_t i = 0; i < cases.size(); ++i) windows[i].push_back(measure(*m, cases[i].name, cases[i].run, a.guard_ms));
+  m->stop();
+
+  std::printf("# 1. Accuracy: meter bytes / payload, median [min - max] over %d repetitions; each copy sits in a\n"
+              "#    window with %d ms idle guards. dmon = the dmon method's mean MB/s x window length / payload\n"
+              "#    (dmon period %lld ms; 'reps' = repetitions in which it took any reading inside the window).\n"
+              "#    Rows: the counters that should carry the copy (*), and any other with >= 1 %% of the payload.\n",
+              a.reps, a.guard_ms, static_cast<long long>(a.dmon_period_ms));
+  std::printf("#%-22s %14s %4s  %-10s %-28s %-28s %s\n", "case", "payload(B)", "gpu", "counter", "meter/payload",
+              "dmon/payload", "reps");
+  json out = json::array();
+  const std::vector<MeterGpu>& gpus = m->gpus();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    for (int g = 0; g < ngpu; ++g) {
+      for (int k = 0; k < 4; ++k) {
+        const MeterCounter mc = static_cast<MeterCounter>(k);
+        if (!gpus[g].supported[k]) continue;
+        std::vector<std::optional<double>> r, d;
+        int dmon_reps = 0;
+        for (const MeterWindow& w : windows[i]) {
+          const MeterCell& x = w.cells[g][k];
+          r.push_back(x.bytes ? std::optional<double>(*x.bytes / c.payload) : std::nullopt);
+          if (x.dmon_mbps) {
+            ++dmon_reps;
+            d.push_back(*x.dmon_mbps * 1e6 * (w.end_ns - w.start_ns) * 1e-9 / c.payload);
+          }
+        }
+        const bool carrier = std::find(c.carriers.begin(), c.carriers.end(), std::make_pair(g, mc)) != c.carriers.end();
+        std::optional<MeterSpread> rs = meterSpread(r), ds = meterSpread(d);
+        json ratios = json::array();
+        for (const auto& x : r) ratios.push_back(x ? json(*x) : json(nullptr));
+        json row = {{"case", c.name},          {"payload_bytes", c.payload}, {"gpu", gpus[g].index},
+                    {"counter", meterCounterName(mc)}, {"carrier", carrier},     {"ratio", spreadJson(rs)},
+                    {"ratios", ratios},             {"dmon_ratio", spreadJson(ds)}, {"dmon_reps", dmon_reps}};
+        out.push_back(row);
+        if (!carrier && (!rs || rs->max < 0.01)) continue;
+        std::printf(" %-22s %14.0f %4d  %-10s %-28s %-28s %s\n", (c.name + (carrier ? " *" : "")).c_str(), c.payload,
+                    gpus[g].index, meterCounterName(mc), spreadText(rs).c_str(),
+                    isPcie(mc) ? spreadText(ds).c_str() : "", isPcie(mc) ? fmt::format("{}/{}", dmon_reps, a.reps).c_str() : "");
+      }
+    }
+  }
+  return out;
+}
+
+// 2. Cadence and the cost of one read.
+json cadence(int ngpu) {
+  struct Config {
+    const char* name;
+    int64_t period_us;
+    bool nvlink;
+  } configs[] = {{"pcie+nvlink, default period", 0, true},
+                 {"pcie+nvlink, fastest", 100, true},
+                 {"pcie only, fastest", 100, false}};
+  std::printf("\n# 2. Cadence: %d GPU(s) read from one thread each for 2 s, idle. period = time between reads' starts.\n",
+              ngpu);
+  std::printf("#%-28s %4s %9s %9s %9s %9s %9s %11s %11s %7s\n", "config", "gpu", "target", "mean", "p50", "p99", "max",
+              "read mean", "read p99", "drops");
+  json out = json::array();
+  for (const Config& c : configs) {
+    MeterOptions o;
+    for (int g = 0; g < ngpu; ++g) o.devices.push_back(g);
+    o.period_us = c.period_us;
+    o.nvlink = c.nvlink;
+    std::unique_ptr<Meter> m = startMeter(o);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    m->stop();
+    for (const MeterCadence& k : m->cadence()) {
+      std::printf(" %-28s %4d %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %9.3fms %9.3fms %7lld\n", c.name,
+                  m->gpus()[k.gpu].index, k.period_target_ms, k.period_mean_ms, k.period_p50_ms, k.period_p99_ms,
+                  k.period_max_ms, k.read_cost_mean_ms, k.read_cost_p99_ms, static_cast<long long>(k.dropped));
+      json j = toJson(k, m->gpus());
+      j["config"] = c.name;
+      j["nvlink_links"] = m->gpus()[k.gpu].nvlink_links;
+      out.push_back(j);
+    }
+  }
+  return out;
+}
+
+// 3. Overhead on a launch-bound loop.
+json overhead(const Args& a, int ngpu) {
+  Stream s;
+  if (Stream::create(0, &s) != tpsSuccess) std::exit(1);
+  CUDA_OK(bench::launchEmptyKernels(s.get(), 1000));  // warm-up
+  auto timeLoop = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    CUDA_OK(bench::launchEmptyKernels(s.get(), a.launches));
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / a.launches;
+  };
+  MeterOptions def, fast;
+  for (int g = 0; g < ngpu; ++g) def.devices.push_back(g);
+  fast = def;
+  fast.period_us = 100;
+  const char* names[] = {"no meter", "meter, default period", "meter, fastest"};
+  std::vector<std::optional<double>> us[3];
+  for (int rep = 0; rep < a.reps; ++rep) {
+    us[0].push_back(timeLoop());
+    for (int k = 1; k < 3; ++k) {
+      std::unique_ptr<Meter> m = startMeter(k == 1 ? def : fast);
+      us[k].push_back(timeLoop());
+      m->stop();
+    }
+  }
+  std::printf("\n# 3. Overhead: %d empty-kernel launches on GPU 0 then one sync, host clock; median [min - max] of %d\n"
+              "#    interleaved repetitions; the meter reads %d GPU(s) with PCIe + NVLink fields.\n",
+              a.launches, a.reps, ngpu);
+  std::printf("#%-24s %-34s %10s\n", "config", "us per launch", "slowdown");
+  json out = json::array();
+  const double base = meterSpread(us[0])->median;
+  for (int k = 0; k < 3; ++k) {
+    std::optional<MeterSpread> sp = meterSpread(us[k]);
+    const double slow = 100 * (sp->median / base - 1);
+    std::printf(" %-24s %-34s %9.2f%%\n", names[k], spreadText(sp, "{:.3f}").c_str(), slow);
+    out.push_back({{"config", names[k]}, {"us_per_launch", spreadJson(sp)}, {"slowdown_pct", slow}});
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"meter_accuracy: meter bytes against known payloads, cadence, read cost and overhead"};
+  app.add_option("--reps", a.reps, "Repetitions per case")->check(CLI::Range(1, 100))->capture_default_str();
+  app.add_option("--json", a.json_path, "Where to write the JSON record")->capture_default_str();
+  app.add_option("--dmon-period-ms", a.dmon_period_ms, "dmon method period (0: back to back; nvidia-smi uses 1000)")
+      ->capture_default_str();
+  app.add_option("--small-copies", a.small_copies, "Copies in the small-message case")->capture_default_str();
+  app.add_option("--launches", a.launches, "Kernel launches per overhead repetition")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+    std::fprintf(stderr, "meter_accuracy: no CUDA GPU visible\n");
+    return 1;
+  }
+  const int ngpu = std::min(count, 2);
+  int peer = 0;
+  if (ngpu == 2) CUDA_OK(cudaDeviceCanAccessPeer(&peer, 0, 1));
+  if (peer) {
+    DeviceGuard g(0);
+    cudaError_t e = cudaDeviceEnablePeerAccess(1, 0);
+    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) peer = 0;
+    (void)cudaGetLastError();
+  }
+  std::vector<std::string> names;
+  for (int g = 0; g < ngpu; ++g) {
+    cudaDeviceProp p{};
+    CUDA_OK(cudaGetDeviceProperties(&p, g));
+    names.push_back(p.name);
+  }
+  std::printf("# meter_accuracy: tpscope %s (%s), %d GPU(s): %s%s, driver %s\n", tpsGetVersion(), tpsGetGitRevision(),
+              ngpu, names[0].c_str(), ngpu > 1 ? (", " + names[1]).c_str() : "", nvml::Nvml::driverVersion().c_str());
+
+  json doc;
+  doc["context"] = {{"tpscope_version", tpsGetVersion()}, {"git_sha", tpsGetGitRevision()},
+                    {"argv", std::vector<std::string>(argv, argv + argc)}, {"devices", names},
+                    {"driver", nvml::Nvml::driverVersion()}, {"timer", "CLOCK_MONOTONIC (steady_clock)"},
+                    {"reps", a.reps}, {"guard_ms", a.guard_ms}, {"dmon_period_ms", a.dmon_period_ms},
+                    {"peer_copy", peer != 0}};
+  doc["accuracy"] = accuracy(a, ngpu, peer != 0);
+  doc["cadence"] = cadence(ngpu);
+  doc["overhead"] = overhead(a, ngpu);
+  std::ofstream f(a.json_path);
+  f << doc.dump(2) << "\n";
+  if (!f) {
+    std::fprintf(stderr, "meter_accuracy: cannot write %s\n", a.json_path.c_str());
+    return 1;
+  }
+  std::printf("# JSON: %s\n", a.json_path.c_str());
+  return 0;
+}
