@@ -13,6 +13,7 @@
 #include "allreduce/backend.h"
 #include "allreduce/host_staged.h"
 #include "allreduce/nccl.h"
+#include "allreduce/p2p.h"
 #include "allreduce/selector.h"
 #include "allreduce/tuning.h"
 #include "common/checks.h"
@@ -154,9 +155,12 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
   c->stats.ndev = ndev;
   std::copy(devs.begin(), devs.end(), c->stats.devices);
   const bool want_all = requested == tpsBackendAuto;
-  if (requested == tpsBackendP2p) {
-    TPS_LOG_WARN("tpsCommCreate: the p2p backend is not in this build yet");
-    return tpsUnavailable;
+  if (requested == tpsBackendP2p || (want_all && c->avail.all_peer_access)) {
+    tpsResult_t r = createP2pBackend(devs, tuning, &c->backends[tpsBackendP2p]);
+    if (r != tpsSuccess && !want_all) return r;
+    // `auto` does not pick p2p yet: its crossovers against NCCL are measured by AllReduce part 2's
+    // tuning. Until then p2p runs only when asked for (config, TPSCOPE_ALLREDUCE, tpsAllReduceWith).
+    c->avail.p2p = false;
   }
   if (want_all || requested == tpsBackendHost) {
     tpsResult_t r = createHostStagedBackend(devs, tuning, &c->backends[tpsBackendHost]);
@@ -169,7 +173,7 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommCreate: NCCL could not start; auto continues without it");
     c->avail.nccl = r == tpsSuccess;
   }
-  TPS_EXPECT(c->avail.host || c->avail.nccl, tpsUnavailable, "tpsCommCreate: no backend can run on these GPUs");
+  TPS_EXPECT(c->avail.host || c->avail.nccl || c->backends[tpsBackendP2p], tpsUnavailable, "tpsCommCreate: no backend can run on these GPUs");
   *comm = c.release();
   return tpsSuccess;
 }

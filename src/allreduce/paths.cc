@@ -31,7 +31,7 @@ std::string ncclVersionString(int code) {
 BackendsBuilt backendsBuilt() {
   BackendsBuilt b;
   b.host = true;   // src/allreduce/host_staged.cu
-  b.p2p = false;   // src/allreduce/p2p.cu: AllReduce part 2
+  b.p2p = true;    // src/allreduce/p2p.cu
   b.nccl = true;   // src/allreduce/nccl.cc
   int v = 0;
   if (ncclGetVersion(&v) == ncclSuccess && v > 0) b.nccl_version = v;

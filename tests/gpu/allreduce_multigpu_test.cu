@@ -151,6 +151,17 @@ TEST(AllReduceMultiGpu, NcclBackendTwoGpus) {
   TPS_REQUIRE_GPUS(2);
   correctness(tpsBackendNccl, 2);
 }
+TEST(AllReduceMultiGpu, P2pBackendTwoGpus) {
+  TPS_REQUIRE_GPUS(2);
+  int access = 0;
+  cudaDeviceCanAccessPeer(&access, 0, 1);
+  if (!access) GTEST_SKIP() << "GPU0 has no peer access to GPU1";
+  correctness(tpsBackendP2p, 2);
+}
+TEST(AllReduceMultiGpu, P2pBackendAllGpus) {
+  TPS_REQUIRE_GPUS(3);
+  correctness(tpsBackendP2p, std::min(gpus(), 8));
+}
 TEST(AllReduceMultiGpu, HostBackendAllGpus) {
   TPS_REQUIRE_GPUS(3);
   correctness(tpsBackendHost, std::min(gpus(), 8));
@@ -248,6 +259,14 @@ TEST(AllReduceMultiGpu, GraphReplayHostKernelPath) {
 TEST(AllReduceMultiGpu, GraphReplayHostCopyPath) {
   TPS_REQUIRE_GPUS(2);
   graphReplay(tpsBackendHost, (8u << 20) + 3);
+}
+TEST(AllReduceMultiGpu, GraphReplayP2pOneShot) {
+  TPS_REQUIRE_GPUS(2);
+  graphReplay(tpsBackendP2p, 12345);
+}
+TEST(AllReduceMultiGpu, GraphReplayP2pTwoShot) {
+  TPS_REQUIRE_GPUS(2);
+  graphReplay(tpsBackendP2p, (8u << 20) + 3);
 }
 TEST(AllReduceMultiGpu, GraphReplayNccl) {
   TPS_REQUIRE_GPUS(2);
@@ -392,7 +411,6 @@ TEST(AllReduceMultiGpu, BadInputEnqueuesNothing) {
   EXPECT_EQ(tpsAllReduce(f.comm, host_ptr, 1000, tpsFloat32, streams), tpsInvalidArgument);
   EXPECT_EQ(tpsAllReduce(f.comm, f.bufs.data(), 1000, tpsFloat32, swapped_streams), tpsInvalidArgument);
   EXPECT_EQ(tpsAllReduce(f.comm, f.bufs.data(), 1000, tpsFloat32, default_streams), tpsInvalidArgument);
-  EXPECT_EQ(tpsAllReduceWith(f.comm, tpsBackendP2p, f.bufs.data(), 1000, tpsFloat32, streams), tpsUnavailable);
   int same[2] = {0, 0};
   tpsComm_t other = nullptr;
   EXPECT_EQ(tpsCommCreate(&other, 2, same, nullptr), tpsInvalidArgument);

@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: Apache-2.0
+// p2p.cu - backend `p2p`, host side: peer access, receive buffers, flags, and the per-call launches.
+//
+// One-shot below kOneShotMax bytes per GPU (fewest round trips: one flag exchange), two-shot above
+// (each GPU moves 2(N-1)/N of the message instead of N-1 times it). Two-shot runs in pieces of at most
+// kTwoShotPiece bytes, each one launch; a remainder that does not split into N whole vectors goes
+// through one-shot. Both are capturable: the only state is device memory.
+#include "allreduce/p2p.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "allreduce/p2p_kernels.cuh"
+#include "common/checks.h"
+#include "common/cuda_raii.h"
+
+namespace tpscope::detail {
+
+namespace {
+
+constexpr size_t kOneShotMax = 1u << 20;       // one-shot receive slot per (slot, peer)
+constexpr size_t kTwoShotPiece = 64u << 20;    // bytes per GPU per two-shot launch
+constexpr int kOneShotBlocks = 16;
+constexpr int kTwoShotBlocks = 64;
+
+struct Algo {
+  int blocks = 0;
+  size_t recv_stride = 0;
+  std::vector<DeviceBuffer> recv, flags, counters;
+  std::vector<P2pHandle> handles;
+};
+
+class P2pBackend final : public Backend {
+ public:
+  tpsResult_t init(const std::vector<int>& devices, const HostTuning& tuning);
+  tpsBackend_t kind() const override { return tpsBackendP2p; }
+  tpsPath_t pathFor(size_t bytes) const override {
+    return bytes <= kOneShotMax ? tpsPathP2pOneShot : tpsPathP2pTwoShot;
+  }
+  Traffic trafficFor(tpsPath_t path, size_t bytes) const override {
+    const size_t n = devices_.size();
+    if (path == tpsPathP2pOneShot) return Traffic{bytes * (n - 1), bytes * (n - 1)};
+    const size_t t = bytes * 2 * (n - 1) / n;
+    return Traffic{t, t};
+  }
+  tpsResult_t allReduce(const CallArgs& a) override {
+    switch (a.dtype) {
+      case tpsFloat32: return run<float>(a);
+      case tpsFloat16: return run<__half>(a);
+      case tpsBfloat16: return run<__nv_bfloat16>(a);
+      default: return tpsInvalidArgument;
+    }
+  }
+  tpsResult_t asyncError() const override {
+    const volatile unsigned* st = static_cast<const volatile unsigned*>(status_.host());
+    for (size_t q = 0; q < devices_.size(); ++q)
+      if (st[q] != 0) return static_cast<tpsResult_t>(st[q]);
+    return tpsSuccess;
+  }
+
+ private:
+  tpsResult_t initAlgo(Algo* a, int blocks, size_t recv_stride);
+  template <typename T>
+  tpsResult_t run(const CallArgs& a);
+  template <typename T>
+  tpsResult_t oneShot(const CallArgs& a, size_t off, size_t count, bool aligned);
+
+  std::vector<int> devices_;
+  HostTuning tuning_{};
+  PinnedBuffer status_;
+  Algo one_, two_;
+};
+
+tpsResult_t P2pBackend::initAlgo(Algo* al, int blocks, size_t recv_stride) {
+  const int n = static_cast<int>(devices_.size());
+  al->blocks = blocks;
+  al->recv_stride = recv_stride;
+  al->recv.resize(n);
+  al->flags.resize(n);
+  al->counters.resize(n);
+  al->handles.resize(n);
+  const size_t flag_bytes = size_t{2} * 2 * n * blocks * kP2pFlagStride * sizeof(unsigned long long);
+  for (int r = 0; r < n; ++r) {
+    const int d = devices_[r];
+    DeviceGuard g(d);
+    TPS_CHECK(DeviceBuffer::create(d, 2 * n * recv_stride, &al->recv[r]));
+    TPS_CHECK(DeviceBuffer::create(d, flag_bytes, &al->flags[r]));
+    TPS_CHECK(DeviceBuffer::create(d, blocks * sizeof(unsigned long long), &al->counters[r]));
+    TPS_CUDA_CHECK(cudaMemset(al->flags[r].get(), 0, flag_bytes));
+    TPS_CUDA_CHECK(cudaMemset(al->counters[r].get(), 0, al->counters[r].bytes()));
+  }
+  for (int r = 0; r < n; ++r) {
+    P2pHandle& h = al->handles[r];
+    std::memset(&h, 0, sizeof(h));
+    for (int q = 0; q < n; ++q) {
+      h.recv[q] = al->recv[q].as<char>();
+      h.flags[q] = al->flags[q].as<unsigned long long>();
+    }
+    h.counters = al->counters[r].as<unsigned long long>();
+    void* st = nullptr;
+    TPS_CHECK(status_.devicePointer(devices_[r], &st));
+    h.status = static_cast<unsigned*>(st);
+    h.recv_stride = recv_stride;
+    h.timeout_ns = static_cast<unsigned long long>(tuning_.spin_timeout_ms) * 1000000ull;
+    h.rank = r;
+    h.nranks = n;
+  }
+  return tpsSuccess;
+}
+
+tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& tuning) {
+  devices_ = devices;
+  tuning_ = tuning;
+  const int n = static_cast<int>(devices.size());
+  for (int a : devices)
+    for (int b : devices) {
+      if (a == b) continue;
+      int ok = 0;
+      TPS_CUDA_CHECK(cudaDeviceCanAccessPeer(&ok, a, b));
+      TPS_EXPECT(ok, tpsUnavailable, "p2p backend: GPU {} has no peer access to GPU {}", a, b);
+      DeviceGuard g(a);
+      cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+      else TPS_CUDA_CHECK(e);
+    }
+  TPS_CHECK(PinnedBuffer::create(16 * TPS_MAX_DEVICES, &status_));
+  std::memset(status_.host(), 0, status_.bytes());
+  TPS_CHECK(initAlgo(&one_, kOneShotBlocks, kOneShotMax));
+  TPS_CHECK(initAlgo(&two_, kTwoShotBlocks, kTwoShotPiece / n + 64));
+  // Load the kernels now (see host_staged.cu: lazy loading can deadlock against a busy peer).
+  for (int d : devices_) {
+    DeviceGuard g(d);
+    cudaFuncAttributes fa;
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<float, true>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__half, true>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__nv_bfloat16, true>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<float, false>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__half, false>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__nv_bfloat16, false>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<float>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__half>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__nv_bfloat16>));
+  }
+  TPS_LOG_INFO("p2p backend: {} GPUs, one-shot up to {} B, two-shot pieces of {} B", n, kOneShotMax, kTwoShotPiece);
+  return tpsSuccess;
+}
+
+template <typename T>
+tpsResult_t P2pBackend::oneShot(const CallArgs& a, size_t off, size_t count, bool aligned) {
+  const size_t piece = kOneShotMax / sizeof(T);
+  for (size_t p = 0; p < count; p += piece) {
+    const size_t cnt = std::min(piece, count - p);
+    for (size_t r = 0; r < devices_.size(); ++r) {
+      DeviceGuard g(devices_[r]);
+      T* buf = static_cast<T*>(a.bufs[r]) + off + p;
+      if (aligned)
+        p2pOneShot<T, true><<<one_.blocks, kP2pThreads, 0, a.streams[r]>>>(one_.handles[r], buf, cnt);
+      else
+        p2pOneShot<T, false><<<one_.blocks, kP2pThreads, 0, a.streams[r]>>>(one_.handles[r], buf, cnt);
+      TPS_CUDA_CHECK_LAUNCH();
+    }
+  }
+  return tpsSuccess;
+}
+
+template <typename T>
+tpsResult_t P2pBackend::run(const CallArgs& a) {
+  const size_t n = devices_.size();
+  bool aligned = true;
+  for (size_t r = 0; r < n; ++r) aligned = aligned && reinterpret_cast<uintptr_t>(a.bufs[r]) % 16 == 0;
+  // Misaligned buffers (rare: an offset into an allocation) take the scalar one-shot for everything.
+  if (!aligned || pathFor(a.bytes()) == tpsPathP2pOneShot) return oneShot<T>(a, 0, a.count, aligned);
+  const size_t unit = n * Vec<T>::kElems;  // two-shot needs N whole vectors per piece
+  const size_t piece_max = kTwoShotPiece / sizeof(T) / unit * unit;
+  const size_t body = a.count / unit * unit;
+  for (size_t off = 0; off < body; off += piece_max) {
+    const size_t cnt = std::min(piece_max, body - off);
+    for (size_t r = 0; r < n; ++r) {
+      DeviceGuard g(devices_[r]);
+      P2pHandle h = two_.handles[r];
+      for (size_t q = 0; q < n; ++q) h.bufs[q] = static_cast<T*>(a.bufs[q]) + off;
+      p2pTwoShot<T><<<two_.blocks, kP2pThreads, 0, a.streams[r]>>>(h, cnt);
+      TPS_CUDA_CHECK_LAUNCH();
+    }
+  }
+  if (body < a.count) TPS_CHECK(oneShot<T>(a, body, a.count - body, true));
+  return tpsSuccess;
+}
+
+}  // namespace
+
+tpsResult_t createP2pBackend(const std::vector<int>& devices, const HostTuning& tuning, std::unique_ptr<Backend>* out) {
+  auto b = std::make_unique<P2pBackend>();
+  TPS_CHECK(b->init(devices, tuning));
+  *out = std::move(b);
+  return tpsSuccess;
+}
+
+}  // namespace tpscope::detail
