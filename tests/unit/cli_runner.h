@@ -18,12 +18,25 @@ struct CliResult {
   std::string out, err;
 };
 
-// `args` are shell words appended to the binary's path (TPSCOPE_CLI_PATH); `env` is prefixed ("A=1 B=2").
+// The tpscope binary beside the running test binary (both land in build/bin), else the path CMake
+// compiled in: a build folder carried to a GPU machine under another path still finds its own binary.
+inline std::string tpscopePath() {
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    const std::string sibling = dir.substr(0, dir.rfind('/') + 1) + "tpscope";
+    if (access(sibling.c_str(), X_OK) == 0) return sibling;
+  }
+  return TPSCOPE_CLI_PATH;
+}
+
+// `args` are shell words appended to the binary's path; `env` is prefixed ("A=1 B=2").
 inline CliResult runTpscope(const std::string& args, const std::string& env = "") {
   char err_path[] = "/tmp/tpscope_cli_runner_XXXXXX";
   const int fd = mkstemp(err_path);
   close(fd);
-  const std::string cmd = env + (env.empty() ? "" : " ") + TPSCOPE_CLI_PATH + " " + args + " 2>" + err_path;
+  const std::string cmd = env + (env.empty() ? "" : " ") + tpscopePath() + " " + args + " 2>" + err_path;
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf{};
