@@ -107,6 +107,19 @@ TEST(BenchTable, GoldenH200) {
   testing::expectGolden("bench_allreduce_h200.txt", fullTable(h200Context(), h200Rows()));
 }
 
+TEST(BenchTable, GraphPreambleSaysWhatIsTimed) {
+  BenchContext c = h200Context();
+  c.options.graph = true;
+  c.options.graph_replays = 7;
+  c.env.clear();
+  const std::string p = formatPreamble(c);
+  EXPECT_NE(p.find("graph: 1"), std::string::npos) << p;
+  EXPECT_NE(p.find("a graph of 20 calls on all GPUs; 7 timed launches"), std::string::npos) << p;
+  EXPECT_NE(p.find("time = launch time / 20"), std::string::npos) << p;
+  EXPECT_NE(p.find("# env: (no NCCL_ or TPSCOPE_"), std::string::npos) << p;
+  EXPECT_EQ(benchDocument(c, {})["context"]["graph_replays"], 7);
+}
+
 TEST(BenchTable, HeaderHasTheNcclTestsColumnsInOrder) {
   const std::string h = formatHeader();
   EXPECT_EQ(h.front(), '#');
