@@ -115,3 +115,15 @@ TEST(Api, BadArgumentsAreRefusedBeforeAnyGpuWork) {
 
 }  // namespace
 }  // namespace tpscope::detail
+
+// The C++ wrapper compiles, owns nothing when empty, and passes the C status through.
+#include "tpscope/tpscope.hpp"
+TEST(CppWrapper, EmptyCommunicatorReportsInvalidArgument) {
+  tpscope::Communicator c;
+  EXPECT_FALSE(c);
+  EXPECT_EQ(c.allReduce(nullptr, 1, tpsFloat32, nullptr), tpsInvalidArgument);
+  EXPECT_EQ(c.asyncError(), tpsInvalidArgument);
+  tpscope::Communicator d;
+  EXPECT_EQ(tpscope::Communicator::create({0}, &d), tpsInvalidArgument);  // one GPU is not a communicator
+  EXPECT_FALSE(d);
+}

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// tpscope.hpp - a thin C++ wrapper over the C API in tpscope.h: an owning communicator handle.
+//
+//   tpscope::Communicator comm;
+//   if (tpsResult_t r = tpscope::Communicator::create({0, 1}, &comm); r != tpsSuccess) { ... }
+//   comm.allReduce(bufs, count, tpsBfloat16, streams);   // same contract as tpsAllReduce
+//
+// No exceptions: every call returns the C status, so the wrapper can sit in code built without them.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "tpscope/tpscope.h"
+
+namespace tpscope {
+
+class Communicator {
+ public:
+  Communicator() = default;
+  ~Communicator() { (void)tpsCommDestroy(comm_); }
+  Communicator(Communicator&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
+  Communicator& operator=(Communicator&& o) noexcept {
+    if (this != &o) {
+      (void)tpsCommDestroy(comm_);
+      comm_ = std::exchange(o.comm_, nullptr);
+    }
+    return *this;
+  }
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // tpsCommCreate over `devices`; `config` may be null. *out is replaced only on success.
+  [[nodiscard]] static tpsResult_t create(const std::vector<int>& devices, Communicator* out,
+                                          const tpsConfig_t* config = nullptr) {
+    tpsComm_t c = nullptr;
+    tpsResult_t r = tpsCommCreate(&c, static_cast<int>(devices.size()), devices.data(), config);
+    if (r == tpsSuccess) *out = Communicator(c);
+    return r;
+  }
+
+  [[nodiscard]] tpsResult_t allReduce(void* const* bufs, size_t count, tpsDataType_t dtype, const tpsStream_t* streams,
+                                      tpsBackend_t backend = tpsBackendAuto) {
+    return tpsAllReduceWith(comm_, backend, bufs, count, dtype, streams);
+  }
+  [[nodiscard]] tpsResult_t asyncError() const {
+    tpsResult_t e = tpsSuccess;
+    tpsResult_t r = tpsCommGetAsyncError(comm_, &e);
+    return r != tpsSuccess ? r : e;
+  }
+  [[nodiscard]] tpsResult_t stats(tpsStats_t* out) const { return tpsCommGetStats(comm_, out); }
+  tpsComm_t get() const { return comm_; }
+  explicit operator bool() const { return comm_ != nullptr; }
+
+ private:
+  explicit Communicator(tpsComm_t c) : comm_(c) {}
+  tpsComm_t comm_ = nullptr;
+};
+
+}  // namespace tpscope
