@@ -56,7 +56,7 @@ TEST(BenchCli, HelpListsTheNcclTestsFlags) {
   CliResult r = runTpscope("bench allreduce --help");
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag : {"-b,--minbytes", "-e,--maxbytes", "-f,--stepfactor", "-n,--iters", "-w,--warmup_iters",
-                           "-c,--check", "-d,--datatype", "-g,--ngpus", "--backend", "--graph", "-J,--json"})
+                           "-c,--check", "-d,--datatype", "-g,--ngpus", "--backend", "--graph", "-J,--json", "--tune"})
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
 }
 

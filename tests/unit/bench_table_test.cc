@@ -26,6 +26,8 @@ BenchContext h200Context() {
   c.nccl_version = "2.28.3";
   c.cuda_driver_version = c.cuda_runtime_version = 13000;
   c.env = {{"NCCL_P2P_DISABLE", "1"}, {"NCCL_NVLS_ENABLE", "0"}};
+  c.pinned_d2h_gbps = 55.25;  // H200-FACTS.md
+  c.pinned_h2d_gbps = 55.45;
   c.options.devices = {0, 1};
   return c;
 }

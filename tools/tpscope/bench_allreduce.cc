@@ -4,7 +4,8 @@
 //
 // The pieces: bench_args (options and their checks), bench_runner (GPU timing), bench_check (-c 1),
 // bench_stats (path and bytes columns), bench_table (text and JSON). This file wires them together.
-// --tune (issue 5) will reuse runSweep() and the `fastest` column of timeRatios() to store crossovers.
+// --tune runs bench_tune (the host backend's tunables) instead of the sweep; choosing between backends
+// (issue 5) can reuse runSweep() and the `fastest` column of timeRatios().
 #include "bench_allreduce.h"
 
 #include <fmt/format.h>
@@ -22,6 +23,7 @@
 #include "bench_args.h"
 #include "bench_runner.h"
 #include "bench_table.h"
+#include "bench_tune.h"
 #include "cli.h"
 #include "topology/topology.h"
 #include "tpscope/tpscope.h"
@@ -100,6 +102,8 @@ class BenchAllReduceCommand : public Command {
         ->check(CLI::Range(1, 100000))
         ->capture_default_str();
     sub_->add_option("-J,--json", o_.json_path, "Also write the results as JSON to FILE");
+    sub_->add_flag("--tune", tune_,
+                   "Instead of the sweep: measure the host backend's tunables here and write the tuning file");
     sub_->add_option("--format", format_, "Output on stdout")
         ->check(CLI::IsMember({"table", "json"}))
         ->capture_default_str();
@@ -117,6 +121,7 @@ class BenchAllReduceCommand : public Command {
   BenchOptions o_;
   std::string min_bytes_ = "8K", max_bytes_ = "256M", step_bytes_ = "1M";
   int check_ = 1;
+  bool tune_ = false;
   int ngpus_ = 0;
   std::string dtype_ = "bfloat16", op_ = "sum", devices_, backends_ = "host,nccl", format_ = "table";
 };
@@ -183,6 +188,10 @@ int BenchAllReduceCommand::run() {
   tpsResult_t r = queryTopology(o_.devices, &topo, &reason);
   if (r == tpsInvalidArgument) return fail(kExitUsage, reason);
   if (r != tpsSuccess) return fail(kExitRuntime, "cannot read the topology: " + reason);
+  if (tune_) {
+    TuneResult tuned;
+    return runHostTune(o_.devices, stdout, &tuned);
+  }
   std::ofstream json_file;
   if (!o_.json_path.empty()) {
     json_file.open(o_.json_path);
@@ -202,7 +211,12 @@ int BenchAllReduceCommand::run() {
   }
   if (usable.empty()) return fail(kExitRuntime, "no backend of --backend all can run here ('tpscope topo' says why)");
   o_.backends = usable;
-  const BenchContext ctx = context(topo);
+  BenchContext ctx = context(topo);
+  // The rate the host backend's algbw is judged by (issue 4: >= 80 % from 64 MiB), from this run's box.
+  const double d2h = pinnedCopyRateGBps(o_.devices[0], true, 256u << 20);
+  const double h2d = pinnedCopyRateGBps(o_.devices[0], false, 256u << 20);
+  if (d2h > 0) ctx.pinned_d2h_gbps = d2h;
+  if (h2d > 0) ctx.pinned_h2d_gbps = h2d;
   const bool table = !o_.json_stdout;
   if (table) std::fputs((formatPreamble(ctx) + formatHeader()).c_str(), stdout);
   std::fflush(stdout);

@@ -122,6 +122,10 @@ std::string formatPreamble(const BenchContext& ctx) {
   s += fmt::format("# driver {} | CUDA driver {}, runtime {} | NCCL {}\n",
                    ctx.driver_version.empty() ? "N/A" : ctx.driver_version, cudaVersionText(ctx.cuda_driver_version),
                    cudaVersionText(ctx.cuda_runtime_version), ctx.nccl_version.empty() ? "N/A" : ctx.nccl_version);
+  auto rate = [](const std::optional<double>& v) { return v ? fmt::format("{:.1f} GB/s", *v) : std::string("N/A"); };
+  s += fmt::format("# pinned copy rate GPU{} (256 MiB, CUDA events): D2H {}, H2D {}\n",
+                   ctx.devices.empty() ? 0 : ctx.devices[0].device, rate(ctx.pinned_d2h_gbps),
+                   rate(ctx.pinned_h2d_gbps));
   s += "#\n# Using devices\n";
   for (const DeviceEntry& d : ctx.devices)
     s += fmt::format("#  Rank {:2d} Group  0 Pid {:6d} on {:>10} device {:2d} [{}] {}\n", d.rank, ctx.pid, ctx.hostname,
@@ -263,6 +267,8 @@ nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow
                   {"cuda_runtime_version", ctx.cuda_runtime_version},
                   {"nccl_version", orNull(ctx.nccl_version)},
                   {"env", env},
+                  {"pinned_d2h_gbps", ctx.pinned_d2h_gbps ? json(*ctx.pinned_d2h_gbps) : json(nullptr)},
+                  {"pinned_h2d_gbps", ctx.pinned_h2d_gbps ? json(*ctx.pinned_h2d_gbps) : json(nullptr)},
                   {"timer", "cuda events"},
                   {"warmup_iters", o.warmup_iters},
                   {"iters", o.iters},

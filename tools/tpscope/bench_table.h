@@ -84,6 +84,8 @@ struct BenchContext {
   std::string driver_version, nccl_version;  // empty: unknown
   int cuda_driver_version = 0, cuda_runtime_version = 0;
   std::vector<std::pair<std::string, std::string>> env;  // benchEnvNames() that were set
+  // Pinned-memory copy rate of GPU0 (what the host backend's algbw is judged against); nullopt: not measured.
+  std::optional<double> pinned_d2h_gbps, pinned_h2d_gbps;
   BenchOptions options;
 };
 
