@@ -7,8 +7,8 @@
 #   1. tpscope topo, for the record;
 #   2. the sweep host,nccl -b 8K -e 256M -f 2 -d bf16 -c 1, eager and --graph (NCCL's default path);
 #   3. the same with NCCL_P2P_DISABLE=1: NCCL forced onto host memory, the baseline host must beat;
-#   4. correctness over every dtype and odd counts (-b 6 -f 3: counts 3, 9, 27, ...), eager and graph,
-#      on 2 GPUs and, where the box has them, on 4;
+#   4. correctness of every available backend over every dtype and odd counts (-b 6 -f 3: counts 3, 9,
+#      27, ...), eager and graph, on 2 GPUs and, where the box has them, on 4;
 #   5. the GPU tests of `tpscope bench allreduce`.
 # Every step has a time limit, so a hung GPU costs one step, not the run; about 2-3 minutes on 2xH200.
 set -uo pipefail
@@ -45,7 +45,8 @@ step graph 150 -- "${SWEEP[@]}" --graph -J "$OUT/graph.json"
 step p2p-off-eager 120 NCCL_P2P_DISABLE=1 -- "${SWEEP[@]}" -J "$OUT/p2p-off-eager.json"
 step p2p-off-graph 150 NCCL_P2P_DISABLE=1 -- "${SWEEP[@]}" --graph -J "$OUT/p2p-off-graph.json"
 
-CHECK=(bench allreduce --backend host,nccl -d all -b 6 -e 64M -f 3 -n 2 -w 1 -c 1)
+# --backend all: every backend this build and box can run (p2p too, once it is there).
+CHECK=(bench allreduce --backend all -d all -b 6 -e 64M -f 3 -n 2 -w 1 -c 1)
 step check-2gpu-eager 90 -- "${CHECK[@]}" --devices 0,1 -J "$OUT/check-2gpu-eager.json"
 step check-2gpu-graph 90 -- "${CHECK[@]}" --devices 0,1 --graph --graph-replays 1 -J "$OUT/check-2gpu-graph.json"
 if [ "${ngpu:-0}" -ge 4 ]; then
