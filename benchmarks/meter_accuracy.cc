@@ -49,13 +49,13 @@ struct Case {
   std::function<void()> run;
 };
 
-#define CUDA_OK(call)                                                                              \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "meter_accuracy: %s failed: %s\n", #call, cudaGetErrorString(e_));      \
-      std::exit(1);                                                                                \
-    }                                                                                              \
+#define CUDA_OK(call)                                                                         \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "meter_accuracy: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 MeterWindow measure(Meter& m, const std::string& name, const std::function<void()>& work, int guard_ms) {
@@ -135,10 +135,10 @@ json accuracy(const Args& a, int ngpu, bool peer) {
                        CUDA_OK(cudaStreamSynchronize(s0.get()));
                      }});
   const std::string small_name = fmt::format("{}x8-64KiB", a.small_copies);
-  cases.push_back({"d2h " + small_name, small_payload, {{0, MeterCounter::kPcieTx}},
-                   [&] { small(cudaMemcpyDeviceToHost); }});
-  cases.push_back({"h2d " + small_name, small_payload, {{0, MeterCounter::kPcieRx}},
-                   [&] { small(cudaMemcpyHostToDevice); }});
+  cases.push_back(
+      {"d2h " + small_name, small_payload, {{0, MeterCounter::kPcieTx}}, [&] { small(cudaMemcpyDeviceToHost); }});
+  cases.push_back(
+      {"h2d " + small_name, small_payload, {{0, MeterCounter::kPcieRx}}, [&] { small(cudaMemcpyHostToDevice); }});
   for (Case& c : cases) c.run();  // warm-up: first-touch costs stay out of the windows
 
   MeterOptions o;
@@ -148,14 +148,16 @@ json accuracy(const Args& a, int ngpu, bool peer) {
   std::unique_ptr<Meter> m = startMeter(o);
   std::vector<std::vector<MeterWindow>> windows(cases.size());
   for (int rep = 0; rep < a.reps; ++rep)
-    for (size_t i = 0; i < cases.size(); ++i) windows[i].push_back(measure(*m, cases[i].name, cases[i].run, a.guard_ms));
+    for (size_t i = 0; i < cases.size(); ++i)
+      windows[i].push_back(measure(*m, cases[i].name, cases[i].run, a.guard_ms));
   m->stop();
 
-  std::printf("# 1. Accuracy: meter bytes / payload, median [min - max] over %d repetitions; each copy sits in a\n"
-              "#    window with %d ms idle guards. dmon = the dmon method's mean MB/s x window length / payload\n"
-              "#    (dmon period %lld ms; 'reps' = repetitions in which it took any reading inside the window).\n"
-              "#    Rows: the counters that should carry the copy (*), and any other with >= 1 %% of the payload.\n",
-              a.reps, a.guard_ms, static_cast<long long>(a.dmon_period_ms));
+  std::printf(
+      "# 1. Accuracy: meter bytes / payload, median [min - max] over %d repetitions; each copy sits in a\n"
+      "#    window with %d ms idle guards. dmon = the dmon method's mean MB/s x window length / payload\n"
+      "#    (dmon period %lld ms; 'reps' = repetitions in which it took any reading inside the window).\n"
+      "#    Rows: the counters that should carry the copy (*), and any other with >= 1 %% of the payload.\n",
+      a.reps, a.guard_ms, static_cast<long long>(a.dmon_period_ms));
   std::printf("#%-22s %14s %4s  %-10s %-28s %-28s %s\n", "case", "payload(B)", "gpu", "counter", "meter/payload",
               "dmon/payload", "reps");
   json out = json::array();
@@ -180,14 +182,17 @@ json accuracy(const Args& a, int ngpu, bool peer) {
         std::optional<MeterSpread> rs = meterSpread(r), ds = meterSpread(d);
         json ratios = json::array();
         for (const auto& x : r) ratios.push_back(x ? json(*x) : json(nullptr));
-        json row = {{"case", c.name},          {"payload_bytes", c.payload}, {"gpu", gpus[g].index},
-                    {"counter", meterCounterName(mc)}, {"carrier", carrier},     {"ratio", spreadJson(rs)},
-                    {"ratios", ratios},             {"dmon_ratio", spreadJson(ds)}, {"dmon_reps", dmon_reps}};
+        json row = {{"case", c.name},        {"payload_bytes", c.payload},
+                    {"gpu", gpus[g].index},  {"counter", meterCounterName(mc)},
+                    {"carrier", carrier},    {"ratio", spreadJson(rs)},
+                    {"ratios", ratios},      {"dmon_ratio", spreadJson(ds)},
+                    {"dmon_reps", dmon_reps}};
         out.push_back(row);
         if (!carrier && (!rs || rs->max < 0.01)) continue;
         std::printf(" %-22s %14.0f %4d  %-10s %-28s %-28s %s\n", (c.name + (carrier ? " *" : "")).c_str(), c.payload,
                     gpus[g].index, meterCounterName(mc), spreadText(rs).c_str(),
-                    isPcie(mc) ? spreadText(ds).c_str() : "", isPcie(mc) ? fmt::format("{}/{}", dmon_reps, a.reps).c_str() : "");
+                    isPcie(mc) ? spreadText(ds).c_str() : "",
+                    isPcie(mc) ? fmt::format("{}/{}", dmon_reps, a.reps).c_str() : "");
       }
     }
   }
@@ -203,8 +208,9 @@ json cadence(int ngpu) {
   } configs[] = {{"pcie+nvlink, default period", 0, true},
                  {"pcie+nvlink, fastest", 100, true},
                  {"pcie only, fastest", 100, false}};
-  std::printf("\n# 2. Cadence: %d GPU(s) read from one thread each for 2 s, idle. period = time between reads' starts.\n",
-              ngpu);
+  std::printf(
+      "\n# 2. Cadence: %d GPU(s) read from one thread each for 2 s, idle. period = time between reads' starts.\n",
+      ngpu);
   std::printf("#%-28s %4s %9s %9s %9s %9s %9s %11s %11s %7s\n", "config", "gpu", "target", "mean", "p50", "p99", "max",
               "read mean", "read p99", "drops");
   json out = json::array();
@@ -253,9 +259,10 @@ json overhead(const Args& a, int ngpu) {
       m->stop();
     }
   }
-  std::printf("\n# 3. Overhead: %d empty-kernel launches on GPU 0 then one sync, host clock; median [min - max] of %d\n"
-              "#    interleaved repetitions; the meter reads %d GPU(s) with PCIe + NVLink fields.\n",
-              a.launches, a.reps, ngpu);
+  std::printf(
+      "\n# 3. Overhead: %d empty-kernel launches on GPU 0 then one sync, host clock; median [min - max] of %d\n"
+      "#    interleaved repetitions; the meter reads %d GPU(s) with PCIe + NVLink fields.\n",
+      a.launches, a.reps, ngpu);
   std::printf("#%-24s %-34s %10s\n", "config", "us per launch", "slowdown");
   json out = json::array();
   const double base = meterSpread(us[0])->median;
@@ -305,10 +312,15 @@ int main(int argc, char** argv) {
               ngpu, names[0].c_str(), ngpu > 1 ? (", " + names[1]).c_str() : "", nvml::Nvml::driverVersion().c_str());
 
   json doc;
-  doc["context"] = {{"tpscope_version", tpsGetVersion()}, {"git_sha", tpsGetGitRevision()},
-                    {"argv", std::vector<std::string>(argv, argv + argc)}, {"devices", names},
-                    {"driver", nvml::Nvml::driverVersion()}, {"timer", "CLOCK_MONOTONIC (steady_clock)"},
-                    {"reps", a.reps}, {"guard_ms", a.guard_ms}, {"dmon_period_ms", a.dmon_period_ms},
+  doc["context"] = {{"tpscope_version", tpsGetVersion()},
+                    {"git_sha", tpsGetGitRevision()},
+                    {"argv", std::vector<std::string>(argv, argv + argc)},
+                    {"devices", names},
+                    {"driver", nvml::Nvml::driverVersion()},
+                    {"timer", "CLOCK_MONOTONIC (steady_clock)"},
+                    {"reps", a.reps},
+                    {"guard_ms", a.guard_ms},
+                    {"dmon_period_ms", a.dmon_period_ms},
                     {"peer_copy", peer != 0}};
   doc["accuracy"] = accuracy(a, ngpu, peer != 0);
   doc["cadence"] = cadence(ngpu);

@@ -41,7 +41,7 @@ struct MeterOptions {
   std::vector<int> devices;  // CUDA ordinals; empty: every GPU
   // Period between reads of one GPU. 0: TPSCOPE_METER_PERIOD_US, else the built-in default (2 ms;
   // docs/METHOD.md says why). A read that takes longer than the period stretches it.
-  int64_t period_us = 0;  // 100..50000: longer and a 32-bit PCIe counter could wrap unseen
+  int64_t period_us = 0;    // 100..50000: longer and a 32-bit PCIe counter could wrap unseen
   bool nvlink = true;       // read NVLink data TX/RX (one field per link: ~1.1 ms more per read on H200)
   bool nvlink_raw = false;  // also read the raw NVLink counters (data + protocol)
   MeterMethod method = MeterMethod::kCounters;
@@ -64,7 +64,7 @@ struct MeterGpu {
 
 // One read of one GPU's counters.
 struct MeterSample {
-  int gpu = 0;  // position in Meter::gpus()
+  int gpu = 0;                              // position in Meter::gpus()
   int64_t t_before_ns = 0, t_after_ns = 0;  // the clock just before and after the read
   int64_t nvml_timestamp_us = 0;            // NVML's own stamp of the first field (wall clock); 0: none
   // Cumulative bytes since the meter's first read, unwrapped; nullopt when unsupported or the read failed.
@@ -113,9 +113,9 @@ struct MeterSpread {
 std::optional<MeterSpread> meterSpread(const std::vector<std::optional<double>>& values);
 
 struct QuiesceOptions {
-  int64_t idle_ms = 8000;        // how long the GPUs must stay idle
-  double threshold_mbps = 100;   // highest mean rate any counter of any GPU may show meanwhile
-  bool check_processes = true;   // fail when another process has a compute context on a GPU
+  int64_t idle_ms = 8000;       // how long the GPUs must stay idle
+  double threshold_mbps = 100;  // highest mean rate any counter of any GPU may show meanwhile
+  bool check_processes = true;  // fail when another process has a compute context on a GPU
 };
 
 // The record of one quiescing attempt; part of any result measured after it.
@@ -136,8 +136,8 @@ struct MeterCadence {
   double period_target_ms = 0;
   double period_mean_ms = 0, period_p50_ms = 0, period_p99_ms = 0, period_max_ms = 0;
   double read_cost_mean_ms = 0, read_cost_p99_ms = 0;  // t_after - t_before
-  int64_t dropped = 0;  // reads lost because the ring was full (should be 0)
-  int64_t wrap_gaps = 0;  // gaps long enough for a 32-bit PCIe counter to wrap unseen
+  int64_t dropped = 0;                                 // reads lost because the ring was full (should be 0)
+  int64_t wrap_gaps = 0;                               // gaps long enough for a 32-bit PCIe counter to wrap unseen
 };
 
 class Meter {

@@ -178,7 +178,7 @@ tpsResult_t Meter::start(const MeterOptions& options, std::unique_ptr<Meter>* ou
   detail::SourceSet set;
   const char* fake = std::getenv("TPSCOPE_METER_FAKE");
   tpsResult_t r = (fake && std::string(fake) == "1") ? detail::openFakeSources(o, &set, reason)
-                                                      : detail::openNvmlSources(o, &set, reason);
+                                                     : detail::openNvmlSources(o, &set, reason);
   if (r != tpsSuccess) return r;
   return detail::createMeter(o, std::move(set), out, reason);
 }
@@ -233,8 +233,7 @@ tpsResult_t detail::createMeter(const MeterOptions& options, SourceSet sources, 
   // Return once every GPU has been read, so a window begun after start() is bracketed by reads.
   Meter::Impl* p = MeterFactory::impl(*meter);
   const int64_t give_up = monotonicNs() + 5000000000;
-  while (p->first_reads.load(std::memory_order_acquire) < static_cast<int>(p->rings.size()) &&
-         monotonicNs() < give_up)
+  while (p->first_reads.load(std::memory_order_acquire) < static_cast<int>(p->rings.size()) && monotonicNs() < give_up)
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   *out = std::move(meter);
   return tpsSuccess;

@@ -30,9 +30,12 @@ std::string csvName(const std::string& s) {
 
 const char* methodName(MeterMethod m) {
   switch (m) {
-    case MeterMethod::kCounters: return "counters";
-    case MeterMethod::kDmon: return "dmon";
-    case MeterMethod::kBoth: return "both";
+    case MeterMethod::kCounters:
+      return "counters";
+    case MeterMethod::kDmon:
+      return "dmon";
+    case MeterMethod::kBoth:
+      return "both";
   }
   return "?";
 }
@@ -66,17 +69,17 @@ nlohmann::json toJson(const MeterGpu& g) {
 }
 
 nlohmann::json toJson(const MeterOptions& o) {
-  return {{"period_us", o.period_us},           {"method", methodName(o.method)},
-          {"nvlink", o.nvlink},                 {"nvlink_raw", o.nvlink_raw},
-          {"dmon_period_ms", o.dmon_period_ms}, {"peak_span_ms", o.peak_span_ms}};
+  return {{"period_us", o.period_us},   {"method", methodName(o.method)},     {"nvlink", o.nvlink},
+          {"nvlink_raw", o.nvlink_raw}, {"dmon_period_ms", o.dmon_period_ms}, {"peak_span_ms", o.peak_span_ms}};
 }
 
 nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus) {
-  nlohmann::json j = {{"type", "sample"},
-                      {"gpu", gpus[s.gpu].index},
-                      {"t_before_ns", s.t_before_ns},
-                      {"t_after_ns", s.t_after_ns},
-                      {"nvml_timestamp_us", s.nvml_timestamp_us ? nlohmann::json(s.nvml_timestamp_us) : nlohmann::json()}};
+  nlohmann::json j = {
+      {"type", "sample"},
+      {"gpu", gpus[s.gpu].index},
+      {"t_before_ns", s.t_before_ns},
+      {"t_after_ns", s.t_after_ns},
+      {"nvml_timestamp_us", s.nvml_timestamp_us ? nlohmann::json(s.nvml_timestamp_us) : nlohmann::json()}};
   for (int c = 0; c < kMeterCounters; ++c) {
     if (!gpus[s.gpu].supported[c]) continue;  // not read on this GPU: the gpu record says so
     const std::string n = meterCounterName(static_cast<MeterCounter>(c));
@@ -87,11 +90,16 @@ nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus) {
 }
 
 nlohmann::json toJson(const MeterDmonSample& d, const std::vector<MeterGpu>& gpus) {
-  return {{"type", "dmon"},           {"gpu", gpus[d.gpu].index},  {"counter", meterCounterName(d.counter)},
-          {"t_before_ns", d.t_before_ns}, {"t_after_ns", d.t_after_ns}, {"mbps", opt(d.mbps)}};
+  return {{"type", "dmon"},
+          {"gpu", gpus[d.gpu].index},
+          {"counter", meterCounterName(d.counter)},
+          {"t_before_ns", d.t_before_ns},
+          {"t_after_ns", d.t_after_ns},
+          {"mbps", opt(d.mbps)}};
 }
 
-nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const std::vector<MeterCounter>& counters) {
+nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus,
+                      const std::vector<MeterCounter>& counters) {
   nlohmann::json per_gpu = nlohmann::json::array();
   for (size_t k = 0; k < w.cells.size(); ++k) {
     nlohmann::json cells = nlohmann::json::object();
@@ -109,10 +117,9 @@ nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus, c
     }
     per_gpu.push_back({{"gpu", gpus[k].index}, {"counters", cells}});
   }
-  return {{"type", "window"},         {"name", w.name},
-          {"repetition", w.repetition}, {"start_ns", w.start_ns},
-          {"end_ns", w.end_ns},       {"duration_ms", (w.end_ns - w.start_ns) * 1e-6},
-          {"complete", w.complete},   {"gpus", per_gpu}};
+  return {{"type", "window"},       {"name", w.name},     {"repetition", w.repetition},
+          {"start_ns", w.start_ns}, {"end_ns", w.end_ns}, {"duration_ms", (w.end_ns - w.start_ns) * 1e-6},
+          {"complete", w.complete}, {"gpus", per_gpu}};
 }
 
 nlohmann::json toJson(const QuiesceRecord& q, const std::vector<MeterGpu>& gpus) {
@@ -177,8 +184,8 @@ std::string toCsv(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const
       const MeterCell& x = w.cells[k][static_cast<int>(c)];
       out += fmt::format("{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{},{}\n", csvName(w.name), w.repetition,
                          w.start_ns, w.end_ns, (w.end_ns - w.start_ns) * 1e-6, gpus[k].index, meterCounterName(c),
-                         csv(x.bytes, true), csv(x.bytes_low, true), csv(x.bytes_high, true), csv(x.mean_mbps), csv(x.peak_mbps),
-                         csv(x.share_of_ceiling), x.samples, csv(x.dmon_mbps), x.dmon_samples);
+                         csv(x.bytes, true), csv(x.bytes_low, true), csv(x.bytes_high, true), csv(x.mean_mbps),
+                         csv(x.peak_mbps), csv(x.share_of_ceiling), x.samples, csv(x.dmon_mbps), x.dmon_samples);
     }
   }
   return out;

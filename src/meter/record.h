@@ -7,7 +7,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 
@@ -17,10 +16,11 @@ namespace tpscope {
 
 nlohmann::json toJson(const MeterGpu& g);
 nlohmann::json toJson(const MeterOptions& o);
-nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus);  // "type": "sample"
+nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus);      // "type": "sample"
 nlohmann::json toJson(const MeterDmonSample& d, const std::vector<MeterGpu>& gpus);  // "type": "dmon"
 // "type": "window"; `counters` selects which cells appear (the others were not asked for).
-nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const std::vector<MeterCounter>& counters);
+nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus,
+                      const std::vector<MeterCounter>& counters);
 nlohmann::json toJson(const QuiesceRecord& q, const std::vector<MeterGpu>& gpus);  // "type": "quiesce"
 nlohmann::json toJson(const MeterCadence& c, const std::vector<MeterGpu>& gpus);   // "type": "cadence"
 

@@ -2,7 +2,9 @@
 // ring.h - a fixed single-producer single-consumer ring: the sampler thread pushes, the collector pops.
 //
 // Nothing allocates after construction and neither side blocks: a full ring drops the new element
-// and counts it (the sampler must never wait on the collector).
+// and counts it (the sampler must never wait on the collector). The consumer side may be called
+// from different threads as long as those calls are serialised by a mutex (the meter holds its
+// own around every drain), which also orders their relaxed accesses to tail_.
 #pragma once
 
 #include <atomic>

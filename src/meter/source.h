@@ -29,10 +29,10 @@ inline int64_t monotonicNs() {
 // One read as the hardware returns it, before unwrapping. Plain data: it travels through the ring.
 struct Reading {
   int64_t t_before_ns = 0, t_after_ns = 0;
-  int64_t nvml_timestamp_us = 0;                // NVML's stamp of the first field; 0 when none
-  std::array<uint64_t, kMeterCounters> raw{};   // PCIe as read (may wrap); NVLink in bytes
-  std::array<int64_t, kMeterCounters> t_ns{};   // per-counter read time (monotonic)
-  uint32_t valid = 0;                           // bit c: raw[c] is good in this read
+  int64_t nvml_timestamp_us = 0;               // NVML's stamp of the first field; 0 when none
+  std::array<uint64_t, kMeterCounters> raw{};  // PCIe as read (may wrap); NVLink in bytes
+  std::array<int64_t, kMeterCounters> t_ns{};  // per-counter read time (monotonic)
+  uint32_t valid = 0;                          // bit c: raw[c] is good in this read
 };
 
 // Cumulative counters of one GPU.

@@ -62,11 +62,10 @@ MeterCell computeCell(const Series& s, MeterCounter counter, int64_t start, int6
     inner_last = i;
     ++cell.samples;
   }
-  const size_t lo = inner_first != std::string::npos && s[inner_first].t_ns[c] == start
-                        ? inner_first
-                        : validBefore(s, c, first_in);
-  const size_t hi = inner_last != std::string::npos && s[inner_last].t_ns[c] == end ? inner_last
-                                                                                    : validFrom(s, c, past_in);
+  const size_t lo =
+      inner_first != std::string::npos && s[inner_first].t_ns[c] == start ? inner_first : validBefore(s, c, first_in);
+  const size_t hi =
+      inner_last != std::string::npos && s[inner_last].t_ns[c] == end ? inner_last : validFrom(s, c, past_in);
   if (lo == std::string::npos || hi == std::string::npos) return cell;  // not bracketed: N/A
 
   const std::optional<double> c_start = cumulativeAt(s, counter, start), c_end = cumulativeAt(s, counter, end);
@@ -93,8 +92,7 @@ MeterCell computeCell(const Series& s, MeterCounter counter, int64_t start, int6
     const double r = (at(s[j], c) - at(s[i], c)) / ((s[j].t_ns[c] - s[i].t_ns[c]) * 1e-9) / 1e6;
     if (!peak || r > *peak) peak = r;
   }
-  if (!peak && s[hi].t_ns[c] > s[lo].t_ns[c])
-    peak = *cell.bytes_high / ((s[hi].t_ns[c] - s[lo].t_ns[c]) * 1e-9) / 1e6;
+  if (!peak && s[hi].t_ns[c] > s[lo].t_ns[c]) peak = *cell.bytes_high / ((s[hi].t_ns[c] - s[lo].t_ns[c]) * 1e-9) / 1e6;
   if (duration_s > 0) cell.peak_mbps = peak;
   return cell;
 }
@@ -129,8 +127,7 @@ MeterWindow computeWindow(const std::string& name, int repetition, int64_t start
     if (s.empty() || s.back().t_before_ns < end) w.complete = false;
     for (int c = 0; c < kMeterCounters; ++c) {
       const MeterCounter mc = static_cast<MeterCounter>(c);
-      if (gpus[k].supported[c])
-        w.cells[k][c] = computeCell(s, mc, start, end, peak_span_ms, gpus[k].ceilingMBps(mc));
+      if (gpus[k].supported[c]) w.cells[k][c] = computeCell(s, mc, start, end, peak_span_ms, gpus[k].ceilingMBps(mc));
       if (isPcie(mc) && !dmon.empty()) addDmon(&w.cells[k][c], dmon, static_cast<int>(k), mc, start, end);
     }
   }
@@ -150,9 +147,10 @@ QuiesceRecord evaluateQuiesce(const MeterWindow& idle, const std::vector<MeterGp
     for (int c = 0; c < kMeterCounters; ++c) {
       rates[c] = idle.cells[k][c].mean_mbps;
       if (rates[c] && *rates[c] > threshold_mbps)
-        problems.push_back(fmt::format("GPU {} {} averaged {:.1f} MB/s over the {:.1f} s idle interval (threshold {} MB/s)",
-                                       gpus[k].index, meterCounterName(static_cast<MeterCounter>(c)), *rates[c],
-                                       (idle.end_ns - idle.start_ns) * 1e-9, threshold_mbps));
+        problems.push_back(
+            fmt::format("GPU {} {} averaged {:.1f} MB/s over the {:.1f} s idle interval (threshold {} MB/s)",
+                        gpus[k].index, meterCounterName(static_cast<MeterCounter>(c)), *rates[c],
+                        (idle.end_ns - idle.start_ns) * 1e-9, threshold_mbps));
     }
     q.idle_mbps.push_back(rates);
     if (k < pids.size()) {
@@ -177,8 +175,8 @@ QuiesceRecord evaluateQuiesce(const MeterWindow& idle, const std::vector<MeterGp
 namespace tpscope {
 
 const char* meterCounterName(MeterCounter c) {
-  static const char* kNames[kMeterCounters] = {"pcie_tx", "pcie_rx", "nvlink_tx",
-                                              "nvlink_rx", "nvlink_raw_tx", "nvlink_raw_rx"};
+  static const char* kNames[kMeterCounters] = {"pcie_tx",   "pcie_rx",       "nvlink_tx",
+                                               "nvlink_rx", "nvlink_raw_tx", "nvlink_raw_rx"};
   const int i = static_cast<int>(c);
   return i >= 0 && i < kMeterCounters ? kNames[i] : "unknown";
 }

@@ -37,8 +37,10 @@ bool setUp(std::unique_ptr<Meter>* meter, Copies* c) {
   EXPECT_EQ(PinnedBuffer::create(kBytes, &c->host), tpsSuccess);
   EXPECT_EQ(Stream::create(0, &c->stream), tpsSuccess);
   // Warm up: first-touch costs (page mapping, lazy module loading) stay out of the windows.
-  EXPECT_EQ(cudaMemcpyAsync(c->host.host(), c->dev.get(), kBytes, cudaMemcpyDeviceToHost, c->stream.get()), cudaSuccess);
-  EXPECT_EQ(cudaMemcpyAsync(c->dev.get(), c->host.host(), kBytes, cudaMemcpyHostToDevice, c->stream.get()), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(c->host.host(), c->dev.get(), kBytes, cudaMemcpyDeviceToHost, c->stream.get()),
+            cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(c->dev.get(), c->host.host(), kBytes, cudaMemcpyHostToDevice, c->stream.get()),
+            cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(c->stream.get()), cudaSuccess);
   return !::testing::Test::HasFailure();
 }
@@ -66,7 +68,8 @@ TEST(MeterGpu, OneGiBDeviceToHostIsPcieTx) {
   if (!setUp(&meter, &c)) return;
   for (int rep = 0; rep < kReps; ++rep) {
     MeterWindow w = testing::meterTransfer(*meter, "d2h", [&] {
-      ASSERT_EQ(cudaMemcpyAsync(c.host.host(), c.dev.get(), kBytes, cudaMemcpyDeviceToHost, c.stream.get()), cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(c.host.host(), c.dev.get(), kBytes, cudaMemcpyDeviceToHost, c.stream.get()),
+                cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(c.stream.get()), cudaSuccess);
     });
     expectPcie(w, MeterCounter::kPcieTx, MeterCounter::kPcieRx);
@@ -80,7 +83,8 @@ TEST(MeterGpu, OneGiBHostToDeviceIsPcieRx) {
   if (!setUp(&meter, &c)) return;
   for (int rep = 0; rep < kReps; ++rep) {
     MeterWindow w = testing::meterTransfer(*meter, "h2d", [&] {
-      ASSERT_EQ(cudaMemcpyAsync(c.dev.get(), c.host.host(), kBytes, cudaMemcpyHostToDevice, c.stream.get()), cudaSuccess);
+      ASSERT_EQ(cudaMemcpyAsync(c.dev.get(), c.host.host(), kBytes, cudaMemcpyHostToDevice, c.stream.get()),
+                cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(c.stream.get()), cudaSuccess);
     });
     expectPcie(w, MeterCounter::kPcieRx, MeterCounter::kPcieTx);

@@ -1,15 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // meter_cli_test - `tpscope meter` end to end on scripted GPUs (TPSCOPE_METER_FAKE=1): wrapped mode
 // and its control pipe, exit codes, --out, errors, SIGINT. Runs the built binary.
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-#include <signal.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -31,7 +31,7 @@ int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), 
 
 // Runs tpscope with `args` and extra environment entries; sends `sig` to it (alone) after `sig_ms`.
 Result tpscope(std::vector<std::string> args, std::vector<std::string> env = {"TPSCOPE_METER_FAKE=1"}, int sig = 0,
-            int sig_ms = 0) {
+               int sig_ms = 0) {
   const std::string base = ::testing::TempDir() + "tpscope_meter_cli_" + std::to_string(getpid());
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);

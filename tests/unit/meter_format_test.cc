@@ -83,7 +83,8 @@ cli::MeterSummary summary() {
     s.cadence.push_back(c);
   }
   MeterWindow idle = detail::computeWindow("quiesce", 0, 0, 10 * kMs, rec, s.gpus, {}, 10);
-  s.quiesce.push_back(detail::evaluateQuiesce(idle, s.gpus, 100, {std::vector<unsigned>{}, std::vector<unsigned>{}}, 1));
+  s.quiesce.push_back(
+      detail::evaluateQuiesce(idle, s.gpus, 100, {std::vector<unsigned>{}, std::vector<unsigned>{}}, 1));
   s.command = {"./run.sh", "--steps", "2"};
   s.exit_code = 0;
   return s;
@@ -103,7 +104,7 @@ TEST(MeterFormat, SummaryFiguresAreTheWindowMath) {
   cli::MeterSummary s = summary();
   const MeterCell& d2h = s.windows[0].cells[0][0];
   EXPECT_NEAR(*d2h.bytes, 1.1e9 + 30 * 2000, 1);  // the ramp plus 30 ms of 2 MB/s background
-  EXPECT_NEAR(*d2h.peak_mbps, 55000 + 2, 1e-6);  // 1.1 GB in 20 ms, on 2 MB/s of background
+  EXPECT_NEAR(*d2h.peak_mbps, 55000 + 2, 1e-6);   // 1.1 GB in 20 ms, on 2 MB/s of background
   EXPECT_FALSE(s.windows[3].cells[0][0].bytes) << "a window past the last read is N/A";
   const std::string table = cli::summaryTable(s);
   EXPECT_NE(table.find("has no read after its end"), std::string::npos);

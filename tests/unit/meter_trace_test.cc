@@ -3,9 +3,9 @@
 // unwrap and window code: known-size transfers must come out on the right GPU, in the right
 // direction, at the payload plus the PCIe protocol overhead measured on that machine (8-17 %).
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "meter/unwrap.h"
 #include "meter/window.h"
@@ -30,8 +30,8 @@ struct Trace {
 Trace load() {
   Trace t;
   std::ifstream f(kDir + "samples.jsonl");
-  std::vector<std::array<Unwrapper, kMeterCounters>> unwrap(2, {Unwrapper(32), Unwrapper(32), Unwrapper(64),
-                                                                Unwrapper(64), Unwrapper(64), Unwrapper(64)});
+  std::vector<std::array<Unwrapper, kMeterCounters>> unwrap(
+      2, {Unwrapper(32), Unwrapper(32), Unwrapper(64), Unwrapper(64), Unwrapper(64), Unwrapper(64)});
   std::string line;
   while (std::getline(f, line)) {
     const nlohmann::json j = nlohmann::json::parse(line);
@@ -40,8 +40,12 @@ Trace load() {
     s.gpu = g;
     s.t_before_ns = s.t_after_ns = static_cast<int64_t>(j["host_time_s"].get<double>() * 1e9);
     const int64_t nvl_t = j["nvlink_nvml_ts_us"].get<int64_t>() * 1000;
-    s.t_ns = {j["pcie_tx_nvml_ts_us"].get<int64_t>() * 1000, j["pcie_rx_nvml_ts_us"].get<int64_t>() * 1000, nvl_t,
-              nvl_t, nvl_t, nvl_t};
+    s.t_ns = {j["pcie_tx_nvml_ts_us"].get<int64_t>() * 1000,
+              j["pcie_rx_nvml_ts_us"].get<int64_t>() * 1000,
+              nvl_t,
+              nvl_t,
+              nvl_t,
+              nvl_t};
     s.bytes[0] = unwrap[g][0].push(j["pcie_tx_bytes"].get<uint64_t>());
     s.bytes[1] = unwrap[g][1].push(j["pcie_rx_bytes"].get<uint64_t>());
     s.bytes[2] = unwrap[g][2].push(j["nvlink_link0_data_tx_kib"].get<uint64_t>()) * 1024;
@@ -125,7 +129,7 @@ TEST(MeterTrace, PeerCopyIsNvlinkTxOnGpu0AndRxOnGpu1WithinTheEdgeBounds) {
   EXPECT_GE(*r.cells[0][kNvTx].bytes_high, payload_per_link);
   EXPECT_LT(r.r[0][kNvRx], 0.01);  // direction: nothing flows back as data
   EXPECT_LT(r.r[1][kNvTx], 0.01);
-  EXPECT_LT(r.r[0][kTx], 0.01);    // and nothing over PCIe
+  EXPECT_LT(r.r[0][kTx], 0.01);  // and nothing over PCIe
 }
 
 TEST(MeterTrace, SmallCopiesCarryMoreOverhead) {

@@ -27,12 +27,12 @@ Series series(const std::vector<std::pair<double, uint64_t>>& points) {
 TEST(MeterUnwrap, ThirtyTwoBitCounterAcrossSeveralWraps) {
   Unwrapper u(32);
   EXPECT_EQ(u.push(0xFFFFFF00u), 0u);
-  EXPECT_EQ(u.push(0x00000100u), 0x200u);              // wrap 1
+  EXPECT_EQ(u.push(0x00000100u), 0x200u);  // wrap 1
   EXPECT_EQ(u.push(0x80000100u), 0x80000200u);
-  EXPECT_EQ(u.push(0x00000000u), 0x100000100u);        // wrap 2: one full turn plus the first 0x100
+  EXPECT_EQ(u.push(0x00000000u), 0x100000100u);  // wrap 2: one full turn plus the first 0x100
   EXPECT_EQ(u.push(0xFFFFFFFFu), 0x1FFFFFFFFu + 0x100u);
-  EXPECT_EQ(u.push(0x00000004u), 0x200000104u);        // wrap 3
-  EXPECT_EQ(u.push(0x00000004u), 0x200000104u);        // no traffic: no change
+  EXPECT_EQ(u.push(0x00000004u), 0x200000104u);  // wrap 3
+  EXPECT_EQ(u.push(0x00000004u), 0x200000104u);  // no traffic: no change
   EXPECT_EQ(u.total(), 0x200000104u);
 }
 
@@ -154,9 +154,9 @@ TEST(MeterWindow, PeakIsTheBurstNotTheMean) {
 TEST(MeterWindow, DmonFigureIsTheMeanOfItsReadingsInsideAndNAWithout) {
   MeterCell c;
   std::vector<MeterDmonSample> d(3);
-  d[0] = {0, MeterCounter::kPcieTx, 0, 20 * kMs, 60000.0};           // midpoint 10 ms: inside
-  d[1] = {0, MeterCounter::kPcieTx, 980 * kMs, 1000 * kMs, 0.0};     // midpoint 990 ms: inside
-  d[2] = {0, MeterCounter::kPcieRx, 0, 20 * kMs, 5.0};               // other direction
+  d[0] = {0, MeterCounter::kPcieTx, 0, 20 * kMs, 60000.0};        // midpoint 10 ms: inside
+  d[1] = {0, MeterCounter::kPcieTx, 980 * kMs, 1000 * kMs, 0.0};  // midpoint 990 ms: inside
+  d[2] = {0, MeterCounter::kPcieRx, 0, 20 * kMs, 5.0};            // other direction
   addDmon(&c, d, 0, MeterCounter::kPcieTx, 0, 1000 * kMs);
   EXPECT_EQ(c.dmon_samples, 2);
   EXPECT_DOUBLE_EQ(*c.dmon_mbps, 30000);

@@ -57,7 +57,8 @@ class SignalScope {
   }
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {
+  }, old_term_{};
 };
 
 std::string clockText(const char* fmt_str) {
@@ -84,20 +85,26 @@ bool endsWith(const std::string& s, const std::string& tail) {
 class MeterCommand : public Command {
  public:
   explicit MeterCommand(CLI::App& app) {
-    sub_ = app.add_subcommand("meter", "PCIe and NVLink bytes from the GPUs' counters: live, or per window of a "
-                                       "wrapped command (tpscope meter [options] -- CMD ARGS)");
+    sub_ = app.add_subcommand("meter",
+                              "PCIe and NVLink bytes from the GPUs' counters: live, or per window of a "
+                              "wrapped command (tpscope meter [options] -- CMD ARGS)");
     sub_->add_option("-i,--id", devices_, "GPU indices, comma-separated (default: all)");
-    sub_->add_option("-d,--delay", delay_ms_, "Live mode: interval between rows in ms")->check(CLI::Range(1, 3600000))
+    sub_->add_option("-d,--delay", delay_ms_, "Live mode: interval between rows in ms")
+        ->check(CLI::Range(1, 3600000))
         ->capture_default_str();
     sub_->add_option("-o,--options", stamp_, "Live mode: prefix rows with T (time), D (date) or DT");
     sub_->add_option("-c,--count", count_, "Live mode: rows per GPU, then exit (0: until Ctrl-C)")
         ->check(CLI::NonNegativeNumber);
     sub_->add_option("--method", method_, "counters (byte counters), dmon (nvidia-smi dmon's 20 ms snapshot) or both")
-        ->check(CLI::IsMember({"counters", "dmon", "both"}))->capture_default_str();
-    sub_->add_option("--format", format_, "Output format")->check(CLI::IsMember({"table", "csv", "json"}))
+        ->check(CLI::IsMember({"counters", "dmon", "both"}))
         ->capture_default_str();
-    sub_->add_option("--period-us", period_us_, "Counter read period per GPU in us (default TPSCOPE_METER_PERIOD_US or 2000)");
-    sub_->add_flag("--no-nvlink", no_nvlink_, "Do not read NVLink counters (a read then costs ~0.3 ms instead of ~1.4)");
+    sub_->add_option("--format", format_, "Output format")
+        ->check(CLI::IsMember({"table", "csv", "json"}))
+        ->capture_default_str();
+    sub_->add_option("--period-us", period_us_,
+                     "Counter read period per GPU in us (default TPSCOPE_METER_PERIOD_US or 2000)");
+    sub_->add_flag("--no-nvlink", no_nvlink_,
+                   "Do not read NVLink counters (a read then costs ~0.3 ms instead of ~1.4)");
     sub_->add_flag("--nvlink-raw", nvlink_raw_, "Also read NVLink raw counters (data + protocol)");
     sub_->add_option("--dmon-period", dmon_period_ms_, "Wrapped mode: dmon-method period in ms")->capture_default_str();
     sub_->add_option("--out", out_, "Write every sample and window: JSONL, or CSV when the name ends in .csv");
@@ -174,7 +181,8 @@ class MeterCommand : public Command {
         if (!prev[k]) prev[k] = meter.latest(static_cast<int>(k));
       next += delay_ms_ * 1000000;
       while (g_interrupts == 0 && Meter::now() < next)
-        std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(20, (next - Meter::now()) / 1000000 + 1)));
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(std::min<int64_t>(20, (next - Meter::now()) / 1000000 + 1)));
       if (g_interrupts) break;
       for (size_t k = 0; k < n; ++k) {
         LiveRow lr;

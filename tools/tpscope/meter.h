@@ -3,9 +3,8 @@
 // wrapped command and of the windows it marks through the control pipe.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>

@@ -38,9 +38,12 @@ std::vector<Column> liveColumns(const LiveLayout& l) {
 
 const char* methodText(MeterMethod m) {
   switch (m) {
-    case MeterMethod::kCounters: return "byte counters";
-    case MeterMethod::kDmon: return "dmon method";
-    case MeterMethod::kBoth: return "byte counters + dmon method";
+    case MeterMethod::kCounters:
+      return "byte counters";
+    case MeterMethod::kDmon:
+      return "dmon method";
+    case MeterMethod::kBoth:
+      return "byte counters + dmon method";
   }
   return "?";
 }
@@ -113,12 +116,14 @@ std::string summaryTable(const MeterSummary& s) {
   out += fmt::format("# tpscope meter: {} GPU{} ({}), {}\n", s.gpus.size(), s.gpus.size() == 1 ? "" : "s", gpus,
                      methodText(s.options.method));
   for (const MeterCadence& c : s.cadence)
-    out += fmt::format("# GPU {} counters: period {:.2f} ms target, {:.2f} ms mean, {:.2f} ms p99, {:.2f} ms max; "
-                       "one read {:.2f} ms mean; {} reads\n",
-                       s.gpus[c.gpu].index, c.period_target_ms, c.period_mean_ms, c.period_p99_ms, c.period_max_ms,
-                       c.read_cost_mean_ms, c.reads);
-  if (dmon) out += fmt::format("# dmon method: one ~20 ms throughput reading per GPU and direction every {} ms\n",
-                               s.options.dmon_period_ms);
+    out += fmt::format(
+        "# GPU {} counters: period {:.2f} ms target, {:.2f} ms mean, {:.2f} ms p99, {:.2f} ms max; "
+        "one read {:.2f} ms mean; {} reads\n",
+        s.gpus[c.gpu].index, c.period_target_ms, c.period_mean_ms, c.period_p99_ms, c.period_max_ms,
+        c.read_cost_mean_ms, c.reads);
+  if (dmon)
+    out += fmt::format("# dmon method: one ~20 ms throughput reading per GPU and direction every {} ms\n",
+                       s.options.dmon_period_ms);
   if (!s.command.empty()) {
     std::string cmd;
     for (const std::string& a : s.command) cmd += (cmd.empty() ? "" : " ") + a;
@@ -159,8 +164,8 @@ std::string summaryTable(const MeterSummary& s) {
   for (const auto& [name, ws] : by_name) repeated = repeated || ws.size() > 1;
   if (repeated) {
     out += "\n# Across repetitions: median [min - max] of each repetition's mean MB/s\n";
-    out += fmt::format("#{:<19} {:>3} {:>4}  {:<13} {:>10} {:>10} {:>10}\n", "window", "n", "gpu", "counter",
-                       "median", "min", "max");
+    out += fmt::format("#{:<19} {:>3} {:>4}  {:<13} {:>10} {:>10} {:>10}\n", "window", "n", "gpu", "counter", "median",
+                       "min", "max");
     for (const std::string& name : names) {
       const auto& ws = by_name[name];
       if (ws.size() < 2) continue;
@@ -179,8 +184,10 @@ std::string summaryTable(const MeterSummary& s) {
   for (const MeterCadence& c : s.cadence) {
     if (c.dropped) out += fmt::format("# warning: GPU {} lost {} reads (ring full)\n", s.gpus[c.gpu].index, c.dropped);
     if (c.wrap_gaps)
-      out += fmt::format("# warning: GPU {} had {} gaps long enough for a PCIe counter to wrap unseen; PCIe bytes "
-                         "may be short\n", s.gpus[c.gpu].index, c.wrap_gaps);
+      out += fmt::format(
+          "# warning: GPU {} had {} gaps long enough for a PCIe counter to wrap unseen; PCIe bytes "
+          "may be short\n",
+          s.gpus[c.gpu].index, c.wrap_gaps);
   }
   return out;
 }
