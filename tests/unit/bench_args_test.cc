@@ -70,6 +70,13 @@ TEST(BenchSweep, HugeFactorStopsInsteadOfWrapping) {
   s.max_bytes = UINT64_MAX;
   s.step_factor = 8;
   EXPECT_EQ(sizeSweep(s), (std::vector<uint64_t>{1ull << 62}));
+  // 0.26 * 2^64 * 7 wraps to a value above the start; the sweep must still stop.
+  s.min_bytes = UINT64_MAX / 100 * 26;
+  s.step_factor = 7;
+  EXPECT_EQ(sizeSweep(s).size(), 1u);
+  s.step_factor = 1;
+  s.step_bytes = UINT64_MAX / 2;
+  EXPECT_EQ(sizeSweep(s).size(), 2u);  // one step fits below 2^64, the next would not
 }
 
 TEST(BenchSweep, CountsRoundDownToWholeElementsAndDropRepeats) {

@@ -25,9 +25,9 @@ std::vector<uint64_t> sizeSweep(const SweepSpec& spec) {
       throw UsageError(
           fmt::format("the sweep has more than {} sizes: raise -f or -i, or narrow -b/-e", kMaxSweepSizes));
     sizes.push_back(s);
-    const uint64_t next = spec.step_factor > 1 ? s * spec.step_factor : s + spec.step_bytes;
-    if (next <= s) break;  // overflow past 2^64: the sweep is over
-    s = next;
+    const bool multiply = spec.step_factor > 1;
+    if (multiply ? s > UINT64_MAX / spec.step_factor : s > UINT64_MAX - spec.step_bytes) break;  // past 2^64
+    s = multiply ? s * spec.step_factor : s + spec.step_bytes;
   }
   return sizes;
 }
