@@ -29,12 +29,25 @@ TEST(MeterMultiGpu, PeerCopyIsNvlinkTxOnTheSenderAndRxOnTheReceiver) {
   DeviceBuffer src, dst;
   ASSERT_EQ(DeviceBuffer::create(0, kBytes, &src), tpsSuccess);
   ASSERT_EQ(DeviceBuffer::create(1, kBytes, &dst), tpsSuccess);
+  // Direct peer access makes the copy engine write over NVLink; give it back afterwards so other
+  // tests in this process find the devices as they were.
+  bool enabled_here = false;
   {
     DeviceGuard g(0);
     cudaError_t e = cudaDeviceEnablePeerAccess(1, 0);
     ASSERT_TRUE(e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) << cudaGetErrorName(e);
+    enabled_here = e == cudaSuccess;
     (void)cudaGetLastError();
   }
+  struct Restore {
+    bool on;
+    ~Restore() {
+      if (!on) return;
+      DeviceGuard g(0);
+      (void)cudaDeviceDisablePeerAccess(1);
+      (void)cudaGetLastError();
+    }
+  } restore{enabled_here};
   Stream s;
   ASSERT_EQ(Stream::create(0, &s), tpsSuccess);
   auto copy = [&] {
