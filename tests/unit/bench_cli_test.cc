@@ -25,6 +25,8 @@ TEST(BenchCli, BadSizesAreUsageErrors) {
   expectUsageError("-b 0", "-b");
   expectUsageError("-b 2 -e 8 -d float", "-b");  // below one element
   expectUsageError("-f 1 -i 0", "-i");
+  expectUsageError("-f -1", "--stepfactor");
+  expectUsageError("-f 0", "--stepfactor");
   expectUsageError("-f 2 -i 1M", "-i");
   expectUsageError("-f 1 -i 8 -b 8K -e 256M", "sizes");
 }

@@ -79,7 +79,8 @@ class BenchAllReduceCommand : public Command {
     sub_->add_option("-b,--minbytes", min_bytes_, "Smallest size, bytes per GPU (K/M/G suffixes)")
         ->capture_default_str();
     sub_->add_option("-e,--maxbytes", max_bytes_, "Largest size, bytes per GPU")->capture_default_str();
-    factor_opt_ = sub_->add_option("-f,--stepfactor", o_.sweep.step_factor, "Multiply the size by this; 1: add -i")
+    factor_opt_ = sub_->add_option("-f,--stepfactor", factor_, "Multiply the size by this; 1: add -i")
+                      ->check(CLI::Range(1, 1 << 20))
                       ->capture_default_str();
     step_opt_ = sub_->add_option("-i,--stepbytes", step_bytes_, "Add this many bytes per step (with -f 1)");
     sub_->add_option("-n,--iters", o_.iters, "Timed calls per size (calls per graph with --graph)")
@@ -120,7 +121,7 @@ class BenchAllReduceCommand : public Command {
   CLI::Option* step_opt_ = nullptr;
   BenchOptions o_;
   std::string min_bytes_ = "8K", max_bytes_ = "256M", step_bytes_ = "1M";
-  int check_ = 1;
+  int check_ = 1, factor_ = 2;  // ints, not unsigned: CLI11 would wrap "-1" to 2^64 - 1
   bool tune_ = false;
   int ngpus_ = 0;
   std::string dtype_ = "bfloat16", op_ = "sum", devices_, backends_ = "host,nccl", format_ = "table";
@@ -131,6 +132,7 @@ BenchOptions BenchAllReduceCommand::parseOptions() {
   o.sweep.min_bytes = parseSizeFlag(min_bytes_, "-b");
   o.sweep.max_bytes = parseSizeFlag(max_bytes_, "-e");
   o.sweep.step_bytes = parseSizeFlag(step_bytes_, "-i");
+  o.sweep.step_factor = static_cast<uint64_t>(factor_);
   if (step_opt_->count() > 0) {
     // nccl-tests adds -i when -f is 1; -i alone means that too, and -i beside -f > 1 is a contradiction.
     if (factor_opt_->count() > 0 && o.sweep.step_factor != 1)
