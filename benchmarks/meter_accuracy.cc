@@ -4,18 +4,22 @@
 //   1. Accuracy: 1 GiB D2H, H2D and GPU0->GPU1 copies, and thousands of 8-64 KiB copies, each in a
 //      window with idle guards; meter bytes / payload per GPU and counter over --reps repetitions
 //      (median [min - max]), with the dmon method's figure (its mean MB/s x window length) beside.
-//   2. Cadence: the achieved read period per GPU with PCIe + NVLink fields at the default period and
+//   2. Refresh: how often the counters really change while copies stream (read as fast as possible).
+//   3. Cadence: the achieved read period per GPU with PCIe + NVLink fields at the default period and
 //      as fast as the driver allows, and PCIe alone as fast as it allows; the cost of one read.
-//   3. Overhead: a launch-bound loop of empty kernels with no meter, the default meter and the
+//   4. Overhead: a launch-bound loop of empty kernels with no meter, the default meter and the
 //      fastest meter, interleaved, --reps times; the slowdown of the median (target < 2 %).
 // Prints a table ('#' lines are comments) and writes JSON to --json. Timer: CLOCK_MONOTONIC.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -92,8 +96,66 @@ std::unique_ptr<Meter> startMeter(const MeterOptions& o) {
   return m;
 }
 
+// 2. How fast the counters really change: GPU 0 read as fast as the driver allows while copies
+// stream. A read "changed" when its value differs from the read before; the interval between
+// changes, not the read period, is the meter's real resolution.
+json refresh(int ngpu, const std::function<void()>& d2h, const std::function<void()>& peer) {
+  MeterOptions o;
+  for (int g = 0; g < ngpu; ++g) o.devices.push_back(g);
+  o.period_us = 100;
+  std::unique_ptr<Meter> m = startMeter(o);
+  const int64_t t0 = Meter::now();
+  d2h();
+  const int64_t t1 = Meter::now();
+  if (peer) peer();
+  const int64_t t2 = Meter::now();
+  m->stop();
+  const std::vector<MeterSample> all = m->samples();
+  struct Span {
+    const char* what;
+    MeterCounter counter;
+    int64_t a, b;
+  } spans[] = {{"pcie_tx during D2H", MeterCounter::kPcieTx, t0, t1},
+               {"nvlink_tx during P2P", MeterCounter::kNvlinkTx, t1, t2}};
+  std::printf(
+      "\n# 2. Counter refresh: GPU 0 read as fast as possible while copies stream; 'changed' = the value\n"
+      "#     differs from the read before. The interval between changes is the real resolution.\n");
+  std::printf("#%-24s %9s %7s %9s %16s %16s\n", "counter", "busy(ms)", "reads", "changed", "change p50(ms)",
+              "change p90(ms)");
+  json out = json::array();
+  for (const Span& sp : spans) {
+    if (sp.b <= sp.a || !m->gpus()[0].supported[static_cast<int>(sp.counter)]) continue;
+    const int c = static_cast<int>(sp.counter);
+    int reads = 0, changed = 0;
+    std::optional<uint64_t> prev;
+    int64_t last_change = 0;
+    std::vector<double> gaps;
+    for (const MeterSample& x : all) {
+      if (x.gpu != 0 || !x.bytes[c] || x.t_ns[c] < sp.a || x.t_ns[c] > sp.b) continue;
+      ++reads;
+      if (prev && *x.bytes[c] != *prev) {
+        ++changed;
+        if (last_change) gaps.push_back((x.t_ns[c] - last_change) * 1e-6);
+        last_change = x.t_ns[c];
+      }
+      prev = x.bytes[c];
+    }
+    std::sort(gaps.begin(), gaps.end());
+    auto pct = [&](double p) { return gaps.empty() ? 0.0 : gaps[static_cast<size_t>(p * (gaps.size() - 1))]; };
+    std::printf(" %-24s %9.1f %7d %8.1f%% %16.3f %16.3f\n", sp.what, (sp.b - sp.a) * 1e-6, reads,
+                reads > 1 ? 100.0 * changed / (reads - 1) : 0.0, pct(0.5), pct(0.9));
+    out.push_back({{"what", sp.what},
+                   {"busy_ms", (sp.b - sp.a) * 1e-6},
+                   {"reads", reads},
+                   {"changed", changed},
+                   {"change_interval_p50_ms", pct(0.5)},
+                   {"change_interval_p90_ms", pct(0.9)}});
+  }
+  return out;
+}
+
 // 1. Accuracy.
-json accuracy(const Args& a, int ngpu, bool peer) {
+json accuracy(const Args& a, int ngpu, bool peer, json* refresh_out) {
   const size_t kBig = size_t{1} << 30;
   DeviceBuffer dev0, dev1;
   PinnedBuffer host;
@@ -196,10 +258,21 @@ json accuracy(const Args& a, int ngpu, bool peer) {
       }
     }
   }
+  // Streams of copies for the refresh measurement (section 2): ~0.8 s of D2H, ~0.3 s of peer.
+  auto d2h_stream = [&] {
+    for (int i = 0; i < 40; ++i)
+      CUDA_OK(cudaMemcpyAsync(host.host(), dev0.get(), kBig, cudaMemcpyDeviceToHost, s0.get()));
+    CUDA_OK(cudaStreamSynchronize(s0.get()));
+  };
+  auto peer_stream = [&] {
+    for (int i = 0; i < 100; ++i) CUDA_OK(cudaMemcpyPeerAsync(dev1.get(), 1, dev0.get(), 0, kBig, s0.get()));
+    CUDA_OK(cudaStreamSynchronize(s0.get()));
+  };
+  *refresh_out = refresh(ngpu, d2h_stream, peer ? std::function<void()>(peer_stream) : std::function<void()>());
   return out;
 }
 
-// 2. Cadence and the cost of one read.
+// 3. Cadence and the cost of one read.
 json cadence(int ngpu) {
   struct Config {
     const char* name;
@@ -209,7 +282,7 @@ json cadence(int ngpu) {
                  {"pcie+nvlink, fastest", 100, true},
                  {"pcie only, fastest", 100, false}};
   std::printf(
-      "\n# 2. Cadence: %d GPU(s) read from one thread each for 2 s, idle. period = time between reads' starts.\n",
+      "\n# 3. Cadence: %d GPU(s) read from one thread each for 2 s, idle. period = time between reads' starts.\n",
       ngpu);
   std::printf("#%-28s %4s %9s %9s %9s %9s %9s %11s %11s %7s\n", "config", "gpu", "target", "mean", "p50", "p99", "max",
               "read mean", "read p99", "drops");
@@ -235,7 +308,7 @@ json cadence(int ngpu) {
   return out;
 }
 
-// 3. Overhead on a launch-bound loop.
+// 4. Overhead on a launch-bound loop.
 json overhead(const Args& a, int ngpu) {
   Stream s;
   if (Stream::create(0, &s) != tpsSuccess) std::exit(1);
@@ -260,7 +333,7 @@ json overhead(const Args& a, int ngpu) {
     }
   }
   std::printf(
-      "\n# 3. Overhead: %d empty-kernel launches on GPU 0 then one sync, host clock; median [min - max] of %d\n"
+      "\n# 4. Overhead: %d empty-kernel launches on GPU 0 then one sync, host clock; median [min - max] of %d\n"
       "#    interleaved repetitions; the meter reads %d GPU(s) with PCIe + NVLink fields.\n",
       a.launches, a.reps, ngpu);
   std::printf("#%-24s %-34s %10s\n", "config", "us per launch", "slowdown");
@@ -322,7 +395,9 @@ int main(int argc, char** argv) {
                     {"guard_ms", a.guard_ms},
                     {"dmon_period_ms", a.dmon_period_ms},
                     {"peer_copy", peer != 0}};
-  doc["accuracy"] = accuracy(a, ngpu, peer != 0);
+  json refresh_record;
+  doc["accuracy"] = accuracy(a, ngpu, peer != 0, &refresh_record);
+  doc["refresh"] = refresh_record;
   doc["cadence"] = cadence(ngpu);
   doc["overhead"] = overhead(a, ngpu);
   std::ofstream f(a.json_path);
