@@ -10,6 +10,7 @@
 //   collector   every kCollectMs drains the rings, unwraps the counters and appends to series_
 //               under mu_. Allocation happens here, off the sampling path.
 //   callers     begin/end/windows/samples take mu_.
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +43,8 @@ void sleepUntil(int64_t t_ns) {
   }
 }
 
+void nameThread(const char* name) { pthread_setname_np(pthread_self(), name); }  // <= 15 characters
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -71,6 +74,7 @@ struct Meter::Impl {
   std::vector<QuiesceRecord> quiesces;
 
   void sample(size_t k) {
+    nameThread(("tps-meter-" + std::to_string(k)).c_str());  // shows in top -H, gdb, perf
     detail::CounterReader& reader = *src.counters[k];
     const int64_t period = options.period_us * 1000;
     int64_t next = detail::monotonicNs();
@@ -95,6 +99,7 @@ struct Meter::Impl {
   }
 
   void sampleDmon() {
+    nameThread("tps-meter-dmon");
     int64_t next = detail::monotonicNs();
     while (!stop_sampling.load(std::memory_order_acquire)) {
       for (size_t k = 0; k < src.dmon.size(); ++k) {
@@ -145,6 +150,7 @@ struct Meter::Impl {
   }
 
   void collect() {
+    nameThread("tps-meter-coll");
     while (!stop_collecting.load(std::memory_order_acquire)) {
       {
         std::lock_guard<std::mutex> lock(mu);
