@@ -192,6 +192,14 @@ TEST(MeterCli, SigintStopsTheWrappedCommandAndStillWritesTheSummary) {
   EXPECT_NE(r.out.find(" command "), std::string::npos) << r.out;
 }
 
+TEST(MeterCli, SigintWhileQuiescingDoesNotStartTheCommand) {
+  Result r = tpscope({"meter", "--quiesce", "1000", "--", "echo", "RAN"}, {"TPSCOPE_METER_FAKE=1"}, SIGINT, 300);
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.err;
+  EXPECT_NE(r.out.find("did not run (interrupted)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\nRAN\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# quiesce: FAILED"), std::string::npos) << "the fake GPUs are busy: " << r.out;
+}
+
 TEST(MeterCli, SigintEndsLiveModeCleanly) {
   Result r = tpscope({"meter", "-d", "50"}, {"TPSCOPE_METER_FAKE=1"}, SIGINT, 300);
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -266,10 +266,14 @@ class MeterCommand : public Command {
     posix_spawnattr_setsigdefault(&attr, &defaults);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
     pid_t pid = 0;
-    const int spawn_err = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
+    // Interrupted while quiescing: the user wants out, so CMD does not start.
+    const bool run_cmd = g_interrupts == 0;
+    const int spawn_err = run_cmd ? posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ) : ECANCELED;
     posix_spawnattr_destroy(&attr);
     int code = 0;
-    if (spawn_err != 0) {
+    if (!run_cmd) {
+      code = 128 + SIGINT;
+    } else if (spawn_err != 0) {
       fail(kExitRuntime, "cannot run '" + command_[0] + "': " + std::strerror(spawn_err));
       code = spawn_err == ENOENT ? 127 : 126;  // what shells return for "not found" / "cannot execute"
     } else {
