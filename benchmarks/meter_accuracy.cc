@@ -258,6 +258,12 @@ json accuracy(const Args& a, int ngpu, bool peer, json* refresh_out) {
       }
     }
   }
+  // Does the dmon thread's blocking call hold up the counter reads? Their cadence during the runs says.
+  for (const MeterCadence& k : m->cadence())
+    std::printf(
+        "# counter reads of GPU %d during these runs (dmon method beside): period p50 %.3f ms, p99 %.3f ms, "
+        "max %.3f ms; wrap gaps %lld\n",
+        gpus[k.gpu].index, k.period_p50_ms, k.period_p99_ms, k.period_max_ms, static_cast<long long>(k.wrap_gaps));
   // Streams of copies for the refresh measurement (section 2): ~0.8 s of D2H, ~0.3 s of peer.
   auto d2h_stream = [&] {
     for (int i = 0; i < 40; ++i)
