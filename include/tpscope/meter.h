@@ -183,7 +183,7 @@ class Meter {
   std::vector<MeterCadence> cadence() const;
   std::vector<QuiesceRecord> quiesceRecords() const;  // every quiesce() so far, in order
 
-  struct Impl;
+  struct Impl;  // src/meter/meter.cc
 
  private:
   explicit Meter(std::unique_ptr<Impl> impl);
