@@ -30,6 +30,10 @@ struct tpsComm {
   std::mutex stats_mutex;  // stats may be read from another thread than the one calling tpsAllReduce
   tpsStats_t stats{};
   tpsResult_t async_error = tpsSuccess;
+  // The buffer and stream each rank passed last time they were validated: a decode loop passes the same
+  // ones every call, and the driver queries behind the checks cost about a microsecond per rank.
+  std::array<void*, TPS_MAX_DEVICES> checked_buf{};
+  std::array<tpsStream_t, TPS_MAX_DEVICES> checked_stream{};
 };
 
 namespace {
@@ -53,6 +57,7 @@ tpsResult_t validateCall(tpsComm* c, void* const* bufs, size_t count, tpsDataTyp
     TPS_EXPECT(bufs[r] != nullptr, tpsInvalidArgument, "tpsAllReduce: bufs[{}] is NULL", r);
     TPS_EXPECT(streams[r] != nullptr, tpsInvalidArgument,
                "tpsAllReduce: streams[{}] is the legacy default stream; pass a stream created on GPU {}", r, dev);
+    if (bufs[r] == c->checked_buf[r] && streams[r] == c->checked_stream[r]) continue;
     // The stream's device is checked on eager calls only: CUDA forbids querying it while the stream
     // is being captured (cuStreamGetDevice would invalidate the capture), and a captured call on the
     // wrong device fails at instantiation anyway.
@@ -80,6 +85,10 @@ tpsResult_t validateCall(tpsComm* c, void* const* bufs, size_t count, tpsDataTyp
                "tpsAllReduce: bufs[{}] is not device memory", r);
     TPS_EXPECT(attr.type == cudaMemoryTypeManaged || attr.device == dev, tpsInvalidArgument,
                "tpsAllReduce: bufs[{}] is on GPU {}, not GPU {}", r, attr.device, dev);
+  }
+  for (size_t r = 0; r < c->devices.size(); ++r) {
+    c->checked_buf[r] = bufs[r];
+    c->checked_stream[r] = streams[r];
   }
   return tpsSuccess;
 }

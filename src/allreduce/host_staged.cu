@@ -34,6 +34,9 @@ namespace {
 constexpr size_t kStageBytes = 64u << 20;
 constexpr size_t kRoundBytes = kStageBytes / 2;
 constexpr size_t kKernelStageMax = 4u << 20;     // kernel-path staging per (slot, rank)
+// Copy-engine chunks shrink with the message so that even a few-MiB call pipelines D2H against H2D
+// (about 8 chunks in flight); HostTuning::chunk_bytes is the largest chunk, kMinChunk the smallest.
+constexpr size_t kMinChunk = 256u << 10;
 constexpr size_t kAlign = 16;
 
 size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -149,7 +152,7 @@ tpsResult_t HostStagedBackend::init(const std::vector<int>& devices, const HostT
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__nv_bfloat16, false>));
   }
   // Copy-engine path.
-  const size_t chunks = (kRoundBytes + tuning_.chunk_bytes - 1) / tuning_.chunk_bytes;
+  const size_t chunks = (kRoundBytes + kMinChunk - 1) / kMinChunk;
   cstage_.resize(nr);
   scratch_.resize(nr);
   d2h_.resize(nr);
@@ -207,7 +210,7 @@ template <typename T>
 tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
   const int nr = n();
   const size_t total = a.bytes();
-  const size_t chunk = tuning_.chunk_bytes;
+  const size_t chunk = std::max(kMinChunk, std::min(tuning_.chunk_bytes, roundUp(total / 8, kMinChunk)));
   bool aligned = true;
   for (int r = 0; r < nr; ++r) aligned = aligned && reinterpret_cast<uintptr_t>(a.bufs[r]) % kAlign == 0;
   auto stage = [&](int q, int half) { return static_cast<char*>(cstage_[q].host()) + half * kRoundBytes; };

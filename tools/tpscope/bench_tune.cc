@@ -83,6 +83,55 @@ tpsConfig_t hostConfig(size_t threshold, size_t chunk, int blocks) {
   return c;
 }
 
+// Per-GPU, per-direction GB/s of 256 MiB pinned copies running at the same time: D2H and/or H2D on
+// each of `devs`. This is the ceiling the host backend's copy-engine path really has, since every GPU
+// copies in both directions at once and all of them share host memory.
+double concurrentCopyRate(const std::vector<int>& devs, bool d2h, bool h2d) {
+  const size_t bytes = 256u << 20;
+  struct Side {
+    void *dev = nullptr, *host_out = nullptr, *host_in = nullptr;
+    cudaStream_t s_out = nullptr, s_in = nullptr;
+  };
+  std::vector<Side> sides(devs.size());
+  bool ok = true;
+  for (size_t r = 0; r < devs.size() && ok; ++r) {
+    Side& x = sides[r];
+    ok = cudaSetDevice(devs[r]) == cudaSuccess && cudaMalloc(&x.dev, 2 * bytes) == cudaSuccess &&
+         cudaHostAlloc(&x.host_out, bytes, cudaHostAllocPortable) == cudaSuccess &&
+         cudaHostAlloc(&x.host_in, bytes, cudaHostAllocPortable) == cudaSuccess &&
+         cudaStreamCreateWithFlags(&x.s_out, cudaStreamNonBlocking) == cudaSuccess &&
+         cudaStreamCreateWithFlags(&x.s_in, cudaStreamNonBlocking) == cudaSuccess;
+  }
+  double times[3] = {0, 0, 0};
+  for (int rep = -1; rep < 3 && ok; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t r = 0; r < devs.size(); ++r) {
+      Side& x = sides[r];
+      cudaSetDevice(devs[r]);
+      if (d2h) cudaMemcpyAsync(x.host_out, x.dev, bytes, cudaMemcpyDeviceToHost, x.s_out);
+      if (h2d) cudaMemcpyAsync(static_cast<char*>(x.dev) + bytes, x.host_in, bytes, cudaMemcpyHostToDevice, x.s_in);
+    }
+    for (size_t r = 0; r < devs.size(); ++r) {
+      cudaSetDevice(devs[r]);
+      ok = ok && cudaStreamSynchronize(sides[r].s_out) == cudaSuccess && cudaStreamSynchronize(sides[r].s_in) == cudaSuccess;
+    }
+    if (rep >= 0) times[rep] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  for (size_t r = 0; r < devs.size(); ++r) {
+    Side& x = sides[r];
+    cudaSetDevice(devs[r]);
+    if (x.dev) cudaFree(x.dev);
+    if (x.host_out) cudaFreeHost(x.host_out);
+    if (x.host_in) cudaFreeHost(x.host_in);
+    if (x.s_out) cudaStreamDestroy(x.s_out);
+    if (x.s_in) cudaStreamDestroy(x.s_in);
+  }
+  (void)cudaGetLastError();
+  if (!ok) return -1;
+  std::sort(times, times + 3);
+  return bytes / times[1] / 1e9;
+}
+
 }  // namespace
 
 double pinnedCopyRateGBps(int device, bool to_host, size_t bytes, int reps) {
@@ -124,6 +173,13 @@ int runHostTune(const std::vector<int>& devices, std::FILE* out, TuneResult* res
   const double d2h = pinnedCopyRateGBps(devices[0], true, 256u << 20);
   const double h2d = pinnedCopyRateGBps(devices[0], false, 256u << 20);
   std::fprintf(out, "# tune: pinned copy rate GPU%d, 256 MiB: D2H %.1f GB/s, H2D %.1f GB/s\n", devices[0], d2h, h2d);
+  // What the copy-engine path can reach: every GPU copying both ways at once (GB/s per GPU and direction).
+  const std::vector<int> one{devices[0]};
+  std::fprintf(out,
+               "# tune: concurrent pinned copies, GB/s per GPU per direction: one GPU D2H+H2D %.1f; all %zu GPUs D2H "
+               "%.1f, H2D %.1f, D2H+H2D %.1f\n",
+               concurrentCopyRate(one, true, true), devices.size(), concurrentCopyRate(devices, true, false),
+               concurrentCopyRate(devices, false, true), concurrentCopyRate(devices, true, true));
 
   // 1. Copy-engine chunk, at 64 MiB with the copy-engine path forced.
   std::fprintf(out, "# tune: copy-engine chunk at 64 MiB bf16 (copy path forced)\n#   chunk(B)   time(us)   algbw(GB/s)\n");
