@@ -14,9 +14,9 @@ namespace tpscope::detail {
 
 // Built-in defaults, measured on the 2xH200 machine (docs/PERFORMANCE.md has the sweep that chose
 // them); a tuning file written on the user's box replaces them.
-constexpr size_t kDefaultCopyThreshold = 1u << 20;
+constexpr size_t kDefaultCopyThreshold = 4u << 20;
 constexpr size_t kDefaultChunkBytes = 4u << 20;
-constexpr int kDefaultBlocks = 16;
+constexpr int kDefaultBlocks = 32;
 constexpr unsigned kDefaultSpinTimeoutMs = 10000;
 
 TPS_PARAM_INT(HostCopyThreshold, "TPSCOPE_HOST_COPY_THRESHOLD", 0)
