@@ -51,10 +51,13 @@ std::vector<BenchRow> h200Rows() {
   };
   const MediumBytes host8k{8192, 8192, 0, 0, 0, 0}, nccl8k{0, 0, 0, 0, 8192, 8192};
   const MediumBytes host256m{268435456, 268435456, 0, 0, 0, 0}, nccl256m{0, 0, 0, 0, 268435456, 268435456};
-  return {row(tpsBackendHost, "host-kernel", 4096, 9.5, 9.1, 9.4, 14.2, host8k),
-          row(tpsBackendNccl, "nccl", 4096, 10.58, 10.1, 10.5, 22.0, nccl8k),
-          row(tpsBackendHost, "host-copy", 134217728, 10012.3, 9980.0, 10010.0, 10100.0, host256m),
-          row(tpsBackendNccl, "nccl", 134217728, 9287.0, 9250.0, 9280.0, 9400.5, nccl256m)};
+  std::vector<BenchRow> rows = {row(tpsBackendHost, "host-kernel", 4096, 9.5, 9.1, 9.4, 14.2, host8k),
+                                row(tpsBackendNccl, "nccl", 4096, 10.58, 10.1, 10.5, 22.0, nccl8k),
+                                row(tpsBackendHost, "host-copy", 134217728, 10012.3, 9980.0, 10010.0, 10100.0, host256m),
+                                row(tpsBackendNccl, "nccl", 134217728, 9287.0, 9250.0, 9280.0, 9400.5, nccl256m)};
+  // The meter's view of the first host row: PCIe carries ~14 % overhead, NVLink is N/A on this GPU.
+  rows[0].metered = MeteredBytes{9371.3, 9350.8, std::nullopt, std::nullopt};
+  return rows;
 }
 
 std::string fullTable(const BenchContext& c, const std::vector<BenchRow>& rows) {
@@ -127,12 +130,13 @@ TEST(BenchTable, HeaderHasTheNcclTestsColumnsInOrder) {
   EXPECT_EQ(h.front(), '#');
   const std::regex nccl(R"(#\s+size\(B\)\s+count\(elements\)\s+type\s+redop \|\s+time\(us\)\s+algbw\(GB/s\)\s+)"
                         R"(busbw\(GB/s\)\s+#wrong \|\s+backend\s+path\s+min\(us\)\s+median\(us\)\s+max\(us\)\s+)"
-                        R"(host_tx\(B\)\s+host_rx\(B\)\s+peer_tx\(B\)\s+peer_rx\(B\)\s+nccl_tx\(B\)\s+nccl_rx\(B\)\n)");
+                        R"(host_tx\(B\)\s+host_rx\(B\)\s+peer_tx\(B\)\s+peer_rx\(B\)\s+nccl_tx\(B\)\s+nccl_rx\(B\) \|\s+)"
+                        R"(pcie_tx\(B\)\s+pcie_rx\(B\)\s+nvl_tx\(B\)\s+nvl_rx\(B\)\n)");
   EXPECT_TRUE(std::regex_match(h, nccl)) << h;
 }
 
 TEST(BenchTable, EveryNonDataLineStartsWithHash) {
-  // Data rows are the only lines awk should see: 19 fields, the first two numbers.
+  // Data rows are the only lines awk should see: 23 fields, the first two numbers.
   std::istringstream in(fullTable(h200Context(), h200Rows()));
   int data = 0;
   for (std::string line; std::getline(in, line);) {
@@ -141,7 +145,7 @@ TEST(BenchTable, EveryNonDataLineStartsWithHash) {
     std::istringstream fields(line);
     std::vector<std::string> f;
     for (std::string w; fields >> w;) f.push_back(w);
-    ASSERT_EQ(f.size(), 19u) << line;
+    ASSERT_EQ(f.size(), 23u) << line;
     EXPECT_NE(f[0].find_first_of("0123456789"), std::string::npos) << line;
   }
   EXPECT_EQ(data, 4);
@@ -151,10 +155,11 @@ TEST(BenchTable, UncheckedAndUncountedPrintNA) {
   BenchRow r = h200Rows()[0];
   r.check.reset();
   r.bytes_per_call.reset();
+  r.metered.reset();
   const std::string line = formatRow(r);
   size_t n = 0;
   for (size_t p = line.find("N/A"); p != std::string::npos; p = line.find("N/A", p + 1)) ++n;
-  EXPECT_EQ(n, 7u) << line;  // #wrong and six byte columns
+  EXPECT_EQ(n, 11u) << line;  // #wrong, six library byte columns, four metered ones
   EXPECT_NE(formatFooter({r}, {tpsBackendHost}).find("N/A"), std::string::npos);
 }
 
@@ -179,6 +184,9 @@ TEST(BenchJson, NumbersAreNumbersAndUnknownsNull) {
     EXPECT_TRUE(r0[k].is_number()) << k;
   EXPECT_TRUE(r0["n_wrong"].is_null());
   EXPECT_TRUE(r0["bytes_per_call"].is_null());
+  EXPECT_DOUBLE_EQ(r0["metered_bytes_per_call"]["pcie_tx"].get<double>(), 9371.3);
+  EXPECT_TRUE(r0["metered_bytes_per_call"]["nvlink_tx"].is_null());
+  EXPECT_TRUE(doc["results"][1]["metered_bytes_per_call"].is_null());
   EXPECT_TRUE(doc["results"][1]["bytes_per_call"]["nccl_rx"].is_number());
   EXPECT_EQ(doc["context"]["timer"], "cuda events");
   EXPECT_EQ(doc["context"]["devices"].size(), 2u);

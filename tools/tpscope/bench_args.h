@@ -55,6 +55,7 @@ struct BenchOptions {
   std::vector<int> devices;  // CUDA ordinals; empty until resolved against the machine
   bool graph = false;
   int graph_replays = 10;    // timed launches of each graph
+  bool meter = true;         // meter each eager (backend, size) on the links (--no-meter: off)
   std::string json_path;     // -J/--json FILE; empty: none
   bool json_stdout = false;  // --format json
 };

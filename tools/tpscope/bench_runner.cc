@@ -6,7 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <stdexcept>
+#include <thread>
 
 #include "bench_check.h"
 #include "bench_stats.h"
@@ -58,6 +61,15 @@ AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes
   marks_.resize(static_cast<size_t>(std::max(options.iters, options.graph_replays)) + 1);
   for (Event& e : marks_) tpsOk(Event::create(devices[0], &e), "creating a timing event");
   syncAll();
+  if (options.meter && !options.graph) {
+    MeterOptions mo;
+    mo.devices = devices;
+    std::string reason;
+    if (Meter::start(mo, &meter_, &reason) != tpsSuccess) {
+      TPS_LOG_WARN("the meter cannot run ({}); the pcie/nvl columns show N/A", reason);
+      meter_.reset();
+    }
+  }
   tpsConfig_t defaults;
   tpsConfigInit(&defaults);  // backend auto: the communicator sets up every backend it can
   tpsOk(tpsCommCreate(&comm_, static_cast<int>(n), devices.data(), config ? config : &defaults),
@@ -209,6 +221,37 @@ CheckCounts AllReduceBench::check(tpsBackend_t backend, tpsDataType_t dtype, siz
   return checkResults(kBenchSeed, dtype, count, results);
 }
 
+MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, size_t count, double us_per_call) {
+  constexpr int kMeterGuardMs = 60;  // longer than one NVLink read on H200 (~22 ms), so edges are idle
+  const int calls = static_cast<int>(std::clamp(std::ceil(20000.0 / std::max(us_per_call, 1.0)), 1.0, 20000.0));
+  const std::string name = fmt::format("{}-{}", tpsBackendName(backend), windows_++);
+  syncAll();
+  std::this_thread::sleep_for(std::chrono::milliseconds(kMeterGuardMs));
+  tpsOk(meter_->begin(name), "meter begin");
+  for (int i = 0; i < calls; ++i) tpsOk(call(backend, dtype, count), "metered call");
+  syncAll();
+  tpsOk(meter_->end(name), "meter end");
+  std::this_thread::sleep_for(std::chrono::milliseconds(kMeterGuardMs));
+  MeteredBytes out;
+  for (const MeterWindow& w : meter_->windows()) {
+    if (w.name != name) continue;
+    auto mean = [&](MeterCounter c) -> std::optional<double> {
+      double sum = 0;
+      for (const auto& cells : w.cells) {
+        const std::optional<double>& b = cells[static_cast<int>(c)].bytes;
+        if (!b) return std::nullopt;
+        sum += *b;
+      }
+      return sum / w.cells.size() / calls;
+    };
+    out.pcie_tx = mean(MeterCounter::kPcieTx);
+    out.pcie_rx = mean(MeterCounter::kPcieRx);
+    out.nvlink_tx = mean(MeterCounter::kNvlinkTx);
+    out.nvlink_rx = mean(MeterCounter::kNvlinkRx);
+  }
+  return out;
+}
+
 BenchRow AllReduceBench::measure(tpsBackend_t backend, tpsDataType_t dtype, size_t count) {
   BenchRow row;
   row.backend = backend;
@@ -247,6 +290,7 @@ BenchRow AllReduceBench::measure(tpsBackend_t backend, tpsDataType_t dtype, size
     TPS_LOG_WARN("the library counted {} calls where the benchmark made {} ({} at {} bytes)", delta.calls,
                  options_.iters, tpsBackendName(backend), row.bytes());
   setBandwidths(&row, static_cast<int>(devices_.size()));
+  if (meter_) row.metered = metered(backend, dtype, count, row.time.mean_us);
   if (options_.check) row.check = check(backend, dtype, count);
   return row;
 }

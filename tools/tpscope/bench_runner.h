@@ -15,6 +15,9 @@
 //   an event between launches; each launch's interval / -n is one sample, time(us) is their mean.
 // Timing runs on zero-filled buffers, so in-place sums stay finite however many calls run (no path on
 // these GPUs compresses data, so values do not change the cost); -c 1 loads real data for its own call.
+// Metering (eager, unless --no-meter): after timing, a separate run of enough calls to last >= 20 ms sits
+// in a meter window with kMeterGuardMs of idle before and after, so the window's edges fall in idle
+// time and the counters' bytes are exact whatever their cadence (NVLink reads take ~22 ms on H200).
 // Warm-ups (-w eager calls) precede each (backend, size); the statistics snapshots that give the path and
 // bytes columns bracket the first eager run or the capture, so warm-ups and checks are not in them.
 #pragma once
@@ -25,6 +28,7 @@
 #include "bench_args.h"
 #include "bench_table.h"
 #include "common/cuda_raii.h"
+#include "tpscope/meter.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::cli {
@@ -55,6 +59,8 @@ class AllReduceBench {
   std::vector<double> timeEager(tpsBackend_t backend, tpsDataType_t dtype, size_t count, bool marked);
   std::vector<double> timeGraph(cudaGraphExec_t exec, int calls_per_launch);
   CheckCounts check(tpsBackend_t backend, tpsDataType_t dtype, size_t count);
+  // The links' bytes per call: `calls` calls in a meter window with idle guards on both sides.
+  MeteredBytes metered(tpsBackend_t backend, tpsDataType_t dtype, size_t count, double us_per_call);
 
   BenchOptions options_;
   std::vector<int> devices_;
@@ -67,6 +73,8 @@ class AllReduceBench {
   std::vector<Event> marks_;                      // on GPU0, timing: start, per-call or per-launch marks, stop
   std::vector<std::vector<unsigned char>> host_;  // -c 1 staging, one per GPU
   tpsComm_t comm_ = nullptr;
+  std::unique_ptr<Meter> meter_;  // null with --no-meter or where NVML cannot measure
+  int windows_ = 0;
 };
 
 }  // namespace tpscope::cli

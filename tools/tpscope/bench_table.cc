@@ -67,7 +67,8 @@ constexpr Column kColumns[] = {{"size(B)", 12, false},     {"count(elements)", 1
                                {"path", 11, false},        {"min(us)", 9, false},          {"median(us)", 10, false},
                                {"max(us)", 9, false},      {"host_tx(B)", 11, false},      {"host_rx(B)", 11, false},
                                {"peer_tx(B)", 11, false},  {"peer_rx(B)", 11, false},      {"nccl_tx(B)", 11, false},
-                               {"nccl_rx(B)", 11, false}};
+                               {"nccl_rx(B)", 11, false},  {"pcie_tx(B)", 11, true},       {"pcie_rx(B)", 11, false},
+                               {"nvl_tx(B)", 11, false},   {"nvl_rx(B)", 11, false}};
 constexpr size_t kNumColumns = sizeof(kColumns) / sizeof(kColumns[0]);
 
 // nccl-tests' time format: two decimals below 100 us, one below 10 ms, none above.
@@ -106,6 +107,9 @@ std::string formatPreamble(const BenchContext& ctx) {
   for (size_t i = 0; i < o.dtypes.size(); ++i) types += (i ? "," : "") + std::string(tpsDataTypeName(o.dtypes[i]));
   s += fmt::format("# backends: {} (interleaved size by size)  datatypes: {}  op: sum, in place\n",
                    joinBackends(o.backends), types);
+  if (o.meter && !o.graph)
+    s += "# meter: each size also runs >= 20 ms of calls in a meter window with 60 ms idle before and after;\n"
+         "#        pcie_*/nvl_* = link counter bytes per call, mean over GPUs, protocol overhead included\n";
   if (o.graph)
     s += fmt::format(
         "# timer: CUDA events on GPU0's stream around each launch of a graph of {} calls on all GPUs;"
@@ -143,12 +147,17 @@ std::string formatRow(const BenchRow& r) {
   auto bytes = [&](double MediumBytes::*field) {
     return r.bytes_per_call ? fmt::format("{:.0f}", (*r.bytes_per_call).*field) : std::string("N/A");
   };
+  auto metered = [&](std::optional<double> MeteredBytes::*field) {
+    return r.metered && ((*r.metered).*field) ? fmt::format("{:.0f}", *((*r.metered).*field)) : std::string("N/A");
+  };
   return joinCells({std::to_string(r.bytes()), std::to_string(r.count), tpsDataTypeName(r.dtype), "sum",
                     timeText(r.time.mean_us), fmt::format("{:.2f}", r.algbw_gbps), fmt::format("{:.2f}", r.busbw_gbps),
                     r.check ? std::to_string(r.check->wrong) : "N/A", tpsBackendName(r.backend), r.path,
                     timeText(r.time.min_us), timeText(r.time.median_us), timeText(r.time.max_us),
                     bytes(&MediumBytes::host_tx), bytes(&MediumBytes::host_rx), bytes(&MediumBytes::peer_tx),
-                    bytes(&MediumBytes::peer_rx), bytes(&MediumBytes::nccl_tx), bytes(&MediumBytes::nccl_rx)},
+                    bytes(&MediumBytes::peer_rx), bytes(&MediumBytes::nccl_tx), bytes(&MediumBytes::nccl_rx),
+                    metered(&MeteredBytes::pcie_tx), metered(&MeteredBytes::pcie_rx),
+                    metered(&MeteredBytes::nvlink_tx), metered(&MeteredBytes::nvlink_rx)},
                    ' ');
 }
 
@@ -233,7 +242,13 @@ nlohmann::json rowJson(const BenchRow& r) {
             {"n_wrong", r.check ? json(r.check->wrong) : json(nullptr)},
             {"n_out_of_tolerance", r.check ? json(r.check->out_of_tolerance) : json(nullptr)},
             {"n_not_bit_identical", r.check ? json(r.check->not_identical) : json(nullptr)},
-            {"bytes_per_call", nullptr}};
+            {"bytes_per_call", nullptr},
+            {"metered_bytes_per_call", nullptr}};
+  if (r.metered) {
+    auto v = [](const std::optional<double>& x) { return x ? json(*x) : json(nullptr); };
+    j["metered_bytes_per_call"] = {{"pcie_tx", v(r.metered->pcie_tx)}, {"pcie_rx", v(r.metered->pcie_rx)},
+                                   {"nvlink_tx", v(r.metered->nvlink_tx)}, {"nvlink_rx", v(r.metered->nvlink_rx)}};
+  }
   if (r.bytes_per_call) {
     const MediumBytes& b = *r.bytes_per_call;
     j["bytes_per_call"] = {{"host_tx", b.host_tx}, {"host_rx", b.host_rx}, {"peer_tx", b.peer_tx},

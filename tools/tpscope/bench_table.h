@@ -42,6 +42,12 @@ struct MediumBytes {
   double host_tx = 0, host_rx = 0, peer_tx = 0, peer_rx = 0, nccl_tx = 0, nccl_rx = 0;
 };
 
+// Bytes per call the interconnect meter counted on the links (mean over GPUs, protocol overhead
+// included), from a separate metered run of the same call bracketed by idle time; nullopt: N/A.
+struct MeteredBytes {
+  std::optional<double> pcie_tx, pcie_rx, nvlink_tx, nvlink_rx;
+};
+
 // Result of -c 1 for one (backend, size): elements (rank, index) outside the tolerance, and elements of
 // ranks 1..n-1 whose bits differ from rank 0's. wrong() counts an element failing either once.
 struct CheckCounts {
@@ -63,6 +69,7 @@ struct BenchRow {
   double algbw_gbps = 0, busbw_gbps = 0;
   std::optional<CheckCounts> check;           // nullopt with -c 0
   std::optional<MediumBytes> bytes_per_call;  // nullopt when the library counted no call
+  std::optional<MeteredBytes> metered;        // nullopt when the meter did not run (--no-meter, no NVML, graph)
   uint64_t bytes() const { return count * tpsDataTypeSize(dtype); }
 };
 
