@@ -2,9 +2,11 @@
 // meter.h - the interconnect meter: exact PCIe and NVLink bytes per named window (C++ API).
 //
 // A Meter reads each GPU's cumulative byte counters (NVML field values: PCIe TX/RX, NVLink data
-// TX/RX summed over the links that are up) from one thread per GPU every few milliseconds, and
-// turns them into bytes, mean rate and share of the link ceiling for windows the caller marks by
-// name. Optionally it also runs the "dmon method" (the 20 ms throughput snapshot that
+// TX/RX summed over the links that are up) and turns them into bytes, mean rate and share of the
+// link ceiling for windows the caller marks by name. The counters are read in two groups, each by
+// its own thread per GPU: PCIe every period (a read costs ~0.7 ms on H200), NVLink back to back
+// (one field per link, ~0.6 ms each: ~22 ms a read for 18 links), so the PCIe cadence does not
+// depend on the NVLink read cost. Optionally it also runs the "dmon method" (the 20 ms throughput snapshot that
 // `nvidia-smi dmon -s t` prints) so the two can be compared on the same run. docs/METHOD.md says
 // how the numbers are made and how far to trust them.
 //
@@ -35,15 +37,28 @@ constexpr int kMeterCounters = 6;
 const char* meterCounterName(MeterCounter c);
 inline bool isPcie(MeterCounter c) { return c == MeterCounter::kPcieTx || c == MeterCounter::kPcieRx; }
 
+// The counters a sampler thread reads together, in one pass of NVML calls.
+enum class MeterGroup : int { kPcie = 0, kNvlink };
+constexpr int kMeterGroups = 2;
+inline MeterGroup groupOf(MeterCounter c) { return isPcie(c) ? MeterGroup::kPcie : MeterGroup::kNvlink; }
+// Bit c set for every counter c of group g.
+inline uint32_t groupMask(MeterGroup g) { return g == MeterGroup::kPcie ? 0x03u : 0x3cu; }
+const char* meterGroupName(MeterGroup g);  // "pcie", "nvlink"
+
 enum class MeterMethod { kCounters, kDmon, kBoth };
 
 struct MeterOptions {
   std::vector<int> devices;  // CUDA ordinals; empty: every GPU
-  // Period between reads of one GPU. 0: TPSCOPE_METER_PERIOD_US, else the built-in default (2 ms;
-  // docs/METHOD.md says why). A read that takes longer than the period stretches it.
+  // Period between reads of one GPU's counter group. 0: TPSCOPE_METER_PERIOD_US, else the built-in
+  // default (2 ms; docs/METHOD.md says why). A read that takes longer than the period stretches it:
+  // NVLink reads (~22 ms on H200) then run back to back, on their own thread, beside PCIe's.
   int64_t period_us = 0;    // 100..50000: longer and a 32-bit PCIe counter could wrap unseen
-  bool nvlink = true;       // read NVLink data TX/RX (one field per link: ~1.1 ms more per read on H200)
+  bool nvlink = true;       // read NVLink data TX/RX (one field per link, ~0.6 ms each on H200)
   bool nvlink_raw = false;  // also read the raw NVLink counters (data + protocol)
+  // NVLink links per NVML call within one NVLink read. -1: TPSCOPE_METER_NVLINK_LINKS_PER_CALL, else
+  // 1. 0: every link in one call. Short calls bound how long one call can hold the driver, in case
+  // NVML serialises calls to a device and a PCIe read would wait behind a ~22 ms NVLink call.
+  int nvlink_links_per_call = -1;
   MeterMethod method = MeterMethod::kCounters;
   int64_t dmon_period_ms = 1000;  // the dmon method's cadence (nvidia-smi dmon's default is 1 s)
   double peak_span_ms = 10;       // sub-window length for the peak rate
@@ -62,15 +77,20 @@ struct MeterGpu {
   }
 };
 
-// One read of one GPU's counters.
+// One read of one counter group of one GPU. A GPU's samples interleave its groups' reads, so a
+// sample has values for its own group's counters only.
 struct MeterSample {
   int gpu = 0;                              // position in Meter::gpus()
+  MeterGroup group = MeterGroup::kPcie;     // the counters this read covered
   int64_t t_before_ns = 0, t_after_ns = 0;  // the clock just before and after the read
   int64_t nvml_timestamp_us = 0;            // NVML's own stamp of the first field (wall clock); 0: none
-  // Cumulative bytes since the meter's first read, unwrapped; nullopt when unsupported or the read failed.
+  // Cumulative bytes since the meter's first read, unwrapped; nullopt when unsupported, not in this
+  // read's group, or the read failed.
   std::array<std::optional<uint64_t>, kMeterCounters> bytes{};
   // When each value was read, in the monotonic clock: NVML's per-field stamp mapped into
-  // [t_before, t_after] (fields are read one after another within a call), else the midpoint.
+  // [t_before, t_after] (fields are read one after another within a call), else the midpoint. For a
+  // counter without a value here: the time of its latest earlier value (0 before the first), so
+  // that t_ns[c] never decreases along a GPU's samples, whichever group they come from.
   std::array<int64_t, kMeterCounters> t_ns{};
 };
 
@@ -100,7 +120,7 @@ struct MeterWindow {
   std::string name;
   int repetition = 0;  // 0 for the first window of this name, 1 for the next, ...
   int64_t start_ns = 0, end_ns = 0;
-  bool complete = false;  // every GPU has a read after end_ns (always true after stop())
+  bool complete = false;  // every counter of every GPU has a value read after end_ns (true after stop())
   std::vector<std::array<MeterCell, kMeterCounters>> cells;  // [gpu position][counter]
 };
 
@@ -129,15 +149,16 @@ struct QuiesceRecord {
   std::string reason;                // why it failed; empty when passed
 };
 
-// How the sampler kept up.
+// How one sampler thread (one GPU, one counter group) kept up.
 struct MeterCadence {
   int gpu = 0;
+  MeterGroup group = MeterGroup::kPcie;
   int64_t reads = 0;
-  double period_target_ms = 0;
+  double period_target_ms = 0;  // the configured period; a group whose read is slower runs back to back
   double period_mean_ms = 0, period_p50_ms = 0, period_p99_ms = 0, period_max_ms = 0;
   double read_cost_mean_ms = 0, read_cost_p99_ms = 0;  // t_after - t_before
   int64_t dropped = 0;                                 // reads lost because the ring was full (should be 0)
-  int64_t wrap_gaps = 0;                               // gaps long enough for a 32-bit PCIe counter to wrap unseen
+  int64_t wrap_gaps = 0;  // PCIe: gaps long enough for a 32-bit counter to wrap unseen (always 0 for NVLink)
 };
 
 class Meter {
@@ -175,12 +196,16 @@ class Meter {
   const MeterOptions& options() const;  // with defaults filled in
   // Windows in the order they closed, computed from the samples so far.
   std::vector<MeterWindow> windows() const;
-  std::vector<MeterSample> samples() const;  // every GPU, each in read order
+  // Every GPU's samples, GPU by GPU, each GPU's in the order they were collected: per counter, in
+  // time order (t_ns); the two groups' reads interleave.
+  std::vector<MeterSample> samples() const;
   std::vector<MeterDmonSample> dmonSamples() const;
-  // The latest read of GPU position `gpu` (nullopt before the first).
+  // The newest value of every counter of GPU position `gpu`, each with its own t_ns (the groups are
+  // read at different cadences); t_before/t_after/group are those of the newest read. nullopt
+  // before the first read.
   std::optional<MeterSample> latest(int gpu) const;
   std::optional<MeterDmonSample> latestDmon(int gpu, MeterCounter counter) const;
-  std::vector<MeterCadence> cadence() const;
+  std::vector<MeterCadence> cadence() const;          // per GPU and counter group read
   std::vector<QuiesceRecord> quiesceRecords() const;  // every quiesce() so far, in order
 
   struct Impl;  // src/meter/meter.cc

@@ -20,14 +20,14 @@ class FakeCounterReader : public CounterReader {
   FakeCounterReader(const FakeGpuScript& s, int64_t t0) : s_(s), t0_(t0) {}
   uint32_t supported() const override { return s_.supported; }
   int widthBits(MeterCounter c) const override { return isPcie(c) ? 32 : 64; }
-  bool read(Reading* out) override {
+  bool read(MeterGroup group, Reading* out) override {
     *out = Reading{};
     out->t_before_ns = monotonicNs();
-    sleepNs(s_.read_cost_ns);
+    sleepNs(group == MeterGroup::kPcie ? s_.read_cost_ns : s_.nvlink_read_cost_ns);
     out->t_after_ns = monotonicNs();
     const int64_t t = out->t_before_ns + (out->t_after_ns - out->t_before_ns) / 2;
     for (int c = 0; c < kMeterCounters; ++c) {
-      if (!(s_.supported & (1u << c))) continue;
+      if (!(s_.supported & groupMask(group) & (1u << c))) continue;
       const MeterCounter mc = static_cast<MeterCounter>(c);
       uint64_t v = static_cast<uint64_t>(fakeCumulative(s_, mc, (t - t0_) * 1e-9));
       // PCIe: a 32-bit counter that starts 1 MB below its wrap.
@@ -36,7 +36,7 @@ class FakeCounterReader : public CounterReader {
       out->t_ns[c] = t;
       out->valid |= 1u << c;
     }
-    return true;
+    return out->valid != 0;
   }
 
  private:

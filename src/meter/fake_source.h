@@ -23,8 +23,9 @@ struct FakeGpuScript {
   uint32_t supported = 0x0f;  // PCIe and NVLink data; raw N/A
   std::array<double, kMeterCounters> background_bytes_per_s{};
   std::vector<FakeBurst> bursts;
-  int64_t read_cost_ns = 200000;      // each read sleeps this long, like an NVML call
-  int64_t dmon_window_ns = 20000000;  // the dmon call blocks this long and reports the mean over it
+  int64_t read_cost_ns = 200000;         // each PCIe read sleeps this long, like an NVML call
+  int64_t nvlink_read_cost_ns = 200000;  // each NVLink read (H200: ~22 ms for 18 links)
+  int64_t dmon_window_ns = 20000000;     // the dmon call blocks this long and reports the mean over it
   std::optional<double> pcie_ceiling_mbps = 63015.4, nvlink_ceiling_mbps = 478116;
   int nvlink_links = 18;
   std::vector<unsigned> pids;  // what the process check reports

@@ -17,6 +17,8 @@
 #include "meter/sampler.h"
 
 TPS_PARAM_INT(MeterPeriodUs, "TPSCOPE_METER_PERIOD_US", tpscope::detail::kDefaultPeriodUs)
+TPS_PARAM_INT(MeterNvlinkLinksPerCall, "TPSCOPE_METER_NVLINK_LINKS_PER_CALL",
+              tpscope::detail::kDefaultNvlinkLinksPerCall)
 
 namespace tpscope {
 
@@ -76,6 +78,12 @@ tpsResult_t detail::resolveOptions(MeterOptions* o, std::string* reason) {
     *reason = "the peak span must be 0 ms or more";
     return tpsInvalidArgument;
   }
+  if (o->nvlink_links_per_call < 0) o->nvlink_links_per_call = static_cast<int>(tpsParamMeterNvlinkLinksPerCall());
+  if (o->nvlink_links_per_call < 0 || o->nvlink_links_per_call > 64) {
+    *reason = "NVLink links per call " + std::to_string(o->nvlink_links_per_call) +
+              " is out of range: use 0 (all links in one call) to 64";
+    return tpsInvalidArgument;
+  }
   if (o->nvlink_raw) o->nvlink = true;
   return tpsSuccess;
 }
@@ -127,10 +135,11 @@ tpsResult_t Meter::quiesce(const QuiesceOptions& opts, QuiesceRecord* out) {
   const int64_t start = now();
   std::this_thread::sleep_for(std::chrono::milliseconds(opts.idle_ms));
   const int64_t end = now();
-  // Wait (briefly) for a read after `end` on every GPU, so that the interval is bracketed.
-  auto bracketed = [end](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>&) {
-    for (const auto& s : series)
-      if (s.empty() || s.back().t_before_ns < end) return false;
+  // Wait (briefly) for a read of every counter after `end` on every GPU, so that the interval is
+  // bracketed (NVLink reads take ~22 ms on H200).
+  auto bracketed = [this, end](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>&) {
+    for (size_t k = 0; k < series.size(); ++k)
+      if (!detail::readAfter(series[k], gpus()[k], end)) return false;
     return true;
   };
   for (int i = 0; i < 1000 && !impl_->sampler.withData(bracketed); ++i)
@@ -179,13 +188,7 @@ std::vector<MeterDmonSample> Meter::dmonSamples() const {
       [](const std::vector<detail::Series>&, const std::vector<MeterDmonSample>& dmon) { return dmon; });
 }
 
-std::optional<MeterSample> Meter::latest(int gpu) const {
-  return impl_->sampler.withData([gpu](const std::vector<detail::Series>& series,
-                                       const std::vector<MeterDmonSample>&) -> std::optional<MeterSample> {
-    if (gpu < 0 || gpu >= static_cast<int>(series.size()) || series[gpu].empty()) return std::nullopt;
-    return series[gpu].back();
-  });
-}
+std::optional<MeterSample> Meter::latest(int gpu) const { return impl_->sampler.latest(gpu); }
 
 std::optional<MeterDmonSample> Meter::latestDmon(int gpu, MeterCounter counter) const {
   return impl_->sampler.withData([&](const std::vector<detail::Series>&,

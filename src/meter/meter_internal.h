@@ -8,10 +8,15 @@
 namespace tpscope::detail {
 
 // The period used when neither MeterOptions::period_us nor TPSCOPE_METER_PERIOD_US is set.
-// 2 ms: one H200 read of PCIe + 18 links' NVLink fields costs ~1.4 ms (H200-FACTS.md), so 2 ms
-// leaves the thread idle a quarter of the time, and the 32-bit PCIe counters (wrap ~68 ms) are
-// read 30x per wrap. docs/METHOD.md has the measured cadence and overhead.
+// 2 ms: a PCIe read (2 fields) costs ~0.68 ms on H200 (meter_accuracy, driver 580), so the PCIe
+// thread idles two thirds of the time and the 32-bit PCIe counters (wrap ~68 ms) are read 30x per
+// wrap. NVLink reads cost ~22 ms (36 per-link fields at ~0.6 ms) and run back to back on their own
+// thread: no period can make them faster. docs/METHOD.md has the measured cadence and overhead.
 constexpr int64_t kDefaultPeriodUs = 2000;
+// One link (2 fields, ~1.2 ms) per NVML call: a PCIe read waits at most that long should NVML
+// serialise calls to one device; the calls' own overhead is small (22 ms / 36 fields ~ 0.6 ms per
+// field, against 0.68 ms for a whole 2-field PCIe call).
+constexpr int kDefaultNvlinkLinksPerCall = 1;
 
 // Fills in defaults and checks options; tpsInvalidArgument with *reason when one is out of range.
 tpsResult_t resolveOptions(MeterOptions* options, std::string* reason);

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "topology/topology.h"
 
@@ -41,14 +43,16 @@ int widthOf(nvmlValueType_t t) {
 }  // namespace
 
 NvmlCounterReader::NvmlCounterReader(const nvml::Api* api, nvmlDevice_t dev, const std::vector<unsigned>& links,
-                                     bool nvlink_raw)
+                                     bool nvlink_raw, int links_per_call)
     : api_(api), dev_(dev) {
+  std::vector<nvmlFieldValue_t> fields;
+  std::vector<int> counter_of;
   auto add = [&](unsigned field, unsigned scope, MeterCounter c) {
     nvmlFieldValue_t f{};
     f.fieldId = field;
     f.scopeId = scope;
-    fields_.push_back(f);
-    counter_of_.push_back(static_cast<int>(c));
+    fields.push_back(f);
+    counter_of.push_back(static_cast<int>(c));
   };
   add(kFieldPcieTx, 0, MeterCounter::kPcieTx);
   add(kFieldPcieRx, 0, MeterCounter::kPcieRx);
@@ -62,38 +66,43 @@ NvmlCounterReader::NvmlCounterReader(const nvml::Api* api, nvmlDevice_t dev, con
   }
   // Probe: a counter is supported when every one of its fields succeeds (GeForce answers N/A for
   // NVLink data; drivers before R555 have no PCIe byte counters).
-  std::vector<nvmlFieldValue_t> probe = fields_;
+  std::vector<nvmlFieldValue_t> probe = fields;
   nvmlReturn_t r = api_->deviceGetFieldValues(dev_, static_cast<int>(probe.size()), probe.data());
   uint32_t failed = 0, seen = 0;
   for (size_t i = 0; i < probe.size(); ++i) {
-    const uint32_t bit = 1u << counter_of_[i];
+    const uint32_t bit = 1u << counter_of[i];
     seen |= bit;
     if (r != NVML_SUCCESS || probe[i].nvmlReturn != NVML_SUCCESS) {
       failed |= bit;
       TPS_LOG_INFO("NVML field {} scope {}: {}; counter {} is N/A", probe[i].fieldId, probe[i].scopeId,
                    nvml::Nvml::errorString(r != NVML_SUCCESS ? r : probe[i].nvmlReturn),
-                   meterCounterName(static_cast<MeterCounter>(counter_of_[i])));
+                   meterCounterName(static_cast<MeterCounter>(counter_of[i])));
     } else {
-      width_[counter_of_[i]] = widthOf(probe[i].valueType);
+      width_[counter_of[i]] = widthOf(probe[i].valueType);
     }
   }
   supported_ = seen & ~failed;
-  // Keep only the fields of supported counters, so a read never pays for a field that fails.
-  std::vector<nvmlFieldValue_t> kept;
-  std::vector<int> kept_counter;
-  for (size_t i = 0; i < fields_.size(); ++i) {
-    if (!(supported_ & (1u << counter_of_[i]))) continue;
-    kept.push_back(fields_[i]);
-    kept_counter.push_back(counter_of_[i]);
+  // Keep only the fields of supported counters, so a read never pays for a field that fails; each
+  // group gets its own list (its thread refills it), links in order.
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (!(supported_ & (1u << counter_of[i]))) continue;
+    Group& g = groups_[static_cast<int>(groupOf(static_cast<MeterCounter>(counter_of[i])))];
+    g.fields.push_back(fields[i]);
+    g.counter_of.push_back(counter_of[i]);
   }
-  fields_.swap(kept);
-  counter_of_.swap(kept_counter);
+  Group& pcie = groups_[static_cast<int>(MeterGroup::kPcie)];
+  pcie.per_call = static_cast<int>(pcie.fields.size());
+  Group& nvl = groups_[static_cast<int>(MeterGroup::kNvlink)];
+  const int per_link = __builtin_popcount(supported_ & groupMask(MeterGroup::kNvlink));
+  nvl.per_call = links_per_call > 0 ? std::min<int>(per_link * links_per_call, static_cast<int>(nvl.fields.size()))
+                                    : static_cast<int>(nvl.fields.size());
   if (supported_ & (1u << static_cast<int>(MeterCounter::kNvlinkTx))) links_read_ = static_cast<int>(links.size());
 }
 
-bool NvmlCounterReader::read(Reading* out) {
+bool NvmlCounterReader::read(MeterGroup group, Reading* out) {
+  Group& g = groups_[static_cast<int>(group)];
   *out = Reading{};
-  if (fields_.empty()) {
+  if (g.fields.empty()) {
     out->t_before_ns = out->t_after_ns = monotonicNs();
     return false;
   }
@@ -101,16 +110,21 @@ bool NvmlCounterReader::read(Reading* out) {
   // vDSO reads (tens of ns), taken back to back so their difference is the current offset.
   out->t_before_ns = monotonicNs();
   const int64_t realtime_offset = realtimeNs() - out->t_before_ns;
-  nvmlReturn_t r = api_->deviceGetFieldValues(dev_, static_cast<int>(fields_.size()), fields_.data());
+  const int n_fields = static_cast<int>(g.fields.size());
+  for (int i = 0; i < n_fields; i += g.per_call) {
+    const int n = std::min(g.per_call, n_fields - i);
+    const nvmlReturn_t r = api_->deviceGetFieldValues(dev_, n, g.fields.data() + i);
+    if (r != NVML_SUCCESS)
+      for (int j = i; j < i + n; ++j) g.fields[j].nvmlReturn = r;  // the call failed: so did its fields
+  }
   out->t_after_ns = monotonicNs();
-  if (r != NVML_SUCCESS) return false;
   const int64_t mid = out->t_before_ns + (out->t_after_ns - out->t_before_ns) / 2;
   std::array<int64_t, kMeterCounters> t_sum{};
   std::array<int, kMeterCounters> n{};
   uint32_t failed = 0;
-  for (size_t i = 0; i < fields_.size(); ++i) {
-    const nvmlFieldValue_t& f = fields_[i];
-    const int c = counter_of_[i];
+  for (int i = 0; i < n_fields; ++i) {
+    const nvmlFieldValue_t& f = g.fields[i];
+    const int c = g.counter_of[i];
     if (f.nvmlReturn != NVML_SUCCESS) {
       failed |= 1u << c;
       continue;
@@ -130,7 +144,7 @@ bool NvmlCounterReader::read(Reading* out) {
     out->t_ns[c] = out->t_before_ns + t_sum[c] / n[c];
     out->valid |= 1u << c;
   }
-  out->valid &= ~failed;
+  out->valid &= ~failed;  // a partial sum over the links is not a value
   return out->valid != 0;
 }
 
@@ -189,7 +203,8 @@ tpsResult_t openNvmlSources(const MeterOptions& options, SourceSet* out, std::st
             links.push_back(link);
         }
       }
-      auto reader = std::make_unique<NvmlCounterReader>(api, dev, links, options.nvlink_raw);
+      auto reader =
+          std::make_unique<NvmlCounterReader>(api, dev, links, options.nvlink_raw, options.nvlink_links_per_call);
       for (int c = 0; c < kMeterCounters; ++c) m.supported[c] = reader->supported() & (1u << c);
       m.nvlink_links = reader->linksRead();
       if (reader->supported() == 0)

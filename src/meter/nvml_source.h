@@ -19,24 +19,32 @@ constexpr unsigned kFieldNvlinkRx = 139;     // ..._DATA_RX
 constexpr unsigned kFieldNvlinkRawTx = 140;  // ..._RAW_TX: data + protocol, KiB per link
 constexpr unsigned kFieldNvlinkRawRx = 141;  // ..._RAW_RX
 
-// Reads every counter of one GPU in ONE nvmlDeviceGetFieldValues call: PCIe TX/RX and, per active
-// link, the NVLink fields with scopeId = link. (scopeId UINT_MAX, "all links", returned success
-// with value 0 on a freshly booted H200, and without a scope only link 0 comes back: so we sum
-// the links ourselves.)
+// Reads one GPU's counters in two groups (MeterGroup), each with its own field list so the two
+// sampler threads never share a buffer: PCIe TX/RX in one nvmlDeviceGetFieldValues call, and per
+// active link the NVLink fields with scopeId = link, `links_per_call` links per call (0: all in one
+// call). (scopeId UINT_MAX, "all links", returned success with value 0 on a freshly booted H200, and
+// without a scope only link 0 comes back: so we sum the links ourselves.)
 class NvmlCounterReader : public CounterReader {
  public:
   // Probes the fields once; those that fail are dropped and their counters are N/A.
-  NvmlCounterReader(const nvml::Api* api, nvmlDevice_t dev, const std::vector<unsigned>& links, bool nvlink_raw);
+  NvmlCounterReader(const nvml::Api* api, nvmlDevice_t dev, const std::vector<unsigned>& links, bool nvlink_raw,
+                    int links_per_call = 0);
   uint32_t supported() const override { return supported_; }
   int widthBits(MeterCounter c) const override { return width_[static_cast<int>(c)]; }
-  bool read(Reading* out) override;
+  bool read(MeterGroup group, Reading* out) override;
   int linksRead() const { return links_read_; }
+  // Fields in one NVML call of this group's read (the last call of a read may have fewer).
+  int fieldsPerCall(MeterGroup group) const { return groups_[static_cast<int>(group)].per_call; }
 
  private:
+  struct Group {
+    std::vector<nvmlFieldValue_t> fields;  // preallocated: read() only refills it
+    std::vector<int> counter_of;           // fields[i] feeds counter counter_of[i]
+    int per_call = 0;
+  };
   const nvml::Api* api_;
   nvmlDevice_t dev_;
-  std::vector<nvmlFieldValue_t> fields_;  // preallocated: read() only refills it
-  std::vector<int> counter_of_;           // fields_[i] feeds counter counter_of_[i]
+  std::array<Group, kMeterGroups> groups_;
   uint32_t supported_ = 0;
   int links_read_ = 0;
   std::array<int, kMeterCounters> width_{32, 32, 64, 64, 64, 64};

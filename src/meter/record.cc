@@ -77,11 +77,13 @@ nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus) {
   nlohmann::json j = {
       {"type", "sample"},
       {"gpu", gpus[s.gpu].index},
+      {"group", meterGroupName(s.group)},
       {"t_before_ns", s.t_before_ns},
       {"t_after_ns", s.t_after_ns},
       {"nvml_timestamp_us", s.nvml_timestamp_us ? nlohmann::json(s.nvml_timestamp_us) : nlohmann::json()}};
   for (int c = 0; c < kMeterCounters; ++c) {
-    if (!gpus[s.gpu].supported[c]) continue;  // not read on this GPU: the gpu record says so
+    if (!gpus[s.gpu].supported[c]) continue;                         // not read on this GPU: the gpu record says so
+    if (groupOf(static_cast<MeterCounter>(c)) != s.group) continue;  // read by the other group's thread
     const std::string n = meterCounterName(static_cast<MeterCounter>(c));
     j[n + "_bytes"] = opt(s.bytes[c]);
     j[n + "_t_ns"] = s.t_ns[c];
@@ -145,6 +147,7 @@ nlohmann::json toJson(const QuiesceRecord& q, const std::vector<MeterGpu>& gpus)
 nlohmann::json toJson(const MeterCadence& c, const std::vector<MeterGpu>& gpus) {
   return {{"type", "cadence"},
           {"gpu", gpus[c.gpu].index},
+          {"group", meterGroupName(c.group)},
           {"reads", c.reads},
           {"period_target_ms", c.period_target_ms},
           {"period_mean_ms", c.period_mean_ms},
@@ -158,7 +161,7 @@ nlohmann::json toJson(const MeterCadence& c, const std::vector<MeterGpu>& gpus) 
 }
 
 std::string samplesCsvHeader() {
-  std::string h = "gpu,t_before_ns,t_after_ns,nvml_timestamp_us";
+  std::string h = "gpu,group,t_before_ns,t_after_ns,nvml_timestamp_us";
   for (int c = 0; c < kMeterCounters; ++c) {
     const std::string n = meterCounterName(static_cast<MeterCounter>(c));
     h += "," + n + "_bytes," + n + "_t_ns";
@@ -167,8 +170,15 @@ std::string samplesCsvHeader() {
 }
 
 std::string toCsv(const MeterSample& s, const std::vector<MeterGpu>& gpus) {
-  std::string line = fmt::format("{},{},{},{}", gpus[s.gpu].index, s.t_before_ns, s.t_after_ns, s.nvml_timestamp_us);
-  for (int c = 0; c < kMeterCounters; ++c) line += fmt::format(",{},{}", csv(s.bytes[c]), s.t_ns[c]);
+  std::string line = fmt::format("{},{},{},{},{}", gpus[s.gpu].index, meterGroupName(s.group), s.t_before_ns,
+                                 s.t_after_ns, s.nvml_timestamp_us);
+  // The other group's counters are empty (not read in this row); N/A is a value this read lacks.
+  for (int c = 0; c < kMeterCounters; ++c) {
+    if (groupOf(static_cast<MeterCounter>(c)) != s.group)
+      line += ",,";
+    else
+      line += fmt::format(",{},{}", csv(s.bytes[c]), s.t_ns[c]);
+  }
   return line + "\n";
 }
 

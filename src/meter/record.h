@@ -16,7 +16,8 @@ namespace tpscope {
 
 nlohmann::json toJson(const MeterGpu& g);
 nlohmann::json toJson(const MeterOptions& o);
-nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus);      // "type": "sample"
+// "type": "sample"; the counters of the sample's group that the GPU supports (null: the read failed).
+nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus);
 nlohmann::json toJson(const MeterDmonSample& d, const std::vector<MeterGpu>& gpus);  // "type": "dmon"
 // "type": "window"; `counters` selects which cells appear (the others were not asked for).
 nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus,
@@ -27,7 +28,8 @@ nlohmann::json toJson(const MeterCadence& c, const std::vector<MeterGpu>& gpus);
 // The counters a set of options asks for, in report order.
 std::vector<MeterCounter> reportedCounters(const MeterOptions& o);
 
-// CSV: a header line and one line per sample / per window cell.
+// CSV: a header line and one line per sample / per window cell. A sample line leaves the other
+// group's counter columns empty.
 std::string samplesCsvHeader();
 std::string toCsv(const MeterSample& s, const std::vector<MeterGpu>& gpus);
 std::string windowsCsvHeader();

@@ -28,16 +28,65 @@ double percentile(std::vector<double> v, double p) {
 }
 }  // namespace
 
+SeriesBuilder::SeriesBuilder(int gpu, const MeterGpu& info, const std::array<int, kMeterCounters>& bits)
+    : gpu_(gpu), info_(info), bits_(bits) {
+  for (int c = 0; c < kMeterCounters; ++c) unwrap_[c] = Unwrapper(bits[c]);
+}
+
+void SeriesBuilder::append(MeterGroup group, const Reading& r, Series* out) {
+  MeterSample m;
+  m.gpu = gpu_;
+  m.group = group;
+  m.t_before_ns = r.t_before_ns;
+  m.t_after_ns = r.t_after_ns;
+  m.nvml_timestamp_us = r.nvml_timestamp_us;
+  for (int c = 0; c < kMeterCounters; ++c) {
+    const MeterCounter mc = static_cast<MeterCounter>(c);
+    const bool ok = groupOf(mc) == group && info_.supported[c] && (r.valid & (1u << c));
+    if (!ok) {
+      m.t_ns[c] = last_t_[c];  // no value here: carry the latest time, so times stay sorted per counter
+      continue;
+    }
+    // Times must not go backwards per counter: the window code binary-searches them.
+    const int64_t t = std::max(r.t_ns[c], last_t_[c]);
+    // A gap long enough for a 32-bit counter to wrap at the link's ceiling: count it.
+    if (isPcie(mc) && last_t_[c] > 0 && bits_[c] < 64) {
+      const double bytes_per_s = info_.pcie_ceiling_mbps.value_or(63015.4) * 1e6;
+      if ((t - last_t_[c]) * 1e-9 * bytes_per_s >= 4294967296.0) ++wrap_gaps_;
+    }
+    last_t_[c] = t;
+    m.t_ns[c] = t;
+    m.bytes[c] = unwrap_[c].push(r.raw[c]);
+  }
+  // The newest value of every counter: this row's values over the previous ones.
+  if (!latest_) latest_ = m;
+  MeterSample& l = *latest_;
+  l.group = m.group;
+  l.t_before_ns = m.t_before_ns;
+  l.t_after_ns = m.t_after_ns;
+  l.nvml_timestamp_us = m.nvml_timestamp_us;
+  for (int c = 0; c < kMeterCounters; ++c) {
+    if (!m.bytes[c]) continue;
+    l.bytes[c] = m.bytes[c];
+    l.t_ns[c] = m.t_ns[c];
+  }
+  out->push_back(m);
+}
+
 Sampler::Sampler(const MeterOptions& options, SourceSet sources) : options_(options), src_(std::move(sources)) {
   const size_t n = src_.gpus.size();
   series_.resize(n);
-  unwrap_.resize(n);
-  last_t_.assign(n, {});
-  wrap_gaps_.assign(n, 0);
+  builders_.resize(n);
   for (size_t k = 0; k < src_.counters.size(); ++k) {
-    for (int c = 0; c < kMeterCounters; ++c)
-      unwrap_[k][c] = Unwrapper(src_.counters[k]->widthBits(static_cast<MeterCounter>(c)));
-    rings_.push_back(std::make_unique<SpscRing<Reading>>(kRingSlots));
+    const CounterReader& reader = *src_.counters[k];
+    std::array<int, kMeterCounters> bits{};
+    for (int c = 0; c < kMeterCounters; ++c) bits[c] = reader.widthBits(static_cast<MeterCounter>(c));
+    builders_[k] = SeriesBuilder(static_cast<int>(k), src_.gpus[k], bits);
+    // PCIe always has a thread (it also keeps a GPU with no counters at all in the series, all
+    // N/A); NVLink only where the GPU has NVLink counters.
+    streams_.push_back({k, MeterGroup::kPcie, std::make_unique<SpscRing<Reading>>(kRingSlots)});
+    if (reader.supported() & groupMask(MeterGroup::kNvlink))
+      streams_.push_back({k, MeterGroup::kNvlink, std::make_unique<SpscRing<Reading>>(kRingSlots)});
     series_[k].reserve(1 << 14);
   }
   dmon_ring_ = std::make_unique<SpscRing<MeterDmonSample>>(1024);
@@ -45,7 +94,7 @@ Sampler::Sampler(const MeterOptions& options, SourceSet sources) : options_(opti
 
 tpsResult_t Sampler::start(std::string* reason) {
   try {
-    for (size_t k = 0; k < rings_.size(); ++k) threads_.emplace_back([this, k] { sample(k); });
+    for (size_t i = 0; i < streams_.size(); ++i) threads_.emplace_back([this, i] { sample(i); });
     if (!src_.dmon.empty()) threads_.emplace_back([this] { sampleDmon(); });
     collector_ = std::thread([this] { collect(); });
   } catch (const std::system_error& e) {
@@ -54,7 +103,7 @@ tpsResult_t Sampler::start(std::string* reason) {
     return tpsSystemError;
   }
   const int64_t give_up = monotonicNs() + 5000000000;
-  while (first_reads_.load(std::memory_order_acquire) < static_cast<int>(rings_.size()) && monotonicNs() < give_up)
+  while (first_reads_.load(std::memory_order_acquire) < static_cast<int>(streams_.size()) && monotonicNs() < give_up)
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   return tpsSuccess;
 }
@@ -70,9 +119,11 @@ void Sampler::stop() {
   drainLocked();  // the samplers' last reads
 }
 
-void Sampler::sample(size_t k) {
-  nameThread(("tps-meter-" + std::to_string(k)).c_str());  // shows in top -H, gdb, perf
-  CounterReader& reader = *src_.counters[k];
+void Sampler::sample(size_t i) {
+  const Stream& st = streams_[i];
+  // tps-pcie-0, tps-nvlink-0: shows in top -H, gdb, perf (names are at most 15 characters).
+  nameThread(((st.group == MeterGroup::kPcie ? "tps-pcie-" : "tps-nvlink-") + std::to_string(st.gpu)).c_str());
+  CounterReader& reader = *src_.counters[st.gpu];
   const int64_t period = options_.period_us * 1000;
   int64_t next = monotonicNs();
   bool first_done = false;
@@ -81,16 +132,18 @@ void Sampler::sample(size_t k) {
     // everything the stopping thread did before stop(), window ends included.
     const bool last = stop_sampling_.load(std::memory_order_acquire);
     Reading r;
-    reader.read(&r);
-    rings_[k]->push(r);
+    reader.read(st.group, &r);
+    st.ring->push(r);
     if (!first_done) {
       first_done = true;
-      first_reads_.fetch_add(1, std::memory_order_release);  // start() waits for every GPU's first read
+      first_reads_.fetch_add(1, std::memory_order_release);  // start() waits for every stream's first read
     }
     if (last) return;
     next += period;
     const int64_t now = monotonicNs();
-    if (next < now) next = now;  // a slow read: start again now, do not burst to catch up
+    // A read slower than the period (NVLink on H200) starts again at once: back to back, no burst
+    // to catch up, and no sleep that would only leave the counters unread.
+    if (next < now) next = now;
     sleepUntil(next);
   }
 }
@@ -126,57 +179,45 @@ void Sampler::collect() {
 }
 
 void Sampler::drainLocked() const {
-  for (size_t k = 0; k < rings_.size(); ++k) {
-    const MeterGpu& g = src_.gpus[k];
-    rings_[k]->drain([&](const Reading& r) {
-      MeterSample m;
-      m.gpu = static_cast<int>(k);
-      m.t_before_ns = r.t_before_ns;
-      m.t_after_ns = r.t_after_ns;
-      m.nvml_timestamp_us = r.nvml_timestamp_us;
-      const int64_t mid = r.t_before_ns + (r.t_after_ns - r.t_before_ns) / 2;
-      for (int c = 0; c < kMeterCounters; ++c) {
-        const bool ok = g.supported[c] && (r.valid & (1u << c));
-        // Times must not go backwards per counter: the window code binary-searches them.
-        const int64_t t = std::max(ok ? r.t_ns[c] : mid, last_t_[k][c]);
-        m.t_ns[c] = t;
-        if (!ok) continue;
-        const MeterCounter mc = static_cast<MeterCounter>(c);
-        // A gap long enough for a 32-bit counter to wrap at the link's ceiling: count it.
-        if (isPcie(mc) && last_t_[k][c] > 0 && src_.counters[k]->widthBits(mc) < 64) {
-          const double bytes_per_s = g.pcie_ceiling_mbps.value_or(63015.4) * 1e6;
-          if ((t - last_t_[k][c]) * 1e-9 * bytes_per_s >= 4294967296.0) ++wrap_gaps_[k];
-        }
-        last_t_[k][c] = t;
-        m.bytes[c] = unwrap_[k][c].push(r.raw[c]);
-      }
-      series_[k].push_back(m);
-    });
-  }
+  // Each stream's reads arrive in its own order; the builder merges them into the GPU's series by
+  // counter, so the order between the two streams of a GPU does not matter.
+  for (const Stream& st : streams_)
+    st.ring->drain([&](const Reading& r) { builders_[st.gpu].append(st.group, r, &series_[st.gpu]); });
   dmon_ring_->drain([&](const MeterDmonSample& d) { dmon_.push_back(d); });
+}
+
+std::optional<MeterSample> Sampler::latest(int gpu) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  drainLocked();
+  if (gpu < 0 || gpu >= static_cast<int>(builders_.size())) return std::nullopt;
+  return builders_[gpu].latest();
 }
 
 std::vector<MeterCadence> Sampler::cadence() const {
   std::lock_guard<std::mutex> lock(mu_);
   drainLocked();
   std::vector<MeterCadence> out;
-  for (size_t k = 0; k < rings_.size(); ++k) {
-    const Series& s = series_[k];
+  for (const Stream& st : streams_) {
     MeterCadence c;
-    c.gpu = static_cast<int>(k);
-    c.reads = static_cast<int64_t>(s.size());
+    c.gpu = static_cast<int>(st.gpu);
+    c.group = st.group;
     c.period_target_ms = options_.period_us / 1000.0;
-    c.dropped = rings_[k]->dropped();
-    c.wrap_gaps = wrap_gaps_[k];
+    c.dropped = st.ring->dropped();
+    c.wrap_gaps = st.group == MeterGroup::kPcie ? builders_[st.gpu].wrapGaps() : 0;
     std::vector<double> periods, costs;
     double cost_sum = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-      costs.push_back((s[i].t_after_ns - s[i].t_before_ns) * 1e-6);
+    int64_t first = 0, prev = 0;
+    for (const MeterSample& x : series_[st.gpu]) {
+      if (x.group != st.group) continue;
+      costs.push_back((x.t_after_ns - x.t_before_ns) * 1e-6);
       cost_sum += costs.back();
-      if (i > 0) periods.push_back((s[i].t_before_ns - s[i - 1].t_before_ns) * 1e-6);
+      if (c.reads == 0) first = x.t_before_ns;
+      if (c.reads > 0) periods.push_back((x.t_before_ns - prev) * 1e-6);
+      prev = x.t_before_ns;
+      ++c.reads;
     }
     if (!periods.empty()) {
-      c.period_mean_ms = (s.back().t_before_ns - s.front().t_before_ns) * 1e-6 / periods.size();
+      c.period_mean_ms = (prev - first) * 1e-6 / periods.size();
       c.period_p50_ms = percentile(periods, 0.5);
       c.period_p99_ms = percentile(periods, 0.99);
       c.period_max_ms = *std::max_element(periods.begin(), periods.end());

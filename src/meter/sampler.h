@@ -2,13 +2,15 @@
 // sampler.h - the threads that read the counters, and the series they build.
 //
 // Threads and what they share:
-//   sampler[k]  reads GPU k every period into ring k (SPSC, preallocated); never allocates, locks or
-//               prints. One thread per GPU keeps each GPU's cadence independent of the others'
-//               call cost (~1.4 ms per H200 read with NVLink fields).
+//   sampler[k, group]  one per GPU and counter group (PCIe; NVLink when the GPU has NVLink
+//               counters). Each reads its group every period into its own SPSC ring (preallocated);
+//               never allocates, locks or prints. Splitting the groups keeps PCIe's cadence
+//               (~0.7 ms a read on H200) independent of NVLink's (one field per link, ~22 ms a read
+//               for 18 links), which then simply runs back to back.
 //   dmon        (method dmon/both) calls the blocking ~20 ms throughput function per GPU and
 //               direction every dmon_period_ms, into the dmon ring.
-//   collector   every 5 ms drains the rings under mu_, unwraps the counters and appends to the
-//               series. Allocation happens here, off the sampling path.
+//   collector   every 5 ms drains the rings under mu_ and merges each GPU's two streams into its
+//               series (SeriesBuilder). Allocation happens here, off the sampling path.
 // Readers (Meter) see the data through withData(), which drains first, under the same lock.
 #pragma once
 
@@ -24,6 +26,32 @@
 
 namespace tpscope::detail {
 
+// Merges the reads of one GPU's counter groups into its series, in the order they are collected.
+// Each row keeps the values of its own group only; every counter is unwrapped on its own, and
+// t_ns[c] stays non-decreasing along the series for every c (a row carries, for a counter it
+// lacks, the time of that counter's latest value), which is what the window code relies on.
+// Pure bookkeeping, no clocks or threads: unit-tested directly.
+class SeriesBuilder {
+ public:
+  SeriesBuilder() = default;
+  // gpu: position of the GPU; bits[c]: counter c's width before unwrapping.
+  SeriesBuilder(int gpu, const MeterGpu& info, const std::array<int, kMeterCounters>& bits);
+  void append(MeterGroup group, const Reading& r, Series* out);
+  // PCIe gaps long enough for a 32-bit counter to wrap unseen at the link's ceiling.
+  int64_t wrapGaps() const { return wrap_gaps_; }
+  // Newest value of every counter, each with its own time; t_before/t_after/group of the newest row.
+  const std::optional<MeterSample>& latest() const { return latest_; }
+
+ private:
+  int gpu_ = 0;
+  MeterGpu info_;
+  std::array<int, kMeterCounters> bits_{};
+  std::array<Unwrapper, kMeterCounters> unwrap_{};
+  std::array<int64_t, kMeterCounters> last_t_{};  // time of each counter's latest value
+  int64_t wrap_gaps_ = 0;
+  std::optional<MeterSample> latest_;
+};
+
 class Sampler {
  public:
   Sampler(const MeterOptions& options, SourceSet sources);
@@ -31,14 +59,14 @@ class Sampler {
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
 
-  // Starts the threads and returns once every GPU has been read (at most 5 s), so that anything
+  // Starts the threads and returns once every stream has read once (at most 5 s), so that anything
   // marked after start() is bracketed by reads. tpsSystemError when a thread cannot start.
   tpsResult_t start(std::string* reason);
   // Each sampler takes one last read after this call began, then every thread is joined.
   void stop();
 
   const std::vector<MeterGpu>& gpus() const { return src_.gpus; }
-  bool hasCounters() const { return !rings_.empty(); }
+  bool hasCounters() const { return !streams_.empty(); }
   // PIDs on GPU position k; nullopt when the platform cannot say.
   std::optional<std::vector<unsigned>> processes(int k) const {
     return src_.processes ? src_.processes(k) : std::nullopt;
@@ -51,17 +79,23 @@ class Sampler {
     drainLocked();
     return f(static_cast<const std::vector<Series>&>(series_), static_cast<const std::vector<MeterDmonSample>&>(dmon_));
   }
-  std::vector<MeterCadence> cadence() const;
+  std::optional<MeterSample> latest(int gpu) const;
+  std::vector<MeterCadence> cadence() const;  // per stream: GPU, then group
 
  private:
-  void sample(size_t k);
+  struct Stream {
+    size_t gpu;
+    MeterGroup group;
+    std::unique_ptr<SpscRing<Reading>> ring;
+  };
+  void sample(size_t i);
   void sampleDmon();
   void collect();
   void drainLocked() const;
 
   MeterOptions options_;
   SourceSet src_;
-  std::vector<std::unique_ptr<SpscRing<Reading>>> rings_;
+  std::vector<Stream> streams_;
   std::unique_ptr<SpscRing<MeterDmonSample>> dmon_ring_;
   std::vector<std::thread> threads_;  // samplers and dmon
   std::thread collector_;
@@ -71,9 +105,7 @@ class Sampler {
   mutable std::mutex mu_;  // guards the members below; drainLocked() mutates them under it
   mutable std::vector<Series> series_;
   mutable std::vector<MeterDmonSample> dmon_;
-  mutable std::vector<std::array<Unwrapper, kMeterCounters>> unwrap_;
-  mutable std::vector<std::array<int64_t, kMeterCounters>> last_t_;  // last value time per GPU, counter
-  mutable std::vector<int64_t> wrap_gaps_;
+  mutable std::vector<SeriesBuilder> builders_;  // per GPU
 };
 
 }  // namespace tpscope::detail

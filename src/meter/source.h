@@ -2,8 +2,9 @@
 // source.h - where counter values come from: one reader per GPU, behind a small interface.
 //
 // Readers: NVML field values (nvml_source.cc), the dmon method (dmon_source.cc), and scripted fakes
-// for tests (fake_source.cc). A CounterReader is called from its GPU's sampler thread only, so it
-// needs no locking; read() must not allocate or print (it runs on the sampling path).
+// for tests (fake_source.cc). A CounterReader is called from its GPU's two sampler threads, one per
+// counter group, each with its own state, so it needs no locking; read() must not allocate or print
+// (it runs on the sampling path).
 #pragma once
 
 #include <time.h>
@@ -26,7 +27,8 @@ inline int64_t monotonicNs() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
-// One read as the hardware returns it, before unwrapping. Plain data: it travels through the ring.
+// One read of one counter group as the hardware returns it, before unwrapping. Plain data: it
+// travels through the ring.
 struct Reading {
   int64_t t_before_ns = 0, t_after_ns = 0;
   int64_t nvml_timestamp_us = 0;               // NVML's stamp of the first field; 0 when none
@@ -43,9 +45,10 @@ class CounterReader {
   virtual uint32_t supported() const = 0;
   // Width in bits of counter c before unwrapping: 32 for PCIe on today's drivers, 64 for NVLink.
   virtual int widthBits(MeterCounter c) const = 0;
-  // Reads every supported counter. Fills t_before/t_after and t_ns; clears `valid` bits of values
-  // that failed this time. Returns false only when the whole read failed.
-  virtual bool read(Reading* out) = 0;
+  // Reads the supported counters of `group` (nothing else). Fills t_before/t_after and t_ns; sets
+  // the `valid` bits of the values read. Returns false when nothing could be read. May run
+  // concurrently for different groups, never for the same group.
+  virtual bool read(MeterGroup group, Reading* out) = 0;
 };
 
 // The dmon method for one GPU: the 20 ms PCIe throughput snapshot. Blocks ~20 ms per call on real

@@ -37,6 +37,15 @@ size_t validFrom(const Series& s, int c, size_t i) {
 
 }  // namespace
 
+bool readAfter(const Series& s, const MeterGpu& info, int64_t t) {
+  for (int c = 0; c < kMeterCounters; ++c) {
+    if (!info.supported[c]) continue;
+    const size_t last = validBefore(s, c, s.size());
+    if (last == std::string::npos || s[last].t_ns[c] < t) return false;
+  }
+  return !s.empty();
+}
+
 std::optional<double> cumulativeAt(const Series& s, MeterCounter counter, int64_t t) {
   const int c = static_cast<int>(counter);
   const size_t next = validFrom(s, c, lowerBound(s, c, t));
@@ -124,7 +133,7 @@ MeterWindow computeWindow(const std::string& name, int repetition, int64_t start
   w.cells.resize(gpus.size());
   for (size_t k = 0; k < gpus.size(); ++k) {
     const Series& s = k < series.size() ? series[k] : Series{};
-    if (s.empty() || s.back().t_before_ns < end) w.complete = false;
+    if (!readAfter(s, gpus[k], end)) w.complete = false;
     for (int c = 0; c < kMeterCounters; ++c) {
       const MeterCounter mc = static_cast<MeterCounter>(c);
       if (gpus[k].supported[c]) w.cells[k][c] = computeCell(s, mc, start, end, peak_span_ms, gpus[k].ceilingMBps(mc));
@@ -180,6 +189,8 @@ const char* meterCounterName(MeterCounter c) {
   const int i = static_cast<int>(c);
   return i >= 0 && i < kMeterCounters ? kNames[i] : "unknown";
 }
+
+const char* meterGroupName(MeterGroup g) { return g == MeterGroup::kPcie ? "pcie" : "nvlink"; }
 
 std::optional<MeterSpread> meterSpread(const std::vector<std::optional<double>>& values) {
   std::vector<double> v;

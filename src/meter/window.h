@@ -17,8 +17,13 @@
 
 namespace tpscope::detail {
 
-// One GPU's samples in read order; t_ns[c] is non-decreasing for every counter c.
+// One GPU's samples as collected (its counter groups' reads interleaved); t_ns[c] is non-decreasing
+// for every counter c, and rows without a value of c are skipped for c.
 using Series = std::vector<MeterSample>;
+
+// Whether every counter `info` supports has a value read at or after t (a window ending at t is
+// then bracketed on this GPU).
+bool readAfter(const Series& s, const MeterGpu& info, int64_t t);
 
 // Interpolated cumulative bytes of counter c at time t; nullopt outside the recorded span.
 std::optional<double> cumulativeAt(const Series& s, MeterCounter c, int64_t t);

@@ -109,12 +109,22 @@ TEST(MeterCli, OutWritesEverySampleAndWindowAsJsonl) {
   EXPECT_EQ(r.exit_code, 3);
   std::ifstream f(path);
   std::map<std::string, int> types;
-  for (std::string l; std::getline(f, l);) types[nlohmann::json::parse(l)["type"]]++;
+  std::map<std::string, int> groups;
+  for (std::string l; std::getline(f, l);) {
+    const nlohmann::json j = nlohmann::json::parse(l);
+    types[j["type"]]++;
+    if (j["type"] == "sample" || j["type"] == "cadence")
+      groups[j["type"].get<std::string>() + " " + j["group"].get<std::string>()]++;
+    // A sample carries its own group's counters only.
+    if (j["type"] == "sample") EXPECT_NE(j.contains("pcie_tx_bytes"), j.contains("nvlink_tx_bytes")) << l;
+  }
   std::remove(path.c_str());
   EXPECT_EQ(types["meter"], 1);
-  EXPECT_GT(types["sample"], 2 * 50);  // 2 GPUs, 2 ms period, > 0.2 s
+  EXPECT_GT(groups["sample pcie"], 2 * 50);    // 2 GPUs, 2 ms period, > 0.2 s
+  EXPECT_GT(groups["sample nvlink"], 2 * 50);  // the fake's NVLink read is as fast as its PCIe read
   EXPECT_EQ(types["window"], 2);
-  EXPECT_EQ(types["cadence"], 2);
+  EXPECT_EQ(groups["cadence pcie"], 2);  // one per GPU and group
+  EXPECT_EQ(groups["cadence nvlink"], 2);
 }
 
 TEST(MeterCli, OutAsCsvWritesSamplesAndWindowsFiles) {
@@ -124,7 +134,7 @@ TEST(MeterCli, OutAsCsvWritesSamplesAndWindowsFiles) {
   const std::string samples = slurp(base + ".csv"), windows = slurp(base + ".windows.csv");
   std::remove((base + ".csv").c_str());
   std::remove((base + ".windows.csv").c_str());
-  EXPECT_EQ(samples.rfind("gpu,t_before_ns,", 0), 0u);
+  EXPECT_EQ(samples.rfind("gpu,group,t_before_ns,", 0), 0u);
   EXPECT_GT(lines(samples), 2);
   EXPECT_EQ(windows.rfind("window,repetition,", 0), 0u);
   EXPECT_EQ(lines(windows), 1 + 2 * 4) << windows;  // the whole command: 2 GPUs x 4 counters

@@ -78,8 +78,16 @@ cli::MeterSummary summary() {
     c.period_mean_ms = c.period_p50_ms = 2;
     c.period_p99_ms = 2.1;
     c.period_max_ms = 2.4;
-    c.read_cost_mean_ms = 1.4;
-    c.read_cost_p99_ms = 1.6;
+    c.read_cost_mean_ms = 0.68;
+    c.read_cost_p99_ms = 0.71;
+    s.cadence.push_back(c);
+    c.group = MeterGroup::kNvlink;  // back to back: the read is slower than the period
+    c.reads = 5;
+    c.period_mean_ms = c.period_p50_ms = 21.8;
+    c.period_p99_ms = 24.2;
+    c.period_max_ms = 29.8;
+    c.read_cost_mean_ms = 21.6;
+    c.read_cost_p99_ms = 24.1;
     s.cadence.push_back(c);
   }
   MeterWindow idle = detail::computeWindow("quiesce", 0, 0, 10 * kMs, rec, s.gpus, {}, 10);
@@ -153,9 +161,19 @@ TEST(MeterFormat, SamplesAndWindowsAsRecords) {
   EXPECT_EQ(j["pcie_tx_bytes"], 42);
   EXPECT_TRUE(j["pcie_rx_bytes"].is_null()) << "a failed read is null";
   EXPECT_FALSE(j.contains("nvlink_tx_bytes")) << "a counter the GPU lacks is not a column of its samples";
+  EXPECT_EQ(j["group"], "pcie");
+  nlohmann::json j0 = toJson(s, {gpus[1], gpus[0]});  // GPU position 1 is now one with NVLink counters
+  EXPECT_FALSE(j0.contains("nvlink_tx_bytes")) << "a PCIe read has no NVLink values: they come in NVLink rows";
+  MeterSample n = s;
+  n.group = MeterGroup::kNvlink;
+  n.bytes[0].reset();
+  n.bytes[2] = 9;
+  j0 = toJson(n, {gpus[1], gpus[0]});
+  EXPECT_EQ(j0["nvlink_tx_bytes"], 9);
+  EXPECT_FALSE(j0.contains("pcie_tx_bytes"));
   EXPECT_TRUE(j["nvml_timestamp_us"].is_null());
   const std::string csv = toCsv(s, gpus);
-  EXPECT_EQ(csv.rfind("1,0,0,0,42,7,N/A,", 0), 0u) << csv;
+  EXPECT_EQ(csv.rfind("1,pcie,0,0,0,42,7,N/A,0,,,,", 0), 0u) << csv << "NVLink columns empty in a PCIe row";
   const std::string header = samplesCsvHeader();
   EXPECT_EQ(std::count(csv.begin(), csv.end(), ','), std::count(header.begin(), header.end(), ','));
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // meter_nvml_source_test - the NVML counter reader against a scripted NVML function table: probing,
-// N/A fields, summing NVLink links (KiB -> bytes), value widths, per-field timestamps, failed reads.
+// N/A fields, the PCIe and NVLink groups read apart, summing NVLink links (KiB -> bytes) over one or
+// several calls, value widths, per-field timestamps, failed reads.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -58,7 +59,7 @@ nvml::Api stubApi() {
 bool has(const Reading& r, MeterCounter c) { return r.valid & (1u << static_cast<int>(c)); }
 uint64_t raw(const Reading& r, MeterCounter c) { return r.raw[static_cast<int>(c)]; }
 
-TEST(MeterNvmlSource, SumsNvlinkOverLinksInBytesAndReadsInOneCall) {
+TEST(MeterNvmlSource, SumsNvlinkOverLinksInBytesAndReadsEachGroupApart) {
   g_script = Script{};
   g_script.values[{kFieldPcieTx, 0}] = 4000000000u;
   g_script.values[{kFieldPcieRx, 0}] = 17;
@@ -67,25 +68,63 @@ TEST(MeterNvmlSource, SumsNvlinkOverLinksInBytesAndReadsInOneCall) {
     g_script.values[{kFieldNvlinkRx, link}] = 7;
   }
   nvml::Api api = stubApi();
-  NvmlCounterReader reader(&api, nullptr, {0, 1, 5}, false);
+  NvmlCounterReader reader(&api, nullptr, {0, 1, 5}, false, /*links_per_call=*/0);
   EXPECT_EQ(reader.supported(), 0x0fu) << "PCIe and NVLink data; raw not asked for";
   EXPECT_EQ(reader.linksRead(), 3);
   EXPECT_EQ(reader.widthBits(MeterCounter::kPcieTx), 32);
   EXPECT_EQ(reader.widthBits(MeterCounter::kNvlinkTx), 64);
-  const int before = g_script.calls;
+  int before = g_script.calls;
   Reading r;
-  ASSERT_TRUE(reader.read(&r));
-  EXPECT_EQ(g_script.calls, before + 1) << "one NVML call per read";
+  ASSERT_TRUE(reader.read(MeterGroup::kPcie, &r));
+  EXPECT_EQ(g_script.calls, before + 1) << "one NVML call per PCIe read";
+  EXPECT_EQ(g_script.last_count, 2) << "PCIe fields only: NVLink's cost stays out of the PCIe read";
   EXPECT_EQ(raw(r, MeterCounter::kPcieTx), 4000000000u);
   EXPECT_EQ(raw(r, MeterCounter::kPcieRx), 17u);
-  EXPECT_EQ(raw(r, MeterCounter::kNvlinkTx), (100u + 101 + 105) * 1024);
-  EXPECT_EQ(raw(r, MeterCounter::kNvlinkRx), 3u * 7 * 1024);
-  EXPECT_FALSE(has(r, MeterCounter::kNvlinkRawTx));
-  EXPECT_LE(r.t_before_ns, r.t_after_ns);
-  for (int c = 0; c < 4; ++c) {
-    EXPECT_GE(r.t_ns[c], r.t_before_ns);
-    EXPECT_LE(r.t_ns[c], r.t_after_ns);
+  EXPECT_FALSE(has(r, MeterCounter::kNvlinkTx));
+  EXPECT_FALSE(has(r, MeterCounter::kNvlinkRx));
+  before = g_script.calls;
+  Reading n;
+  ASSERT_TRUE(reader.read(MeterGroup::kNvlink, &n));
+  EXPECT_EQ(g_script.calls, before + 1) << "links_per_call 0: every link in one call";
+  EXPECT_EQ(g_script.last_count, 3 * 2);
+  EXPECT_FALSE(has(n, MeterCounter::kPcieTx));
+  EXPECT_EQ(raw(n, MeterCounter::kNvlinkTx), (100u + 101 + 105) * 1024);
+  EXPECT_EQ(raw(n, MeterCounter::kNvlinkRx), 3u * 7 * 1024);
+  EXPECT_FALSE(has(n, MeterCounter::kNvlinkRawTx));
+  for (const Reading* x : {&r, &n}) {
+    EXPECT_LE(x->t_before_ns, x->t_after_ns);
+    for (int c = 0; c < 4; ++c) {
+      if (!(x->valid & (1u << c))) continue;
+      EXPECT_GE(x->t_ns[c], x->t_before_ns);
+      EXPECT_LE(x->t_ns[c], x->t_after_ns);
+    }
   }
+}
+
+TEST(MeterNvmlSource, NvlinkReadSplitsIntoCallsOfWholeLinks) {
+  g_script = Script{};
+  for (unsigned link = 0; link < 5; ++link) {
+    g_script.values[{kFieldNvlinkTx, link}] = 1;
+    g_script.values[{kFieldNvlinkRx, link}] = 2;
+    g_script.values[{kFieldNvlinkRawTx, link}] = 3;
+    g_script.values[{kFieldNvlinkRawRx, link}] = 4;
+  }
+  nvml::Api api = stubApi();
+  NvmlCounterReader reader(&api, nullptr, {0, 1, 2, 3, 4}, true, /*links_per_call=*/2);
+  EXPECT_EQ(reader.fieldsPerCall(MeterGroup::kNvlink), 2 * 4) << "4 counters per link, 2 links per call";
+  const int before = g_script.calls;
+  Reading r;
+  ASSERT_TRUE(reader.read(MeterGroup::kNvlink, &r));
+  EXPECT_EQ(g_script.calls, before + 3) << "5 links, 2 per call";
+  EXPECT_EQ(g_script.last_count, 4) << "the last call takes the one link left";
+  EXPECT_EQ(raw(r, MeterCounter::kNvlinkTx), 5u * 1 * 1024);
+  EXPECT_EQ(raw(r, MeterCounter::kNvlinkRawRx), 5u * 4 * 1024);
+  // One failed call (a link's fields) invalidates the counters it fed, for that read only.
+  g_script.whole_call_fails = true;
+  ASSERT_FALSE(reader.read(MeterGroup::kNvlink, &r));
+  g_script.whole_call_fails = false;
+  ASSERT_TRUE(reader.read(MeterGroup::kNvlink, &r));
+  EXPECT_EQ(r.valid, 0x3cu);
 }
 
 TEST(MeterNvmlSource, FieldsThatFailTheProbeAreNAAndNotReadAgain) {
@@ -96,11 +135,12 @@ TEST(MeterNvmlSource, FieldsThatFailTheProbeAreNAAndNotReadAgain) {
   EXPECT_EQ(reader.supported(), 0x33u) << "PCIe and raw NVLink only";
   EXPECT_EQ(reader.linksRead(), 0);
   Reading r;
-  ASSERT_TRUE(reader.read(&r));
+  ASSERT_TRUE(reader.read(MeterGroup::kPcie, &r));
   EXPECT_TRUE(has(r, MeterCounter::kPcieTx));
+  ASSERT_TRUE(reader.read(MeterGroup::kNvlink, &r));
   EXPECT_FALSE(has(r, MeterCounter::kNvlinkTx));
   EXPECT_TRUE(has(r, MeterCounter::kNvlinkRawRx));
-  EXPECT_EQ(g_script.last_count, 2 + 2 * 2) << "PCIe TX/RX and raw TX/RX of 2 links; the data fields are dropped";
+  EXPECT_EQ(g_script.last_count, 2 * 2) << "raw TX/RX of 2 links; the data fields are dropped";
 }
 
 TEST(MeterNvmlSource, NoLinksMeansNvlinkNA) {
@@ -108,6 +148,9 @@ TEST(MeterNvmlSource, NoLinksMeansNvlinkNA) {
   nvml::Api api = stubApi();
   NvmlCounterReader reader(&api, nullptr, {}, false);
   EXPECT_EQ(reader.supported(), 0x03u);
+  Reading r;
+  EXPECT_FALSE(reader.read(MeterGroup::kNvlink, &r)) << "nothing to read in the NVLink group";
+  EXPECT_EQ(r.valid, 0u);
 }
 
 TEST(MeterNvmlSource, OneFailedLinkInvalidatesItsCounterForThatReadOnly) {
@@ -116,10 +159,10 @@ TEST(MeterNvmlSource, OneFailedLinkInvalidatesItsCounterForThatReadOnly) {
   NvmlCounterReader reader(&api, nullptr, {0, 1}, false);
   g_script.fail_once = {kFieldNvlinkRx, 1};
   Reading r;
-  ASSERT_TRUE(reader.read(&r));
+  ASSERT_TRUE(reader.read(MeterGroup::kNvlink, &r));
   EXPECT_FALSE(has(r, MeterCounter::kNvlinkRx)) << "a partial sum is not a value";
   EXPECT_TRUE(has(r, MeterCounter::kNvlinkTx));
-  ASSERT_TRUE(reader.read(&r));
+  ASSERT_TRUE(reader.read(MeterGroup::kNvlink, &r));
   EXPECT_TRUE(has(r, MeterCounter::kNvlinkRx));
 }
 
@@ -129,7 +172,7 @@ TEST(MeterNvmlSource, AFailedCallIsAFailedRead) {
   NvmlCounterReader reader(&api, nullptr, {}, false);
   g_script.whole_call_fails = true;
   Reading r;
-  EXPECT_FALSE(reader.read(&r));
+  EXPECT_FALSE(reader.read(MeterGroup::kPcie, &r));
   EXPECT_EQ(r.valid, 0u);
   EXPECT_GT(r.t_after_ns, 0);
 }
@@ -140,7 +183,7 @@ TEST(MeterNvmlSource, NvmlTimestampsOutsideTheCallFallBackToTheMidpoint) {
   nvml::Api api = stubApi();
   NvmlCounterReader reader(&api, nullptr, {}, false);
   Reading r;
-  ASSERT_TRUE(reader.read(&r));
+  ASSERT_TRUE(reader.read(MeterGroup::kPcie, &r));
   EXPECT_EQ(r.nvml_timestamp_us, 1);
   EXPECT_EQ(r.t_ns[0], r.t_before_ns + (r.t_after_ns - r.t_before_ns) / 2);
 }

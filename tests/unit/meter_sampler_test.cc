@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// meter_sampler_test - the whole Meter (threads, ring, collector, windows) on scripted GPUs.
+// meter_sampler_test - the whole Meter (threads, rings, collector, windows) on scripted GPUs, and the
+// merge of a GPU's PCIe and NVLink streams into one series.
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "meter/fake_source.h"
 #include "meter/meter_internal.h"
+#include "meter/sampler.h"
 
 namespace tpscope::detail {
 namespace {
@@ -40,11 +42,130 @@ TEST(MeterSampler, SteadyTrafficGivesRateTimesDurationAcrossWraps) {
   EXPECT_FALSE(w.cells[0][4].bytes) << "raw NVLink is N/A in the script";
   EXPECT_GT(w.cells[0][0].samples, 100);  // 2 ms period over 0.5 s (a loaded CI box wakes late)
   std::vector<MeterCadence> cad = m->cadence();
-  ASSERT_EQ(cad.size(), 1u);
-  EXPECT_EQ(cad[0].dropped, 0);
-  EXPECT_EQ(cad[0].wrap_gaps, 0);
-  EXPECT_GE(cad[0].period_p50_ms, 1.9);
-  EXPECT_LT(cad[0].period_p50_ms, 4.0);
+  ASSERT_EQ(cad.size(), 2u) << "PCIe and NVLink threads";
+  for (const MeterCadence& c : cad) {
+    EXPECT_EQ(c.dropped, 0);
+    EXPECT_EQ(c.wrap_gaps, 0);
+    EXPECT_GE(c.period_p50_ms, 1.9);
+    EXPECT_LT(c.period_p50_ms, 4.0);
+  }
+  EXPECT_EQ(cad[0].group, MeterGroup::kPcie);
+  EXPECT_EQ(cad[1].group, MeterGroup::kNvlink);
+}
+
+// H200's shape at a smaller scale: a PCIe read costs 0.2 ms, an NVLink read 15 ms. Each group keeps
+// its own cadence, and windows, samples and latest() treat the counters apart.
+TEST(MeterSampler, PcieKeepsItsPeriodWhileSlowNvlinkReadsRunBackToBack) {
+  FakeGpuScript s;
+  s.nvlink_read_cost_ns = 15000000;
+  s.background_bytes_per_s = {5e9, 1e6, 0, 2e6, 0, 0};
+  s.bursts.push_back({0.30, 0.31, MeterCounter::kNvlinkTx, 10e9});  // 100 MB in 10 ms
+  const int64_t t0 = Meter::now();                                  // the script's time 0 is a few us later
+  auto m = startFake({s});
+  ASSERT_EQ(m->begin("steady"), tpsSuccess);
+  std::this_thread::sleep_for(milliseconds(600));
+  ASSERT_EQ(m->end("steady"), tpsSuccess);
+  // The burst with idle guards of 4 NVLink periods each side, as the GPU tests do.
+  ASSERT_EQ(m->addWindow("burst", t0 + 240 * 1000000, t0 + 370 * 1000000), tpsSuccess);
+  m->stop();
+
+  std::vector<MeterCadence> cad = m->cadence();
+  ASSERT_EQ(cad.size(), 2u);
+  const MeterCadence &pcie = cad[0], &nvl = cad[1];
+  ASSERT_EQ(pcie.group, MeterGroup::kPcie);
+  ASSERT_EQ(nvl.group, MeterGroup::kNvlink);
+  EXPECT_LT(pcie.period_p50_ms, 4.0) << "PCIe waits on nothing but its period";
+  EXPECT_GT(pcie.reads, 150);
+  EXPECT_GE(nvl.period_p50_ms, 14.9) << "NVLink runs back to back at its read cost";
+  EXPECT_LT(nvl.period_p50_ms, 30.0);
+  EXPECT_GE(nvl.read_cost_mean_ms, 14.9);
+  EXPECT_GT(nvl.reads, 15);
+  EXPECT_EQ(pcie.dropped + nvl.dropped, 0);
+
+  const std::vector<MeterWindow> ws = m->windows();
+  ASSERT_EQ(ws.size(), 2u);
+  const MeterWindow& w = ws[0];
+  EXPECT_TRUE(w.complete);
+  const double dur = (w.end_ns - w.start_ns) * 1e-9;
+  EXPECT_NEAR(*w.cells[0][0].bytes / (5e9 * dur), 1.0, 0.01);
+  EXPECT_NEAR(*w.cells[0][3].bytes / (2e6 * dur), 1.0, 0.02);
+  EXPECT_GT(w.cells[0][0].samples, 150);
+  EXPECT_GT(w.cells[0][2].samples, 15);
+  EXPECT_LT(w.cells[0][2].samples, w.cells[0][0].samples / 3) << "each counter counts its own reads";
+  const MeterWindow& b = ws[1];
+  EXPECT_NEAR(*b.cells[0][2].bytes, 100e6, 0.5e6) << "the burst, whole: its edges fall in idle NVLink time";
+  EXPECT_LT((*b.cells[0][2].bytes_high - *b.cells[0][2].bytes_low) / *b.cells[0][2].bytes, 0.01);
+
+  // Per counter, times never go back along the GPU's merged samples; each row has one group's values.
+  const std::vector<MeterSample> all = m->samples();
+  std::array<int64_t, kMeterCounters> last{};
+  int nvlink_rows = 0;
+  for (const MeterSample& x : all) {
+    for (int c = 0; c < kMeterCounters; ++c) {
+      EXPECT_GE(x.t_ns[c], last[c]) << meterCounterName(static_cast<MeterCounter>(c));
+      last[c] = x.t_ns[c];
+      if (x.bytes[c]) EXPECT_EQ(groupOf(static_cast<MeterCounter>(c)), x.group);
+    }
+    nvlink_rows += x.group == MeterGroup::kNvlink;
+  }
+  EXPECT_EQ(nvlink_rows, nvl.reads);
+  std::optional<MeterSample> latest = m->latest(0);
+  ASSERT_TRUE(latest);
+  for (int c = 0; c < 4; ++c) EXPECT_TRUE(latest->bytes[c]) << "latest() holds every counter's newest value";
+}
+
+// The merge itself, without threads: reads of two groups, collected out of time order across groups.
+TEST(MeterSeriesBuilder, MergesTwoStreamsByCounterWithTimesSortedPerCounter) {
+  MeterGpu g;
+  for (int c = 0; c < 4; ++c) g.supported[c] = true;
+  g.pcie_ceiling_mbps = 63015.4;
+  SeriesBuilder b(0, g, {32, 32, 64, 64, 64, 64});
+  Series s;
+  auto read = [](MeterGroup group, int64_t t, uint64_t v) {
+    Reading r;
+    r.t_before_ns = t - 1;
+    r.t_after_ns = t + 1;
+    for (int c = 0; c < 4; ++c) {
+      if (groupOf(static_cast<MeterCounter>(c)) != group) continue;
+      r.raw[c] = v;
+      r.t_ns[c] = t;
+      r.valid |= 1u << c;
+    }
+    return r;
+  };
+  const int64_t ms = 1000000;
+  b.append(MeterGroup::kPcie, read(MeterGroup::kPcie, 10 * ms, 0xFFFFFFF0u), &s);
+  b.append(MeterGroup::kPcie, read(MeterGroup::kPcie, 12 * ms, 0x10u), &s);    // wrapped: +0x20
+  b.append(MeterGroup::kNvlink, read(MeterGroup::kNvlink, 5 * ms, 1000), &s);  // a slow read, collected late
+  b.append(MeterGroup::kPcie, read(MeterGroup::kPcie, 14 * ms, 0x30u), &s);
+  Reading failed = read(MeterGroup::kPcie, 16 * ms, 0);
+  failed.valid = 0;
+  b.append(MeterGroup::kPcie, failed, &s);
+  b.append(MeterGroup::kNvlink, read(MeterGroup::kNvlink, 27 * ms, 23000), &s);
+  b.append(MeterGroup::kPcie, read(MeterGroup::kPcie, 200 * ms, 0x40u), &s);  // a gap a wrap could hide in
+  ASSERT_EQ(s.size(), 7u);
+  for (int c = 0; c < kMeterCounters; ++c)
+    for (size_t i = 1; i < s.size(); ++i) EXPECT_GE(s[i].t_ns[c], s[i - 1].t_ns[c]) << "counter " << c << " row " << i;
+  EXPECT_EQ(*s[1].bytes[0], 0x20u);
+  EXPECT_EQ(*s[3].bytes[0], 0x40u);
+  EXPECT_FALSE(s[2].bytes[0]) << "an NVLink row has no PCIe value";
+  EXPECT_EQ(s[2].t_ns[0], 12 * ms) << "it carries PCIe's latest time";
+  EXPECT_EQ(s[3].t_ns[2], 5 * ms) << "a PCIe row carries NVLink's latest time, not its own";
+  EXPECT_FALSE(s[4].bytes[0]) << "a failed read has no value";
+  EXPECT_EQ(*s[5].bytes[2], 22000u);
+  EXPECT_EQ(s[2].group, MeterGroup::kNvlink);
+  EXPECT_EQ(b.wrapGaps(), 2) << "186 ms between PCIe values at 63 GB/s, on each PCIe counter";
+  // The window code sees each counter's own reads: NVLink interpolates between its two rows.
+  EXPECT_DOUBLE_EQ(*cumulativeAt(s, MeterCounter::kNvlinkTx, 16 * ms), 11000.0);
+  EXPECT_DOUBLE_EQ(*cumulativeAt(s, MeterCounter::kPcieTx, 13 * ms), 0x30);
+  MeterGpu info = g;
+  EXPECT_TRUE(readAfter(s, info, 27 * ms));
+  EXPECT_FALSE(readAfter(s, info, 28 * ms)) << "PCIe has read after 28 ms, NVLink has not";
+  ASSERT_TRUE(b.latest());
+  EXPECT_EQ(*b.latest()->bytes[2], 22000u);
+  EXPECT_EQ(b.latest()->t_ns[2], 27 * ms);
+  EXPECT_EQ(*b.latest()->bytes[0], 0x50u);
+  EXPECT_EQ(b.latest()->t_ns[0], 200 * ms);
 }
 
 TEST(MeterSampler, BurstLandsInItsWindowAndOnItsGpu) {

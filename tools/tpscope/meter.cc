@@ -72,6 +72,15 @@ std::string clockText(const char* fmt_str) {
 
 void warn(const std::string& message) { std::fprintf(stderr, "tpscope: warning: %s\n", message.c_str()); }
 
+bool hasEveryCounter(const MeterSample& s, const MeterGpu& g) {
+  for (int c = 0; c < kMeterCounters; ++c)
+    if (g.supported[c] && !s.bytes[c]) return false;
+  return true;
+}
+
+// MB/s of counter c between two Meter::latest() results. Each counter has its own time (PCIe and
+// NVLink are read at different cadences); no newer value of c since `a` (a row shorter than
+// NVLink's ~22 ms read period) is N/A, and the next row spans from a's value.
 std::optional<double> rate(const MeterSample& a, const MeterSample& b, MeterCounter c) {
   const int k = static_cast<int>(c);
   if (!a.bytes[k] || !b.bytes[k] || b.t_ns[k] <= a.t_ns[k]) return std::nullopt;
@@ -102,9 +111,9 @@ class MeterCommand : public Command {
         ->check(CLI::IsMember({"table", "csv", "json"}))
         ->capture_default_str();
     sub_->add_option("--period-us", period_us_,
-                     "Counter read period per GPU in us (default TPSCOPE_METER_PERIOD_US or 2000)");
-    sub_->add_flag("--no-nvlink", no_nvlink_,
-                   "Do not read NVLink counters (a read then costs ~0.3 ms instead of ~1.4)");
+                     "PCIe counter read period per GPU in us (default TPSCOPE_METER_PERIOD_US or 2000); NVLink "
+                     "is read back to back on its own thread (~22 ms a read on H200)");
+    sub_->add_flag("--no-nvlink", no_nvlink_, "Do not read NVLink counters (saves a thread per GPU busy in NVML)");
     sub_->add_flag("--nvlink-raw", nvlink_raw_, "Also read NVLink raw counters (data + protocol)");
     sub_->add_option("--dmon-period", dmon_period_ms_, "Wrapped mode: dmon-method period in ms")->capture_default_str();
     sub_->add_option("--out", out_, "Write every sample and window: JSONL, or CSV when the name ends in .csv");
@@ -167,10 +176,14 @@ class MeterCommand : public Command {
     std::fputs(liveHeader(layout, format_).c_str(), stdout);
     std::fflush(stdout);
     std::vector<std::optional<MeterSample>> prev(n);
-    // The first row needs a baseline read of every GPU (the first NVML reads can take a while).
+    // The first row needs a baseline value of every counter of every GPU (the first NVML reads can
+    // take a while; NVLink's ~22 ms on H200).
     for (int i = 0; i < 2000 && layout.counters && g_interrupts == 0; ++i) {
       bool all = true;
-      for (size_t k = 0; k < n; ++k) all = all && (prev[k] = meter.latest(static_cast<int>(k))).has_value();
+      for (size_t k = 0; k < n; ++k) {
+        prev[k] = meter.latest(static_cast<int>(k));
+        all = all && prev[k] && hasEveryCounter(*prev[k], meter.gpus()[k]);
+      }
       if (all) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }

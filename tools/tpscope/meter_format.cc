@@ -117,10 +117,10 @@ std::string summaryTable(const MeterSummary& s) {
                      methodText(s.options.method));
   for (const MeterCadence& c : s.cadence)
     out += fmt::format(
-        "# GPU {} counters: period {:.2f} ms target, {:.2f} ms mean, {:.2f} ms p99, {:.2f} ms max; "
+        "# GPU {} {:<6} reads: period {:.2f} ms target, {:.2f} ms mean, {:.2f} ms p99, {:.2f} ms max; "
         "one read {:.2f} ms mean; {} reads\n",
-        s.gpus[c.gpu].index, c.period_target_ms, c.period_mean_ms, c.period_p99_ms, c.period_max_ms,
-        c.read_cost_mean_ms, c.reads);
+        s.gpus[c.gpu].index, meterGroupName(c.group), c.period_target_ms, c.period_mean_ms, c.period_p99_ms,
+        c.period_max_ms, c.read_cost_mean_ms, c.reads);
   if (dmon)
     out += fmt::format("# dmon method: one ~20 ms throughput reading per GPU and direction every {} ms\n",
                        s.options.dmon_period_ms);
@@ -182,7 +182,9 @@ std::string summaryTable(const MeterSummary& s) {
     }
   }
   for (const MeterCadence& c : s.cadence) {
-    if (c.dropped) out += fmt::format("# warning: GPU {} lost {} reads (ring full)\n", s.gpus[c.gpu].index, c.dropped);
+    if (c.dropped)
+      out += fmt::format("# warning: GPU {} lost {} {} reads (ring full)\n", s.gpus[c.gpu].index, c.dropped,
+                         meterGroupName(c.group));
     if (c.wrap_gaps)
       out += fmt::format(
           "# warning: GPU {} had {} gaps long enough for a PCIe counter to wrap unseen; PCIe bytes "
