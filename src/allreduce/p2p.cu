@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // p2p.cu - backend `p2p`, host side: peer access, receive buffers, flags, and the per-call launches.
 //
-// One-shot below kOneShotMax bytes per GPU (fewest round trips: one flag exchange), two-shot above
+// One-shot below kOneShotMax bytes per GPU (fewest round trips: one flag exchange; up to kLLMax the
+// flags travel inside the data, so not even that), two-shot above
 // (each GPU moves 2(N-1)/N of the message instead of N-1 times it). Two-shot runs in pieces of at most
 // kTwoShotPiece bytes, each one launch; a remainder that does not split into N whole vectors goes
 // through one-shot. Both are capturable: the only state is device memory.
@@ -15,6 +16,7 @@
 
 #include "allreduce/p2p_kernels.cuh"
 #include "common/checks.h"
+#include "common/param.h"
 #include "common/cuda_raii.h"
 
 namespace tpscope::detail {
@@ -24,7 +26,10 @@ namespace {
 constexpr size_t kOneShotMax = 1u << 20;       // one-shot receive slot per (slot, peer)
 constexpr size_t kTwoShotPiece = 64u << 20;    // bytes per GPU per two-shot launch
 constexpr int kOneShotBlocks = 16;
-constexpr int kTwoShotBlocks = 64;
+constexpr size_t kLLMax = 256u << 10;          // LL one-shot up to this many bytes per GPU
+constexpr int kLLBlocks = 16;
+// Blocks of the two-shot kernel: enough to keep NVLink busy while some blocks wait on flags.
+TPS_PARAM_INT(P2pTwoShotBlocks, "TPSCOPE_P2P_BLOCKS", 64)
 
 struct Algo {
   int blocks = 0;
@@ -72,6 +77,9 @@ class P2pBackend final : public Backend {
   HostTuning tuning_{};
   PinnedBuffer status_;
   Algo one_, two_;
+  // LL one-shot: lines per (slot, sender) for kLLMax bytes, counters per block.
+  std::vector<DeviceBuffer> ll_recv_, ll_counters_;
+  std::vector<P2pLLHandle> ll_;
 };
 
 tpsResult_t P2pBackend::initAlgo(Algo* al, int blocks, size_t recv_stride) {
@@ -129,7 +137,34 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
   TPS_CHECK(PinnedBuffer::create(16 * TPS_MAX_DEVICES, &status_));
   std::memset(status_.host(), 0, status_.bytes());
   TPS_CHECK(initAlgo(&one_, kOneShotBlocks, kOneShotMax));
-  TPS_CHECK(initAlgo(&two_, kTwoShotBlocks, kTwoShotPiece / n + 64));
+  const int two_blocks = static_cast<int>(tpsParamP2pTwoShotBlocks());
+  TPS_EXPECT(two_blocks >= 1 && two_blocks <= 1024, tpsInvalidArgument, "TPSCOPE_P2P_BLOCKS={} is outside 1..1024",
+             two_blocks);
+  TPS_CHECK(initAlgo(&two_, two_blocks, kTwoShotPiece / n + 64));
+  const size_t lines = kLLMax / 8;
+  ll_recv_.resize(n);
+  ll_counters_.resize(n);
+  ll_.resize(n);
+  for (int r = 0; r < n; ++r) {
+    DeviceGuard g(devices_[r]);
+    TPS_CHECK(DeviceBuffer::create(devices_[r], size_t{2} * n * lines * sizeof(uint4), &ll_recv_[r]));
+    TPS_CUDA_CHECK(cudaMemset(ll_recv_[r].get(), 0, ll_recv_[r].bytes()));
+    TPS_CHECK(DeviceBuffer::create(devices_[r], kLLBlocks * sizeof(unsigned long long), &ll_counters_[r]));
+    TPS_CUDA_CHECK(cudaMemset(ll_counters_[r].get(), 0, ll_counters_[r].bytes()));
+  }
+  for (int r = 0; r < n; ++r) {
+    P2pLLHandle& h = ll_[r];
+    std::memset(&h, 0, sizeof(h));
+    for (int q = 0; q < n; ++q) h.recv[q] = ll_recv_[q].as<uint4>();
+    h.counters = ll_counters_[r].as<unsigned long long>();
+    void* st = nullptr;
+    TPS_CHECK(status_.devicePointer(devices_[r], &st));
+    h.status = static_cast<unsigned*>(st);
+    h.lines = lines;
+    h.timeout_ns = static_cast<unsigned long long>(tuning_.spin_timeout_ms) * 1000000ull;
+    h.rank = r;
+    h.nranks = n;
+  }
   // Load the kernels now (see host_staged.cu: lazy loading can deadlock against a busy peer).
   for (int d : devices_) {
     DeviceGuard g(d);
@@ -140,6 +175,9 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<float, false>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__half, false>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__nv_bfloat16, false>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<float>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<__half>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<__nv_bfloat16>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<float>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__half>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__nv_bfloat16>));
@@ -171,6 +209,18 @@ tpsResult_t P2pBackend::run(const CallArgs& a) {
   const size_t n = devices_.size();
   bool aligned = true;
   for (size_t r = 0; r < n; ++r) aligned = aligned && reinterpret_cast<uintptr_t>(a.bufs[r]) % 16 == 0;
+  // Decode sizes: the LL one-shot (flags in the data), when every buffer is 8-byte aligned and the
+  // message is whole 8-byte words.
+  bool ll = a.bytes() <= kLLMax && a.bytes() % 8 == 0;
+  for (size_t r = 0; r < n; ++r) ll = ll && reinterpret_cast<uintptr_t>(a.bufs[r]) % 8 == 0;
+  if (ll) {
+    for (size_t r = 0; r < n; ++r) {
+      DeviceGuard g(devices_[r]);
+      p2pOneShotLL<T><<<kLLBlocks, kP2pThreads, 0, a.streams[r]>>>(ll_[r], static_cast<T*>(a.bufs[r]), a.count);
+      TPS_CUDA_CHECK_LAUNCH();
+    }
+    return tpsSuccess;
+  }
   // Misaligned buffers (rare: an offset into an allocation) take the scalar one-shot for everything.
   if (!aligned || pathFor(a.bytes()) == tpsPathP2pOneShot) return oneShot<T>(a, 0, a.count, aligned);
   const size_t unit = n * Vec<T>::kElems;  // two-shot needs N whole vectors per piece

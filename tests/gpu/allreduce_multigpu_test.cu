@@ -120,7 +120,8 @@ int gpus() { return tpscope::testing::gpuCount(); }
 void correctness(tpsBackend_t backend, int n) {
   Fixture f;
   f.setUp(n);
-  const size_t counts[] = {1, 7, 8, 4097, 65536 + 3, (1u << 20) + 1, (20u << 20) + 5};
+  // 8, 4096 and 1 << 16 elements are whole 8-byte words: the p2p backend's LL one-shot takes them.
+  const size_t counts[] = {1, 7, 8, 4096, 4097, 1u << 16, 65536 + 3, (1u << 20) + 1, (20u << 20) + 5};
   const tpsDataType_t types[] = {tpsFloat32, tpsFloat16, tpsBfloat16};
   unsigned seed = 1;
   for (tpsDataType_t t : types) {
@@ -268,6 +269,10 @@ TEST(AllReduceMultiGpu, GraphReplayP2pTwoShot) {
   TPS_REQUIRE_GPUS(2);
   graphReplay(tpsBackendP2p, (8u << 20) + 3);
 }
+TEST(AllReduceMultiGpu, GraphReplayP2pLL) {
+  TPS_REQUIRE_GPUS(2);
+  graphReplay(tpsBackendP2p, 8192);
+}
 TEST(AllReduceMultiGpu, GraphReplayNccl) {
   TPS_REQUIRE_GPUS(2);
   graphReplay(tpsBackendNccl, 12345);
@@ -281,11 +286,10 @@ __global__ void accumulate(const __nv_bfloat16* in, float* acc, size_t n) {
 // 100,000 back-to-back small calls with two alternating sizes; after each call the result is added
 // into a float accumulator, so a call that read a stale slot would show in the final sums. Inputs are
 // small integers, so every sum is exact.
-TEST(AllReduceMultiGpu, HundredThousandSmallCallsNeverConfuseSequences) {
-  TPS_REQUIRE_GPUS(2);
+void hundredThousandCalls(tpsBackend_t backend) {
   tpsConfig_t cfg;
   tpsConfigInit(&cfg);
-  cfg.backend = tpsBackendHost;
+  cfg.backend = backend;
   Fixture f;
   f.setUp(2, &cfg);
   const size_t big = 8192, small = 1237;  // 16 KiB and an odd count
@@ -334,6 +338,19 @@ TEST(AllReduceMultiGpu, HundredThousandSmallCallsNeverConfuseSequences) {
   TPS_OK(tpsCommGetAsyncError(f.comm, &async));
   EXPECT_EQ(async, tpsSuccess);
   f.tearDown();
+}
+
+TEST(AllReduceMultiGpu, HundredThousandSmallCallsNeverConfuseSequences) {
+  TPS_REQUIRE_GPUS(2);
+  hundredThousandCalls(tpsBackendHost);
+}
+// The p2p backend alternates its LL one-shot (16 KiB) and its flag one-shot (an odd byte count).
+TEST(AllReduceMultiGpu, HundredThousandP2pCallsNeverConfuseSequences) {
+  TPS_REQUIRE_GPUS(2);
+  int access = 0;
+  cudaDeviceCanAccessPeer(&access, 0, 1);
+  if (!access) GTEST_SKIP() << "GPU0 has no peer access to GPU1";
+  hundredThousandCalls(tpsBackendP2p);
 }
 
 __global__ void waitForHost(const volatile int* flag) {
