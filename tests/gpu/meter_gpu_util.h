@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // meter_gpu_util.h - a known-size transfer inside a meter window whose edges fall in idle time.
 //
-// The window opens, the GPUs idle for a guard interval, the transfer runs and is synchronised, the
-// GPUs idle again, the window closes. With guards several sampling periods long the edge intervals
-// carry only background traffic (a few MB/s), so proration error is negligible and the window's
-// bytes are the transfer's link bytes (docs/METHOD.md, "Edges").
+// The GPUs idle for a guard interval, the window opens, the GPUs idle again, the transfer runs and
+// is synchronised, the GPUs idle, the window closes, and the GPUs idle once more. Proration is exact
+// when the read interval around each edge holds no transfer, so every edge needs idle time of at
+// least one read period on both sides: NVLink's period is ~22 ms on H200 (one read of 18 links'
+// fields), so the guard is 60 ms, as in benchmarks/meter_accuracy. Without the guard outside the
+// window, a transfer just before it lands partly inside: an NVLink read straddling a 2.7 ms peer
+// copy sees some links before and some after it, and 1 GiB came out as 1.3-1.5x (docs/METHOD.md,
+// "Edges").
 #pragma once
 
 #include <gtest/gtest.h>
@@ -18,14 +22,17 @@
 
 namespace tpscope::testing {
 
-constexpr int kGuardMs = 30;  // 15 periods at the 2 ms default
+constexpr int kGuardMs = 60;  // > 2 NVLink read periods on H200 (~22 ms, max ~30 ms measured); 30 PCIe periods
 
 inline MeterWindow meterTransfer(Meter& meter, const std::string& name, const std::function<void()>& transfer) {
+  auto idle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(kGuardMs)); };
+  idle();  // whatever ran before (a warm-up copy) stays out of the window's first read interval
   EXPECT_EQ(meter.begin(name), tpsSuccess);
-  std::this_thread::sleep_for(std::chrono::milliseconds(kGuardMs));
+  idle();
   transfer();
-  std::this_thread::sleep_for(std::chrono::milliseconds(kGuardMs));
+  idle();
   EXPECT_EQ(meter.end(name), tpsSuccess);
+  idle();  // and whatever runs next stays out of its last
   // Wait for a read after the end on every GPU, then take the window.
   for (int i = 0; i < 1000; ++i) {
     std::vector<MeterWindow> ws = meter.windows();
