@@ -5,8 +5,9 @@
 //      window with idle guards; meter bytes / payload per GPU and counter over --reps repetitions
 //      (median [min - max]), with the dmon method's figure (its mean MB/s x window length) beside.
 //   2. Refresh: how often the counters really change while copies stream (read as fast as possible).
-//   3. Cadence: the achieved read period per GPU with PCIe + NVLink fields at the default period and
-//      as fast as the driver allows, and PCIe alone as fast as it allows; the cost of one read.
+//   3. Cadence: the achieved read period per GPU and counter group (PCIe, NVLink: one thread each),
+//      with NVLink on and off, one NVLink call per link or all links in one call, at the default
+//      period and as fast as the driver allows; the cost of one read; whether NVLink reads stall PCIe.
 //   4. Overhead: a launch-bound loop of empty kernels with no meter, the default meter and the
 //      fastest meter, interleaved, --reps times; the slowdown of the median (target < 2 %).
 // Prints a table ('#' lines are comments) and writes JSON to --json. Timer: CLOCK_MONOTONIC.
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -261,9 +263,10 @@ json accuracy(const Args& a, int ngpu, bool peer, json* refresh_out) {
   // Does the dmon thread's blocking call hold up the counter reads? Their cadence during the runs says.
   for (const MeterCadence& k : m->cadence())
     std::printf(
-        "# counter reads of GPU %d during these runs (dmon method beside): period p50 %.3f ms, p99 %.3f ms, "
-        "max %.3f ms; wrap gaps %lld\n",
-        gpus[k.gpu].index, k.period_p50_ms, k.period_p99_ms, k.period_max_ms, static_cast<long long>(k.wrap_gaps));
+        "# %s reads of GPU %d during these runs (dmon method beside): period p50 %.3f ms, p99 %.3f ms, "
+        "max %.3f ms; read %.3f ms; wrap gaps %lld\n",
+        meterGroupName(k.group), gpus[k.gpu].index, k.period_p50_ms, k.period_p99_ms, k.period_max_ms,
+        k.read_cost_mean_ms, static_cast<long long>(k.wrap_gaps));
   // Streams of copies for the refresh measurement (section 2): ~0.8 s of D2H, ~0.3 s of peer.
   auto d2h_stream = [&] {
     for (int i = 0; i < 40; ++i)
@@ -278,38 +281,62 @@ json accuracy(const Args& a, int ngpu, bool peer, json* refresh_out) {
   return out;
 }
 
-// 3. Cadence and the cost of one read.
+// 3. Cadence and the cost of one read, per counter group (each group has its own thread per GPU).
+// The question beside the figures: does an NVLink read (~22 ms on H200) hold up the PCIe thread of
+// the same GPU, e.g. through a lock inside NVML? If it does, PCIe's p99 period with NVLink read
+// beside it shows gaps of the NVLink call's length, and splitting the NVLink read into one call
+// per link should shorten them. Reported as measured, whichever way it comes out.
 json cadence(int ngpu) {
   struct Config {
     const char* name;
     int64_t period_us;
     bool nvlink;
-  } configs[] = {{"pcie+nvlink, default period", 0, true},
-                 {"pcie+nvlink, fastest", 100, true},
-                 {"pcie only, fastest", 100, false}};
+    int links_per_call;
+  } configs[] = {{"pcie only", 0, false, 1},
+                 {"pcie + nvlink 1 link/call", 0, true, 1},
+                 {"pcie + nvlink all links/call", 0, true, 0},
+                 {"pcie only, fastest", 100, false, 1},
+                 {"pcie + nvlink 1/call, fastest", 100, true, 1}};
   std::printf(
-      "\n# 3. Cadence: %d GPU(s) read from one thread each for 2 s, idle. period = time between reads' starts.\n",
+      "\n# 3. Cadence: %d GPU(s), each counter group read by its own thread per GPU, 2 s idle per config.\n"
+      "#    period = time between the starts of one thread's reads; read = one read's cost (t_after - t_before).\n"
+      "#    PCIe runs at the target period; NVLink back to back when its read is slower (links/call: NVML\n"
+      "#    calls per NVLink read). Default config: period 2 ms, NVLink 1 link/call.\n",
       ngpu);
-  std::printf("#%-28s %4s %9s %9s %9s %9s %9s %11s %11s %7s\n", "config", "gpu", "target", "mean", "p50", "p99", "max",
-              "read mean", "read p99", "drops");
+  std::printf("#%-30s %4s %-7s %9s %9s %9s %9s %9s %11s %11s %7s %6s\n", "config", "gpu", "group", "target", "mean",
+              "p50", "p99", "max", "read mean", "read p99", "reads", "drops");
   json out = json::array();
+  std::map<std::string, double> pcie_p99;  // config -> worst PCIe p99 over the GPUs
   for (const Config& c : configs) {
     MeterOptions o;
     for (int g = 0; g < ngpu; ++g) o.devices.push_back(g);
     o.period_us = c.period_us;
     o.nvlink = c.nvlink;
+    o.nvlink_links_per_call = c.links_per_call;
     std::unique_ptr<Meter> m = startMeter(o);
     std::this_thread::sleep_for(std::chrono::seconds(2));
     m->stop();
     for (const MeterCadence& k : m->cadence()) {
-      std::printf(" %-28s %4d %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %9.3fms %9.3fms %7lld\n", c.name,
-                  m->gpus()[k.gpu].index, k.period_target_ms, k.period_mean_ms, k.period_p50_ms, k.period_p99_ms,
-                  k.period_max_ms, k.read_cost_mean_ms, k.read_cost_p99_ms, static_cast<long long>(k.dropped));
+      std::printf(" %-30s %4d %-7s %7.3fms %7.3fms %7.3fms %7.3fms %7.3fms %9.3fms %9.3fms %7lld %6lld\n", c.name,
+                  m->gpus()[k.gpu].index, meterGroupName(k.group), k.period_target_ms, k.period_mean_ms,
+                  k.period_p50_ms, k.period_p99_ms, k.period_max_ms, k.read_cost_mean_ms, k.read_cost_p99_ms,
+                  static_cast<long long>(k.reads), static_cast<long long>(k.dropped));
       json j = toJson(k, m->gpus());
       j["config"] = c.name;
       j["nvlink_links"] = m->gpus()[k.gpu].nvlink_links;
+      j["nvlink_links_per_call"] = c.nvlink ? json(c.links_per_call) : json(nullptr);
       out.push_back(j);
+      if (k.group == MeterGroup::kPcie) pcie_p99[c.name] = std::max(pcie_p99[c.name], k.period_p99_ms);
     }
+  }
+  // The verdict on the question above, from the default period's rows.
+  const double off = pcie_p99["pcie only"];
+  for (const char* with : {"pcie + nvlink 1 link/call", "pcie + nvlink all links/call"}) {
+    const double on = pcie_p99[with];
+    const bool stalls = on > 2 * off && on - off > 1.0;
+    std::printf("# PCIe p99 period with NVLink read beside it (%s): %.3f ms, without: %.3f ms -> %s\n", with, on, off,
+                stalls ? "NVLink reads STALL the PCIe thread (a shared lock in the driver?)"
+                       : "NVLink reads do not stall the PCIe thread");
   }
   return out;
 }
@@ -340,7 +367,8 @@ json overhead(const Args& a, int ngpu) {
   }
   std::printf(
       "\n# 4. Overhead: %d empty-kernel launches on GPU 0 then one sync, host clock; median [min - max] of %d\n"
-      "#    interleaved repetitions; the meter reads %d GPU(s) with PCIe + NVLink fields.\n",
+      "#    interleaved repetitions; the meter reads %d GPU(s): PCIe at the period and NVLink back to back,\n"
+      "#    each on its own thread per GPU.\n",
       a.launches, a.reps, ngpu);
   std::printf("#%-24s %-34s %10s\n", "config", "us per launch", "slowdown");
   json out = json::array();

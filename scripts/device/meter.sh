@@ -7,7 +7,8 @@
 #   1. tpscope topo, for the record;
 #   2. the meter GPU tests (1 GiB D2H/H2D on PCIe, GPU0->GPU1 on NVLink);
 #   3. benchmarks/meter_accuracy: bytes / payload over 5 repetitions with the dmon figure beside,
-#      cadence and read cost, overhead on a launch-bound kernel loop;
+#      cadence and read cost per counter group (PCIe, NVLink: a thread each; whether NVLink reads
+#      stall PCIe), overhead on a launch-bound kernel loop;
 #   4. `tpscope meter` live (-d 100 -c 30 -o T --method both) while a D2H test moves data;
 #   5. `tpscope meter` wrapped around that test, with window marks, quiescing and --out JSONL;
 #   6. SIGINT to a wrapped `sleep`: exit code 130 and the summary still written.
@@ -78,7 +79,8 @@ grep -q "(interrupted)" "$OUT/sigint.txt" || failed+=("sigint(no summary)")
 set +x
 echo
 echo "================ meter.sh summary ================"
-grep -hE '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/gtest_gpu.log" "$OUT/gtest_multigpu.log"
+grep -hE '^\[  (PASSED|FAILED|SKIPPED) |^\[ INFO \]' "$OUT/gtest_gpu.log" "$OUT/gtest_multigpu.log"
+grep -h -A3 'Failure$' "$OUT/gtest_gpu.log" "$OUT/gtest_multigpu.log" | head -n 40
 echo "---- meter_accuracy"
 cat "$OUT/meter_accuracy.txt"
 echo "---- live (first and busiest rows)"
