@@ -69,8 +69,13 @@ nlohmann::json toJson(const MeterGpu& g) {
 }
 
 nlohmann::json toJson(const MeterOptions& o) {
-  return {{"period_us", o.period_us},   {"method", methodName(o.method)},     {"nvlink", o.nvlink},
-          {"nvlink_raw", o.nvlink_raw}, {"dmon_period_ms", o.dmon_period_ms}, {"peak_span_ms", o.peak_span_ms}};
+  return {{"period_us", o.period_us},
+          {"method", methodName(o.method)},
+          {"nvlink", o.nvlink},
+          {"nvlink_raw", o.nvlink_raw},
+          {"nvlink_links_per_call", o.nvlink_links_per_call},
+          {"dmon_period_ms", o.dmon_period_ms},
+          {"peak_span_ms", o.peak_span_ms}};
 }
 
 nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus) {

@@ -254,6 +254,13 @@ TEST(MeterSampler, OptionsOutOfRangeAreRefused) {
   o.period_us = 0;
   EXPECT_EQ(resolveOptions(&o, &reason), tpsSuccess);
   EXPECT_EQ(o.period_us, kDefaultPeriodUs);
+  EXPECT_EQ(o.nvlink_links_per_call, kDefaultNvlinkLinksPerCall);
+  o.nvlink_links_per_call = 65;
+  EXPECT_EQ(resolveOptions(&o, &reason), tpsInvalidArgument);
+  EXPECT_NE(reason.find("links per call"), std::string::npos) << reason;
+  o.nvlink_links_per_call = 0;  // every link in one call
+  EXPECT_EQ(resolveOptions(&o, &reason), tpsSuccess);
+  EXPECT_EQ(o.nvlink_links_per_call, 0);
 }
 
 }  // namespace
