@@ -118,9 +118,10 @@ std::string summaryTable(const MeterSummary& s) {
   for (const MeterCadence& c : s.cadence)
     out += fmt::format(
         "# GPU {} {:<6} reads: period {:.2f} ms target, {:.2f} ms mean, {:.2f} ms p99, {:.2f} ms max; "
-        "one read {:.2f} ms mean; {} reads\n",
+        "one read {:.2f} ms mean; {} reads{}\n",
         s.gpus[c.gpu].index, meterGroupName(c.group), c.period_target_ms, c.period_mean_ms, c.period_p99_ms,
-        c.period_max_ms, c.read_cost_mean_ms, c.reads);
+        c.period_max_ms, c.read_cost_mean_ms, c.reads,
+        c.read_cost_mean_ms >= c.period_target_ms ? " (back to back: a read outlasts the period)" : "");
   if (dmon)
     out += fmt::format("# dmon method: one ~20 ms throughput reading per GPU and direction every {} ms\n",
                        s.options.dmon_period_ms);
