@@ -220,17 +220,19 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
   constexpr int kPerWord = 8 / sizeof(T);
   __shared__ unsigned long long seq;
   const int b = blockIdx.x, nb = gridDim.x, tid = threadIdx.x;
+  const size_t words = count / kPerWord, per = (words + nb - 1) / nb;
+  const size_t w0 = min(words, per * b), w1 = min(words, w0 + per);
+  uint2* io = reinterpret_cast<uint2*>(buf);
+  // The first word's load is issued before the sequence number's, so the two latencies overlap.
+  const uint2 first = w0 + tid < w1 ? io[w0 + tid] : make_uint2(0, 0);
   if (tid == 0) seq = h.counters[b] + 1;
   __syncthreads();
   const unsigned s = static_cast<unsigned>(seq);
   const int slot = static_cast<int>(seq & 1);
-  const size_t words = count / kPerWord, per = (words + nb - 1) / nb;
-  const size_t w0 = min(words, per * b), w1 = min(words, w0 + per);
-  uint2* io = reinterpret_cast<uint2*>(buf);
   auto lines = [&](int owner, int from) { return h.recv[owner] + ((size_t)slot * h.nranks + from) * h.lines; };
 
   for (size_t w = w0 + tid; w < w1; w += blockDim.x) {
-    const uint2 v = io[w];
+    const uint2 v = w == w0 + tid ? first : io[w];
     const uint4 line = make_uint4(v.x, s, v.y, s);
 #pragma unroll
     for (int q = 0; q < TPS_MAX_DEVICES; ++q)
