@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -24,8 +25,17 @@ namespace tpscope::testing {
 
 constexpr int kGuardMs = 60;  // > 2 NVLink read periods on H200 (~22 ms, max ~30 ms measured); 30 PCIe periods
 
+// kGuardMs, or twice the slowest group's p99 read period so far where that is longer (a box whose
+// NVLink reads are slower still gets idle edge intervals).
+inline int guardMs(const Meter& meter) {
+  double p99 = 0;
+  for (const MeterCadence& c : meter.cadence()) p99 = std::max(p99, c.period_p99_ms);
+  return std::max(kGuardMs, static_cast<int>(2 * p99) + 1);
+}
+
 inline MeterWindow meterTransfer(Meter& meter, const std::string& name, const std::function<void()>& transfer) {
-  auto idle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(kGuardMs)); };
+  const int guard_ms = guardMs(meter);
+  auto idle = [guard_ms] { std::this_thread::sleep_for(std::chrono::milliseconds(guard_ms)); };
   idle();  // whatever ran before (a warm-up copy) stays out of the window's first read interval
   EXPECT_EQ(meter.begin(name), tpsSuccess);
   idle();
