@@ -222,33 +222,49 @@ CheckCounts AllReduceBench::check(tpsBackend_t backend, tpsDataType_t dtype, siz
 }
 
 MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, size_t count, double us_per_call) {
-  constexpr int kMeterGuardMs = 60;  // longer than one NVLink read on H200 (~22 ms), so edges are idle
+  // The window is [idle guard, calls, idle guard]: its edges fall in idle time, where prorating the
+  // reads that bracket them is exact however slow the counters are read (NVLink ~22 ms on H200). The
+  // guards' own background traffic is taken out with the rate of an idle window inside the first guard.
+  constexpr int kGuardMs = 60;
   const int calls = static_cast<int>(std::clamp(std::ceil(20000.0 / std::max(us_per_call, 1.0)), 1.0, 20000.0));
   const std::string name = fmt::format("{}-{}", tpsBackendName(backend), windows_++);
+  const std::string idle = name + "-idle";
   syncAll();
-  std::this_thread::sleep_for(std::chrono::milliseconds(kMeterGuardMs));
   tpsOk(meter_->begin(name), "meter begin");
+  const int64_t idle_start = Meter::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(kGuardMs));
+  const int64_t idle_end = Meter::now();
   for (int i = 0; i < calls; ++i) tpsOk(call(backend, dtype, count), "metered call");
   syncAll();
+  std::this_thread::sleep_for(std::chrono::milliseconds(kGuardMs));
   tpsOk(meter_->end(name), "meter end");
-  std::this_thread::sleep_for(std::chrono::milliseconds(kMeterGuardMs));
-  MeteredBytes out;
-  for (const MeterWindow& w : meter_->windows()) {
-    if (w.name != name) continue;
-    auto mean = [&](MeterCounter c) -> std::optional<double> {
-      double sum = 0;
-      for (const auto& cells : w.cells) {
-        const std::optional<double>& b = cells[static_cast<int>(c)].bytes;
-        if (!b) return std::nullopt;
-        sum += *b;
-      }
-      return sum / w.cells.size() / calls;
-    };
-    out.pcie_tx = mean(MeterCounter::kPcieTx);
-    out.pcie_rx = mean(MeterCounter::kPcieRx);
-    out.nvlink_tx = mean(MeterCounter::kNvlinkTx);
-    out.nvlink_rx = mean(MeterCounter::kNvlinkRx);
+  tpsOk(meter_->addWindow(idle, idle_start + (idle_end - idle_start) / 4, idle_end - (idle_end - idle_start) / 4),
+        "meter idle window");
+  std::this_thread::sleep_for(std::chrono::milliseconds(kGuardMs));  // reads after the end, for every counter
+  const MeterWindow* total = nullptr;
+  const MeterWindow* quiet = nullptr;
+  const std::vector<MeterWindow> windows = meter_->windows();
+  for (const MeterWindow& w : windows) {
+    if (w.name == name) total = &w;
+    if (w.name == idle) quiet = &w;
   }
+  MeteredBytes out;
+  if (total == nullptr || quiet == nullptr || !total->complete) return out;
+  const double total_s = (total->end_ns - total->start_ns) * 1e-9, quiet_s = (quiet->end_ns - quiet->start_ns) * 1e-9;
+  auto perCall = [&](MeterCounter c) -> std::optional<double> {
+    double sum = 0;
+    for (size_t g = 0; g < total->cells.size(); ++g) {
+      const std::optional<double>& b = total->cells[g][static_cast<int>(c)].bytes;
+      const std::optional<double>& q = quiet->cells[g][static_cast<int>(c)].bytes;
+      if (!b || !q || quiet_s <= 0) return std::nullopt;
+      sum += std::max(0.0, *b - *q / quiet_s * total_s);
+    }
+    return sum / total->cells.size() / calls;
+  };
+  out.pcie_tx = perCall(MeterCounter::kPcieTx);
+  out.pcie_rx = perCall(MeterCounter::kPcieRx);
+  out.nvlink_tx = perCall(MeterCounter::kNvlinkTx);
+  out.nvlink_rx = perCall(MeterCounter::kNvlinkRx);
   return out;
 }
 
