@@ -70,8 +70,10 @@ TEST(MeterMultiGpu, PeerCopyIsNvlinkTxOnTheSenderAndRxOnTheReceiver) {
     // Direction: the data does not come back, and it does not cross PCIe.
     EXPECT_LT(testing::ratio(w, 0, MeterCounter::kNvlinkRx, payload), 0.05);
     EXPECT_LT(testing::ratio(w, 1, MeterCounter::kNvlinkTx, payload), 0.05);
-    EXPECT_LT(testing::ratio(w, 0, MeterCounter::kPcieTx, payload), 0.01);
-    EXPECT_LT(testing::ratio(w, 1, MeterCounter::kPcieRx, payload), 0.01);
+    // PCIe keeps only its idle background: 30-40 MB/s per direction on the H200s (NVML's own reads
+    // among it), about 1.2-1.6 % of 1 GiB over the guarded window there; a copy over PCIe would be ~100 %.
+    EXPECT_LT(testing::ratio(w, 0, MeterCounter::kPcieTx, payload), 0.05);
+    EXPECT_LT(testing::ratio(w, 1, MeterCounter::kPcieRx, payload), 0.05);
     // The edges fell in idle NVLink read intervals: the bounds agree within 1 %.
     for (auto [gpu, counter] : {std::pair{0, MeterCounter::kNvlinkTx}, std::pair{1, MeterCounter::kNvlinkRx}}) {
       const MeterCell& c = w.cells[gpu][static_cast<int>(counter)];
