@@ -240,16 +240,24 @@ MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, 
   tpsOk(meter_->end(name), "meter end");
   tpsOk(meter_->addWindow(idle, idle_start + (idle_end - idle_start) / 4, idle_end - (idle_end - idle_start) / 4),
         "meter idle window");
-  std::this_thread::sleep_for(std::chrono::milliseconds(kGuardMs));  // reads after the end, for every counter
+  // Wait until every counter has been read after the end (NVLink reads take 30-90 ms on H200).
   const MeterWindow* total = nullptr;
   const MeterWindow* quiet = nullptr;
-  const std::vector<MeterWindow> windows = meter_->windows();
-  for (const MeterWindow& w : windows) {
-    if (w.name == name) total = &w;
-    if (w.name == idle) quiet = &w;
+  std::vector<MeterWindow> windows;
+  for (int tries = 0; tries < 50 && !(total && total->complete); ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    windows = meter_->windows();
+    total = quiet = nullptr;
+    for (const MeterWindow& w : windows) {
+      if (w.name == name) total = &w;
+      if (w.name == idle) quiet = &w;
+    }
   }
   MeteredBytes out;
-  if (total == nullptr || quiet == nullptr || !total->complete) return out;
+  if (total == nullptr || quiet == nullptr || !total->complete) {
+    TPS_LOG_WARN("meter window {} did not complete; its bytes per call show N/A", name);
+    return out;
+  }
   const double total_s = (total->end_ns - total->start_ns) * 1e-9, quiet_s = (quiet->end_ns - quiet->start_ns) * 1e-9;
   auto perCall = [&](MeterCounter c) -> std::optional<double> {
     double sum = 0;
