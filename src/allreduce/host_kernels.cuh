@@ -94,10 +94,7 @@ __global__ void __launch_bounds__(kKernelThreads) hostKernelAllReduce(HostKernel
   }
   __syncthreads();
   if (aborted) {
-    if (tid == 0) {
-      *reinterpret_cast<volatile unsigned*>(h.status + h.rank) = static_cast<unsigned>(tpsTimeout);
-      __threadfence_system();
-    }
+    if (tid == 0) reportTimeout(h.status, h.rank);
     return;
   }
   // 4. reduce, in rank order

@@ -21,6 +21,7 @@
 #include <array>
 #include <cstring>
 
+#include "allreduce/async_status.h"
 #include "allreduce/host_kernels.cuh"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
@@ -60,12 +61,7 @@ class HostStagedBackend final : public Backend {
       default: return tpsInvalidArgument;
     }
   }
-  tpsResult_t asyncError() const override {
-    const volatile unsigned* st = static_cast<const volatile unsigned*>(status_.host());
-    for (size_t q = 0; q < devices_.size(); ++q)
-      if (st[q] != 0) return static_cast<tpsResult_t>(st[q]);
-    return tpsSuccess;
-  }
+  tpsResult_t asyncError() const override { return status_.error(static_cast<int>(devices_.size())); }
 
  private:
   template <typename T>
@@ -81,7 +77,8 @@ class HostStagedBackend final : public Backend {
   HostTuning tuning_{};
   // Kernel path.
   size_t kstage_stride_ = 0;
-  PinnedBuffer kstage_, flags_, status_;
+  PinnedBuffer kstage_, flags_;
+  AsyncStatus status_;
   std::vector<DeviceBuffer> counters_;
   std::vector<HostKernelHandle> handles_;
   // Copy-engine path.
@@ -110,8 +107,7 @@ tpsResult_t HostStagedBackend::init(const std::vector<int>& devices, const HostT
   const size_t flag_bytes = size_t{2} * nr * tuning_.blocks * kFlagStride * sizeof(unsigned long long);
   TPS_CHECK(PinnedBuffer::create(flag_bytes, &flags_));
   std::memset(flags_.host(), 0, flag_bytes);
-  TPS_CHECK(PinnedBuffer::create(kAlign * TPS_MAX_DEVICES, &status_));
-  std::memset(status_.host(), 0, status_.bytes());
+  TPS_CHECK(status_.create());
   counters_.resize(nr);
   handles_.resize(nr);
   for (int r = 0; r < nr; ++r) {
@@ -125,8 +121,7 @@ tpsResult_t HostStagedBackend::init(const std::vector<int>& devices, const HostT
     h.stage_stride = kstage_stride_;
     TPS_CHECK(flags_.devicePointer(devices_[r], &p));
     h.flags = static_cast<unsigned long long*>(p);
-    TPS_CHECK(status_.devicePointer(devices_[r], &p));
-    h.status = static_cast<unsigned*>(p);
+    TPS_CHECK(status_.devicePointer(devices_[r], &h.status));
     h.counters = counters_[r].as<unsigned long long>();
     h.timeout_ns = static_cast<unsigned long long>(tuning_.spin_timeout_ms) * 1000000ull;
     h.rank = r;

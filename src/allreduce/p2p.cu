@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "allreduce/async_status.h"
 #include "allreduce/p2p_kernels.cuh"
 #include "common/checks.h"
 #include "common/param.h"
@@ -63,12 +64,7 @@ class P2pBackend final : public Backend {
       default: return tpsInvalidArgument;
     }
   }
-  tpsResult_t asyncError() const override {
-    const volatile unsigned* st = static_cast<const volatile unsigned*>(status_.host());
-    for (size_t q = 0; q < devices_.size(); ++q)
-      if (st[q] != 0) return static_cast<tpsResult_t>(st[q]);
-    return tpsSuccess;
-  }
+  tpsResult_t asyncError() const override { return status_.error(static_cast<int>(devices_.size())); }
 
  private:
   tpsResult_t initAlgo(Algo* a, int blocks, size_t recv_stride);
@@ -79,7 +75,7 @@ class P2pBackend final : public Backend {
 
   std::vector<int> devices_;
   HostTuning tuning_{};
-  PinnedBuffer status_;
+  AsyncStatus status_;
   Algo one_, two_;
   // LL one-shot: lines per (slot, sender) for kLLMax bytes, counters per block.
   std::vector<DeviceBuffer> ll_recv_, ll_counters_;
@@ -113,9 +109,7 @@ tpsResult_t P2pBackend::initAlgo(Algo* al, int blocks, size_t recv_stride) {
       h.flags[q] = al->flags[q].as<unsigned long long>();
     }
     h.counters = al->counters[r].as<unsigned long long>();
-    void* st = nullptr;
-    TPS_CHECK(status_.devicePointer(devices_[r], &st));
-    h.status = static_cast<unsigned*>(st);
+    TPS_CHECK(status_.devicePointer(devices_[r], &h.status));
     h.recv_stride = recv_stride;
     h.timeout_ns = static_cast<unsigned long long>(tuning_.spin_timeout_ms) * 1000000ull;
     h.rank = r;
@@ -139,8 +133,7 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
       if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
       else TPS_CUDA_CHECK(e);
     }
-  TPS_CHECK(PinnedBuffer::create(16 * TPS_MAX_DEVICES, &status_));
-  std::memset(status_.host(), 0, status_.bytes());
+  TPS_CHECK(status_.create());
   TPS_CHECK(initAlgo(&one_, kOneShotBlocks, kOneShotMax));
   const int two_blocks = static_cast<int>(tpsParamP2pTwoShotBlocks());
   TPS_EXPECT(two_blocks >= 1 && two_blocks <= 1024, tpsInvalidArgument, "TPSCOPE_P2P_BLOCKS={} is outside 1..1024",
@@ -168,9 +161,7 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
     std::memset(&h, 0, sizeof(h));
     for (int q = 0; q < n; ++q) h.recv[q] = ll_recv_[q].as<uint4>();
     h.counters = ll_counters_[r].as<unsigned long long>();
-    void* st = nullptr;
-    TPS_CHECK(status_.devicePointer(devices_[r], &st));
-    h.status = static_cast<unsigned*>(st);
+    TPS_CHECK(status_.devicePointer(devices_[r], &h.status));
     h.lines = lines;
     h.timeout_ns = static_cast<unsigned long long>(tuning_.spin_timeout_ms) * 1000000ull;
     h.rank = r;

@@ -59,10 +59,7 @@ __device__ inline bool p2pWait(const P2pHandle& h, int phase, int slot, unsigned
   }
   __syncthreads();
   if (*aborted) {
-    if (tid == 0) {
-      *reinterpret_cast<volatile unsigned*>(h.status + h.rank) = static_cast<unsigned>(tpsTimeout);
-      __threadfence_system();
-    }
+    if (tid == 0) reportTimeout(h.status, h.rank);
     return false;
   }
   return true;
@@ -273,10 +270,7 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
     for (int k = 0; k < kPerWord; ++k) own.e[k] = Elem<T>::fromFloat(acc[k]);
     io[w] = own.u;
   }
-  if (timed_out) {
-    *reinterpret_cast<volatile unsigned*>(h.status + h.rank) = static_cast<unsigned>(tpsTimeout);
-    __threadfence_system();
-  }
+  if (timed_out) reportTimeout(h.status, h.rank);
   __syncthreads();
   if (tid == 0) h.counters[b] = seq;
 }

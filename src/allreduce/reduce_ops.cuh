@@ -72,4 +72,10 @@ __device__ inline unsigned long long loadAcquire(const unsigned long long* p) {
   return v;
 }
 
+// Records tpsTimeout for `rank` in the host-mapped status words that tpsCommGetAsyncError reads.
+__device__ inline void reportTimeout(unsigned* status, int rank) {
+  *reinterpret_cast<volatile unsigned*>(status + rank) = static_cast<unsigned>(tpsTimeout);
+  __threadfence_system();
+}
+
 }  // namespace tpscope::detail

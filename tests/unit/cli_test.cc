@@ -1,42 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // cli_test - the tpscope binary's usage errors: exit 2 and one line on stderr, nothing on stdout.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <string>
 
 #include "cli.h"
+#include "cli_runner.h"
 
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-// Runs the built binary with `args` (shell words) and captures both streams.
-Result runTpscope(const std::string& args) {
-  char err_path[] = "/tmp/tpscope_cli_test_XXXXXX";
-  int fd = mkstemp(err_path);
-  close(fd);
-  std::string cmd = std::string(TPSCOPE_CLI_PATH) + " " + args + " 2>" + err_path;
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  FILE* e = fopen(err_path, "r");
-  while ((n = fread(buf.data(), 1, buf.size(), e)) > 0) r.err.append(buf.data(), n);
-  fclose(e);
-  remove(err_path);
-  return r;
-}
-
-int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+using Result = tpscope::testing::CliResult;
+using tpscope::testing::runTpscope;
+int lines(const std::string& s) { return tpscope::testing::lineCount(s); }
 
 TEST(Cli, UnknownFlagIsAUsageErrorOnOneLine) {
   Result r = runTpscope("topo --frobnicate");
