@@ -240,18 +240,16 @@ MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, 
   tpsOk(meter_->end(name), "meter end");
   tpsOk(meter_->addWindow(idle, idle_start + (idle_end - idle_start) / 4, idle_end - (idle_end - idle_start) / 4),
         "meter idle window");
-  // Wait until every counter has been read after the end (NVLink reads take 30-90 ms on H200).
+  // Let every counter be read after the end (NVLink reads take 30-90 ms on H200), then compute the
+  // windows once: Meter::windows() recomputes every window from the whole series, so polling it
+  // row after row grows with the sweep.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const MeterWindow* total = nullptr;
   const MeterWindow* quiet = nullptr;
-  std::vector<MeterWindow> windows;
-  for (int tries = 0; tries < 10 && !(total && total->complete); ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    windows = meter_->windows();
-    total = quiet = nullptr;
-    for (const MeterWindow& w : windows) {
-      if (w.name == name) total = &w;
-      if (w.name == idle) quiet = &w;
-    }
+  const std::vector<MeterWindow> windows = meter_->windows();
+  for (const MeterWindow& w : windows) {
+    if (w.name == name) total = &w;
+    if (w.name == idle) quiet = &w;
   }
   MeteredBytes out;
   if (total == nullptr || quiet == nullptr) return out;
@@ -260,7 +258,7 @@ MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, 
     std::string reads;
     for (const MeterCadence& c : meter_->cadence())
       reads += fmt::format(" GPU{} {} {} reads;", c.gpu, c.group == MeterGroup::kPcie ? "pcie" : "nvlink", c.reads);
-    TPS_LOG_INFO("meter window {} is incomplete 200 ms after its end (cadence:{})", name, reads);
+    TPS_LOG_INFO("meter window {} is incomplete 100 ms after its end (cadence:{})", name, reads);
   }
   const double total_s = (total->end_ns - total->start_ns) * 1e-9, quiet_s = (quiet->end_ns - quiet->start_ns) * 1e-9;
   auto perCall = [&](MeterCounter c) -> std::optional<double> {
