@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+// guards.cc - effective settings, undeclared differences, availability.
+#include "experiment/guards.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tpscope::experiment {
+
+const char* settingSourceName(SettingSource s) {
+  switch (s) {
+    case SettingSource::kDefault: return "default";
+    case SettingSource::kShared: return "shared";
+    case SettingSource::kArm: return "arm";
+    case SettingSource::kDerived: return "derived";
+    case SettingSource::kAuto: return "auto";
+  }
+  return "?";
+}
+
+const Setting* EffectiveSettings::find(const std::string& key) const {
+  for (const Setting& s : settings)
+    if (s.key == key) return &s;
+  return nullptr;
+}
+
+std::string EffectiveSettings::value(const std::string& key) const {
+  const Setting* s = find(key);
+  return s ? s->value : "";
+}
+
+const std::vector<std::string>& deltaKeys() {
+  static const std::vector<std::string> k = {"devices", "split", "backend", "tokens_per_step", "acceptance"};
+  return k;
+}
+const std::vector<std::string>& derivedKeys() {
+  static const std::vector<std::string> k = {"gpu_count", "allreduce_backend", "expected_tokens_per_step"};
+  return k;
+}
+
+namespace {
+
+std::string num(double v) { return fmt::format("{:g}", v); }
+
+std::string joinInts(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+void put(EffectiveSettings* e, const Setting& s) {
+  for (Setting& old : e->settings)
+    if (old.key == s.key) {
+      old = s;
+      return;
+    }
+  e->settings.push_back(s);
+}
+
+template <typename T>
+SettingSource sourceOf(const std::optional<T>& arm, const std::optional<T>& shared) {
+  return arm ? SettingSource::kArm : shared ? SettingSource::kShared : SettingSource::kDefault;
+}
+
+bool isDeltaOrDerived(const std::string& key) {
+  const auto& d = deltaKeys();
+  const auto& v = derivedKeys();
+  return std::find(d.begin(), d.end(), key) != d.end() || std::find(v.begin(), v.end(), key) != v.end();
+}
+
+}  // namespace
+
+std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, const AutoDecider& decide) {
+  const SharedSettings& sh = spec.shared;
+  const SharedSettings defaults;
+  auto shared = [&](bool differs) { return differs ? SettingSource::kShared : SettingSource::kDefault; };
+  std::vector<EffectiveSettings> out;
+  for (const ArmSpec& arm : spec.arms) {
+    EffectiveSettings e;
+    e.arm = arm.name;
+    const ArmDelta& d = arm.delta;
+    const ArmDelta& b = sh.base;
+    const std::vector<int> devices = d.devices ? *d.devices : b.devices ? *b.devices : std::vector<int>{0};
+    const SplitMode split = d.split ? *d.split : b.split.value_or(SplitMode::kNone);
+    const std::string backend = d.backend ? *d.backend : b.backend.value_or("auto");
+    const int tps = d.tokens_per_step ? *d.tokens_per_step : b.tokens_per_step.value_or(1);
+    const double acc = d.acceptance ? *d.acceptance : b.acceptance.value_or(1.0);
+    // Shared settings first, in spec order.
+    e.settings = {
+        {"preset", sh.preset, shared(sh.preset != defaults.preset)},
+        {"prompt_tokens", std::to_string(sh.prompt_tokens), shared(sh.prompt_tokens != defaults.prompt_tokens)},
+        {"decode_tokens", std::to_string(sh.decode_tokens), shared(sh.decode_tokens != defaults.decode_tokens)},
+        {"context", std::to_string(sh.context), shared(sh.context != defaults.context)},
+        {"phases", fmt::format("{}", fmt::join(sh.phases, ",")), shared(sh.phases != defaults.phases)},
+        {"repetitions", std::to_string(sh.repetitions), shared(sh.repetitions != defaults.repetitions)},
+        {"idle_seconds", num(sh.idle_seconds), shared(sh.idle_seconds != defaults.idle_seconds)},
+        {"baseline_threshold_mbps", num(sh.baseline_threshold_mbps),
+         shared(sh.baseline_threshold_mbps != defaults.baseline_threshold_mbps)},
+        {"baseline_retries", std::to_string(sh.baseline_retries),
+         shared(sh.baseline_retries != defaults.baseline_retries)},
+        {"meter_period_ms", num(sh.meter_period_ms), shared(sh.meter_period_ms != defaults.meter_period_ms)},
+        // The delta.
+        {"devices", joinInts(devices), sourceOf(d.devices, b.devices)},
+        {"split", splitModeName(split), sourceOf(d.split, b.split)},
+        {"backend", backend, sourceOf(d.backend, b.backend)},
+        {"tokens_per_step", std::to_string(tps), sourceOf(d.tokens_per_step, b.tokens_per_step)},
+        {"acceptance", num(acc), sourceOf(d.acceptance, b.acceptance)},
+        // What follows from it. Only tensor split reduces across GPUs; the others carry activations.
+        {"gpu_count", std::to_string(devices.size()), SettingSource::kDerived},
+        {"allreduce_backend", split == SplitMode::kTensor ? backend : "none", SettingSource::kDerived},
+        {"expected_tokens_per_step", num(1 + (tps - 1) * acc), SettingSource::kDerived},
+    };
+    if (decide)
+      for (Setting s : decide(e)) {
+        s.source = SettingSource::kAuto;
+        put(&e, s);
+      }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::vector<Difference> undeclaredDifferences(const std::vector<EffectiveSettings>& arms) {
+  std::vector<Difference> diffs;
+  if (arms.size() < 2) return diffs;
+  // Every key any arm has, in first-seen order: a setting one arm lacks is a difference too.
+  std::vector<std::string> keys;
+  for (const EffectiveSettings& e : arms)
+    for (const Setting& s : e.settings)
+      if (std::find(keys.begin(), keys.end(), s.key) == keys.end()) keys.push_back(s.key);
+  for (const std::string& key : keys) {
+    if (isDeltaOrDerived(key)) {
+      // A delta key may differ, but not by an automatic decision (backend "auto" resolved per arm is
+      // fine only when the decider reports it under allreduce_backend, which is derived).
+      bool auto_decided = false;
+      for (const EffectiveSettings& e : arms)
+        if (const Setting* s = e.find(key); s && s->source == SettingSource::kAuto) auto_decided = true;
+      if (!auto_decided) continue;
+    }
+    Difference d{key, {}, {}};
+    bool differ = false;
+    const Setting* first = arms[0].find(key);
+    for (const EffectiveSettings& e : arms) {
+      const Setting* s = e.find(key);
+      d.values.emplace_back(e.arm, s ? s->value : "(unset)");
+      d.sources.push_back(s ? settingSourceName(s->source) : "-");
+      if ((s == nullptr) != (first == nullptr) || (s && first && s->value != first->value)) differ = true;
+    }
+    if (differ) diffs.push_back(std::move(d));
+  }
+  return diffs;
+}
+
+std::string formatDifferences(const std::vector<Difference>& diffs) {
+  size_t w0 = 7, w1 = 3, w2 = 5;
+  for (const Difference& d : diffs) {
+    w0 = std::max(w0, d.setting.size());
+    for (const auto& [arm, value] : d.values) {
+      w1 = std::max(w1, arm.size());
+      w2 = std::max(w2, value.size());
+    }
+  }
+  std::string s = fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", "setting", w0, "arm", w1, "value", w2, "source");
+  for (const Difference& d : diffs)
+    for (size_t i = 0; i < d.values.size(); ++i)
+      s += fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", i == 0 ? d.setting : "", w0, d.values[i].first, w1,
+                       d.values[i].second, w2, d.sources[i]);
+  s += "Arms must differ only in what they declare (devices, split, backend, tokens_per_step, acceptance): "
+       "set the differing settings explicitly in [experiment] so every arm runs them the same way.\n";
+  return s;
+}
+
+std::vector<Refusal> checkAvailability(const std::vector<EffectiveSettings>& arms, const Availability& box) {
+  auto has = [](const std::vector<std::string>& v, const std::string& x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  std::vector<Refusal> out;
+  for (const EffectiveSettings& e : arms) {
+    const std::string split = e.value("split");
+    if (!has(box.split_modes, split)) {
+      out.push_back({e.arm, fmt::format("split mode \"{}\" is not implemented in this build (implemented: {})", split,
+                                        fmt::join(box.split_modes, ", "))});
+      continue;
+    }
+    int max_dev = -1;
+    const std::string devs = e.value("devices");
+    for (size_t i = 0; i < devs.size();) {
+      const size_t j = devs.find(',', i);
+      max_dev = std::max(max_dev, std::stoi(devs.substr(i, j - i)));
+      i = j == std::string::npos ? devs.size() : j + 1;
+    }
+    if (max_dev >= box.gpu_count) {
+      out.push_back({e.arm, fmt::format("devices {} need GPU {}, this box has {} GPU{}", devs, max_dev,
+                                        box.gpu_count, box.gpu_count == 1 ? "" : "s")});
+      continue;
+    }
+    const std::string ar = e.value("allreduce_backend");
+    if (ar != "none" && ar != "auto" && !has(box.backends, ar)) {
+      const auto why = box.backend_reasons.find(ar);
+      out.push_back({e.arm, fmt::format("AllReduce backend \"{}\" is not available here{}", ar,
+                                        why != box.backend_reasons.end() ? ": " + why->second : "")});
+      continue;
+    }
+    if (ar == "auto" && box.backends.empty()) {
+      out.push_back({e.arm, "no AllReduce backend is available here for tensor split"});
+      continue;
+    }
+    if (!box.presets.empty() && !has(box.presets, e.value("preset")))
+      out.push_back({e.arm, fmt::format("preset \"{}\" is unknown (known: {})", e.value("preset"),
+                                        fmt::join(box.presets, ", "))});
+  }
+  return out;
+}
+
+}  // namespace tpscope::experiment

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+// guards.h - what must hold before any arm runs.
+//
+// 1. Every arm's effective settings: every setting that affects the measurement, after defaults and
+//    after every automatic decision (the workload's, the library's, the box's), including settings no
+//    arm declares. Arms may differ only in their declared delta and what follows from it; anything
+//    else is the study's trap 1 (a flag that decides differently per arm) and refuses the run.
+// 2. Availability: an arm whose split mode, backend, device set or preset this build and box do not
+//    offer is refused up front with the reason, never started (the study's trap 2: listed in help,
+//    not implemented).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "experiment/spec.h"
+
+namespace tpscope::experiment {
+
+enum class SettingSource { kDefault, kShared, kArm, kDerived, kAuto };
+const char* settingSourceName(SettingSource s);  // "default", "shared", "arm", "derived", "auto"
+
+struct Setting {
+  std::string key;    // snake_case, e.g. "split", "allreduce_backend", "cuda_graph"
+  std::string value;  // as printed
+  SettingSource source = SettingSource::kDefault;
+};
+
+struct EffectiveSettings {
+  std::string arm;
+  std::vector<Setting> settings;  // in a fixed order: the manifest and the difference table use it
+  const Setting* find(const std::string& key) const;
+  std::string value(const std::string& key) const;  // "" when absent
+};
+
+// The keys an arm may declare, and the keys that follow from them (gpu_count from devices,
+// allreduce_backend from split and backend, expected_tokens_per_step from tokens and acceptance).
+const std::vector<std::string>& deltaKeys();
+const std::vector<std::string>& derivedKeys();
+
+// Automatic decisions made on an arm's behalf, given its settings so far; each returned setting is
+// added (or replaces one) with source kAuto. The runner plugs in the workload's (e.g. whether decode
+// runs as a CUDA graph, the dtype, what `backend = "auto"` resolves to); tests plug in scripted ones.
+using AutoDecider = std::function<std::vector<Setting>(const EffectiveSettings&)>;
+
+std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, const AutoDecider& decide = {});
+
+// One setting on which arms differ although no arm's delta explains it.
+struct Difference {
+  std::string setting;
+  std::vector<std::pair<std::string, std::string>> values;  // (arm, value), every arm
+  std::vector<std::string> sources;                         // per arm, settingSourceName
+};
+
+// Settings outside deltaKeys()/derivedKeys() whose values differ between arms. Empty: the arms are
+// one condition apart from their deltas.
+std::vector<Difference> undeclaredDifferences(const std::vector<EffectiveSettings>& arms);
+// "setting | arm | value | source" table, one row per arm per differing setting, and a last line
+// saying what to do.
+std::string formatDifferences(const std::vector<Difference>& diffs);
+
+// What this build and box offer.
+struct Availability {
+  int gpu_count = 0;
+  std::vector<std::string> backends;     // usable AllReduce backends: "host", "p2p", "nccl"
+  std::map<std::string, std::string> backend_reasons;  // why a backend is missing (from topo)
+  std::vector<std::string> split_modes;  // implemented by the workload: "none", "layer", "tensor"
+  std::vector<std::string> presets;      // empty: not checked
+};
+
+struct Refusal {
+  std::string arm;
+  std::string reason;  // one sentence
+};
+
+// Every arm that cannot run here, with why. Empty: all can.
+std::vector<Refusal> checkAvailability(const std::vector<EffectiveSettings>& arms, const Availability& box);
+
+}  // namespace tpscope::experiment

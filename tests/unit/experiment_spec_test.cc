@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+// Experiment specs: the shipped examples parse, and every way a spec can be wrong names its line.
+#include <gtest/gtest.h>
+
+#include "experiment/spec.h"
+
+namespace tpscope::experiment {
+namespace {
+
+const std::string kArms = R"(
+[[arm]]
+name = "A"
+devices = [0]
+split = "none"
+
+[[arm]]
+name = "B"
+devices = [0, 1]
+split = "layer"
+)";
+
+// The error's line and a piece of its message.
+void expectError(const std::string& text, int line, const std::string& part) {
+  try {
+    parseSpec(text, "spec.toml");
+    FAIL() << "accepted:\n" << text;
+  } catch (const SpecError& e) {
+    EXPECT_EQ(e.line, line) << e.what();
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    if (line > 0) EXPECT_EQ(std::string(e.what()).rfind("spec.toml:" + std::to_string(line) + ": ", 0), 0u) << e.what();
+  }
+}
+
+TEST(ExperimentSpec, FourArmsExampleReproducesTheStudy) {
+  const ExperimentSpec s = loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/four-arms.toml");
+  EXPECT_EQ(s.name, "four-arms");
+  EXPECT_EQ(s.shared.preset, "8b");
+  EXPECT_EQ(s.shared.context, 16384);
+  EXPECT_EQ(s.shared.repetitions, 3);
+  EXPECT_DOUBLE_EQ(s.shared.idle_seconds, 8);
+  EXPECT_EQ(s.shared.phases, (std::vector<std::string>{"prefill", "decode"}));
+  ASSERT_EQ(s.arms.size(), 4u);
+  EXPECT_EQ(s.arms[0].name, "A");
+  EXPECT_EQ(*s.arms[0].delta.split, SplitMode::kNone);
+  EXPECT_EQ(*s.arms[0].delta.devices, std::vector<int>{0});
+  EXPECT_EQ(*s.arms[1].delta.split, SplitMode::kLayer);
+  EXPECT_FALSE(s.arms[1].delta.backend);
+  EXPECT_EQ(*s.arms[2].delta.split, SplitMode::kTensor);
+  EXPECT_EQ(*s.arms[2].delta.backend, "host");
+  EXPECT_EQ(s.arms[3].name, "C'");
+  EXPECT_EQ(*s.arms[3].delta.tokens_per_step, 4);
+  EXPECT_DOUBLE_EQ(*s.arms[3].delta.acceptance, 0.6);
+  EXPECT_GT(s.arms[3].line, s.arms[2].line);
+}
+
+TEST(ExperimentSpec, BackendsExampleParses) {
+  const ExperimentSpec s = loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/backends.toml");
+  ASSERT_EQ(s.arms.size(), 4u);
+  EXPECT_EQ(*s.shared.base.split, SplitMode::kTensor);
+  EXPECT_EQ(*s.arms[0].delta.split, SplitMode::kLayer);
+  EXPECT_EQ(*s.arms[3].delta.backend, "nccl");
+}
+
+TEST(ExperimentSpec, DefaultsWithoutExperimentTable) {
+  const ExperimentSpec s = parseSpec(kArms, "dir/my-spec.toml");
+  EXPECT_EQ(s.name, "my-spec");
+  EXPECT_EQ(s.shared.repetitions, 3);
+  EXPECT_EQ(s.text, kArms);
+}
+
+TEST(ExperimentSpec, MalformedTomlNamesTheLine) {
+  expectError("[experiment]\nrepetitions = 3\npreset = \"8b\n" + kArms, 3, "malformed TOML");
+}
+
+TEST(ExperimentSpec, UnknownKeysAnywhereAreErrors) {
+  expectError("[experiment]\nrepetitons = 3\n" + kArms, 2, "unknown key 'repetitons' in [experiment]");
+  expectError("[experiment]\n" + kArms + "tokens_per_stp = 4\n", 12, "unknown key 'tokens_per_stp' in [[arm]]");
+  expectError("[experment]\n" + kArms, 1, "unknown key 'experment' at top level");
+  expectError("fit = false\n" + kArms, 1, "unknown key 'fit'");
+}
+
+TEST(ExperimentSpec, MissingArms) {
+  expectError("[experiment]\nrepetitions = 3\n", 0, "no arms");
+  expectError("", 0, "no arms");
+  expectError("arm = 3\n", 1, "array of tables");
+}
+
+TEST(ExperimentSpec, ArmWithoutNameAndDuplicates) {
+  expectError("[[arm]]\ndevices = [0]\n", 1, "has no name");
+  expectError("[[arm]]\nname = \"\"\n", 1, "has no name");
+  expectError(kArms + "\n[[arm]]\nname = \"A\"\n", 12, "duplicate arm name 'A'");
+}
+
+TEST(ExperimentSpec, BadValues) {
+  expectError("[experiment]\nrepetitions = 0\n" + kArms, 2, "out of range");
+  expectError("[experiment]\nrepetitions = \"three\"\n" + kArms, 2, "must be an integer");
+  expectError("[experiment]\nidle_seconds = -1\n" + kArms, 2, "out of range");
+  expectError("[experiment]\nbaseline_threshold_mbps = 0\n" + kArms, 2, "out of range");
+  expectError("[experiment]\nmeter_period_ms = 100\n" + kArms, 2, "out of range");
+  expectError("[experiment]\nphases = [\"prefill\", \"warmup\"]\n" + kArms, 2, "not prefill or decode");
+  expectError("[experiment]\nphases = [\"decode\", \"decode\"]\n" + kArms, 2, "listed twice");
+  expectError("[experiment]\nprompt_tokens = 16000\ndecode_tokens = 1000\ncontext = 16384\n" + kArms, 1,
+              "does not fit context");
+  expectError("[[arm]]\nname = \"X\"\nsplit = \"diagonal\"\n", 3, "not one of none, layer, tensor");
+  expectError("[[arm]]\nname = \"X\"\nbackend = \"mpi\"\n", 3, "not one of host, p2p, nccl, auto");
+  expectError("[[arm]]\nname = \"X\"\ndevices = [0, 0]\nsplit = \"layer\"\n", 3, "lists a GPU twice");
+  expectError("[[arm]]\nname = \"X\"\ndevices = []\n", 3, "non-empty list");
+  expectError("[[arm]]\nname = \"X\"\ndevices = [0, 1]\n", 1, "split \"none\" runs on one GPU");
+  expectError("[[arm]]\nname = \"X\"\nsplit = \"tensor\"\n", 1, "needs at least 2 devices");
+  expectError("[[arm]]\nname = \"X\"\ntokens_per_step = 0\n", 3, "out of range");
+  expectError("[[arm]]\nname = \"X\"\nacceptance = 0\n", 3, "out of range (0");
+  expectError("[[arm]]\nname = \"X\"\nacceptance = 1.5\n", 3, "out of range");
+}
+
+TEST(ExperimentSpec, RowSplitParsesSoTheAvailabilityCheckCanRefuseIt) {
+  const ExperimentSpec s = parseSpec("[[arm]]\nname = \"R\"\ndevices = [0, 1]\nsplit = \"row\"\n");
+  EXPECT_EQ(*s.arms[0].delta.split, SplitMode::kRow);
+}
+
+TEST(ExperimentSpec, SharedBaseAppliesToArms) {
+  const ExperimentSpec s =
+      parseSpec("[experiment]\ndevices = [0, 1]\nsplit = \"tensor\"\n[[arm]]\nname = \"h\"\nbackend = \"host\"\n");
+  EXPECT_FALSE(s.arms[0].delta.devices);
+  EXPECT_EQ(*s.shared.base.devices, (std::vector<int>{0, 1}));
+}
+
+TEST(ExperimentSpec, MissingFile) {
+  try {
+    loadSpec("/nonexistent/spec.toml");
+    FAIL();
+  } catch (const SpecError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tpscope::experiment
