@@ -3,6 +3,7 @@
 #include "bench_allreduce.h"
 #include "cli.h"
 #include "meter.h"
+#include "report.h"
 #include "topo.h"
 
 namespace tpscope::cli {
@@ -12,6 +13,7 @@ std::vector<std::unique_ptr<Command>> registerCommands(CLI::App& app) {
   commands.push_back(makeTopoCommand(app));
   commands.push_back(makeMeterCommand(app));
   commands.push_back(makeBenchAllReduceCommand(app));
+  commands.push_back(makeReportCommand(app));
   return commands;
 }
 

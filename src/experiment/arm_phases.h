@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// arm_phases.h - what the runner (`tpscope arms`, later) needs from the workload: run one arm's phases.
+//
+// The runner owns the meter, the quiescing and the run folder; the workload (src/workload, issue 6)
+// owns the model. Per arm the runner calls prepare() once, then per repetition: quiesce, runPhases(),
+// and pairs every PhaseOutcome with the meter window of the same [start_ns, end_ns] (makePhaseResult).
+// Nothing here depends on src/workload; its adapter implements this interface.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "experiment/guards.h"
+#include "experiment/record.h"
+#include "tpscope/tpscope.h"
+
+namespace tpscope::experiment {
+
+// One phase as the workload ran it. Times are Meter::now() (CLOCK_MONOTONIC ns) read by the workload
+// right after its streams were synchronised at both edges, so the window holds the phase's traffic only.
+struct PhaseOutcome {
+  std::string phase;  // "prefill" | "decode"
+  int64_t start_ns = 0, end_ns = 0;
+  int64_t tokens = 0;  // tokens produced (decode) or consumed (prefill)
+  int64_t steps = 0;   // forward passes
+  std::vector<PathCalls> allreduce;  // the library's accounting across the phase (tpsStats_t difference)
+};
+
+class ArmPhases {
+ public:
+  virtual ~ArmPhases() = default;
+  // Builds the model for these effective settings (allocations, communicator, graphs), so failures
+  // happen before any measurement. Also returns its automatic decisions (AutoDecider's contract).
+  virtual tpsResult_t prepare(const EffectiveSettings& arm, std::vector<Setting>* decisions, std::string* reason) = 0;
+  // Runs `phases` once, in order, with a synchronised edge between them.
+  virtual tpsResult_t runPhases(const std::vector<std::string>& phases, std::vector<PhaseOutcome>* out,
+                                std::string* reason) = 0;
+};
+
+// The record of one phase: the workload's outcome with the meter's traffic for its window.
+PhaseResult makePhaseResult(const PhaseOutcome& o, const std::vector<GpuTraffic>& traffic);
+
+}  // namespace tpscope::experiment

@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: Apache-2.0
+// record.cc - run folder JSON and JSONL, written as the run goes and read back for the report.
+#include "experiment/record.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <sstream>
+
+namespace tpscope::experiment {
+
+using nlohmann::json;
+
+namespace {
+
+template <typename T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+template <typename T>
+std::optional<T> getOpt(const json& j, const char* key) {
+  if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+  return j.at(key).get<T>();
+}
+
+json toJson(const EffectiveSettings& e) {
+  json s = json::array();
+  for (const Setting& x : e.settings) s.push_back({{"key", x.key}, {"value", x.value}, {"source", settingSourceName(x.source)}});
+  return {{"arm", e.arm}, {"settings", s}};
+}
+
+EffectiveSettings effectiveFromJson(const json& j) {
+  EffectiveSettings e;
+  e.arm = j.at("arm").get<std::string>();
+  for (const json& x : j.at("settings")) {
+    Setting s{x.at("key").get<std::string>(), x.at("value").get<std::string>(), SettingSource::kDefault};
+    const std::string src = x.value("source", "default");
+    for (SettingSource c : {SettingSource::kDefault, SettingSource::kShared, SettingSource::kArm,
+                            SettingSource::kDerived, SettingSource::kAuto})
+      if (src == settingSourceName(c)) s.source = c;
+    e.settings.push_back(s);
+  }
+  return e;
+}
+
+json toJson(const QuiesceRecord& q) {
+  json idle = json::array();
+  for (const auto& gpu : q.idle_mbps) {
+    json row = json::object();
+    for (int c = 0; c < kMeterCounters; ++c) row[meterCounterName(static_cast<MeterCounter>(c))] = opt(gpu[c]);
+    idle.push_back(row);
+  }
+  return {{"passed", q.passed},          {"idle_ms", (q.end_ns - q.start_ns) / 1000000},
+          {"start_ns", q.start_ns},      {"end_ns", q.end_ns},
+          {"threshold_mbps", q.threshold_mbps}, {"idle_mbps", idle},
+          {"other_pids", q.other_pids},  {"processes_checked", q.processes_checked},
+          {"reason", q.reason}};
+}
+
+QuiesceRecord quiesceFromJson(const json& j) {
+  QuiesceRecord q;
+  q.passed = j.at("passed").get<bool>();
+  q.start_ns = j.value("start_ns", int64_t{0});
+  q.end_ns = j.value("end_ns", int64_t{0});
+  q.threshold_mbps = j.value("threshold_mbps", 0.0);
+  for (const json& row : j.value("idle_mbps", json::array())) {
+    std::array<std::optional<double>, kMeterCounters> a{};
+    for (int c = 0; c < kMeterCounters; ++c) a[c] = getOpt<double>(row, meterCounterName(static_cast<MeterCounter>(c)));
+    q.idle_mbps.push_back(a);
+  }
+  q.other_pids = j.value("other_pids", std::vector<unsigned>{});
+  q.processes_checked = j.value("processes_checked", false);
+  q.reason = j.value("reason", std::string());
+  return q;
+}
+
+}  // namespace
+
+json toJson(const Manifest& m) {
+  json eff = json::array();
+  for (const EffectiveSettings& e : m.effective) eff.push_back(toJson(e));
+  return {{"format", m.format},     {"experiment", m.experiment}, {"spec_path", m.spec_path},
+          {"spec_toml", m.spec_toml}, {"arms", m.arms},           {"phases", m.phases},
+          {"effective", eff},       {"versions", m.versions},     {"topology", m.topology},
+          {"machine", m.machine},   {"start_time", m.start_time}, {"recording", m.recording}};
+}
+
+Manifest manifestFromJson(const json& j) {
+  Manifest m;
+  try {
+    m.format = j.at("format").get<std::string>();
+    if (m.format != kRunFormat)
+      throw RecordError(fmt::format("manifest.json has format \"{}\", this tpscope reads \"{}\"", m.format, kRunFormat));
+    m.experiment = j.value("experiment", std::string());
+    m.spec_path = j.value("spec_path", std::string());
+    m.spec_toml = j.value("spec_toml", std::string());
+    m.arms = j.at("arms").get<std::vector<std::string>>();
+    m.phases = j.at("phases").get<std::vector<std::string>>();
+    for (const json& e : j.value("effective", json::array())) m.effective.push_back(effectiveFromJson(e));
+    m.versions = j.value("versions", json::object());
+    m.topology = j.value("topology", json::object());
+    m.machine = j.value("machine", json::object());
+    m.start_time = j.value("start_time", std::string());
+    m.recording = j.value("recording", std::string());
+  } catch (const json::exception& e) {
+    throw RecordError(fmt::format("manifest.json is missing a field or has a wrong type ({})", e.what()));
+  }
+  return m;
+}
+
+json toJson(const RepetitionResult& r) {
+  json phases = json::array();
+  for (const PhaseResult& p : r.phases) {
+    json ar = json::array();
+    for (const PathCalls& c : p.allreduce)
+      ar.push_back({{"path", c.path}, {"calls", c.calls}, {"payload_bytes", c.payload_bytes},
+                    {"tx_bytes", c.tx_bytes}, {"rx_bytes", c.rx_bytes}});
+    json gpus = json::array();
+    for (const GpuTraffic& g : p.gpus)
+      gpus.push_back({{"gpu", g.gpu},
+                      {"pcie_rx_bytes", opt(g.rx_bytes)},
+                      {"pcie_tx_bytes", opt(g.tx_bytes)},
+                      {"pcie_rx_mbps", opt(g.rx_mbps)},
+                      {"pcie_tx_mbps", opt(g.tx_mbps)},
+                      {"nvlink_rx_mbps", opt(g.nvlink_rx_mbps)},
+                      {"nvlink_tx_mbps", opt(g.nvlink_tx_mbps)},
+                      {"samples", g.samples},
+                      {"dmon_rx_mbps", opt(g.dmon_rx_mbps)},
+                      {"dmon_tx_mbps", opt(g.dmon_tx_mbps)},
+                      {"dmon_samples", g.dmon_samples},
+                      {"pcie_ceiling_mbps", opt(g.ceiling_mbps)}});
+    phases.push_back({{"phase", p.phase}, {"start_ns", p.start_ns}, {"end_ns", p.end_ns}, {"tokens", p.tokens},
+                      {"steps", p.steps}, {"tok_s", p.tok_s}, {"step_ms", p.step_ms}, {"allreduce", ar},
+                      {"gpus", gpus}});
+  }
+  return {{"arm", r.arm},         {"repetition", r.repetition}, {"attempt", r.attempt},
+          {"valid", r.valid},     {"devices", r.devices},       {"quiesce", toJson(r.quiesce)},
+          {"phases", phases}};
+}
+
+RepetitionResult repetitionFromJson(const json& j) {
+  RepetitionResult r;
+  r.arm = j.at("arm").get<std::string>();
+  r.repetition = j.at("repetition").get<int>();
+  r.attempt = j.value("attempt", 0);
+  r.valid = j.at("valid").get<bool>();
+  r.devices = j.value("devices", std::vector<int>{});
+  r.quiesce = quiesceFromJson(j.at("quiesce"));
+  for (const json& pj : j.at("phases")) {
+    PhaseResult p;
+    p.phase = pj.at("phase").get<std::string>();
+    p.start_ns = pj.at("start_ns").get<int64_t>();
+    p.end_ns = pj.at("end_ns").get<int64_t>();
+    p.tokens = pj.at("tokens").get<int64_t>();
+    p.steps = pj.at("steps").get<int64_t>();
+    p.tok_s = pj.at("tok_s").get<double>();
+    p.step_ms = pj.at("step_ms").get<double>();
+    for (const json& c : pj.value("allreduce", json::array()))
+      p.allreduce.push_back({c.at("path").get<std::string>(), c.at("calls").get<uint64_t>(),
+                             c.at("payload_bytes").get<uint64_t>(), c.at("tx_bytes").get<std::vector<uint64_t>>(),
+                             c.at("rx_bytes").get<std::vector<uint64_t>>()});
+    for (const json& g : pj.at("gpus")) {
+      GpuTraffic t;
+      t.gpu = g.at("gpu").get<int>();
+      t.rx_bytes = getOpt<double>(g, "pcie_rx_bytes");
+      t.tx_bytes = getOpt<double>(g, "pcie_tx_bytes");
+      t.rx_mbps = getOpt<double>(g, "pcie_rx_mbps");
+      t.tx_mbps = getOpt<double>(g, "pcie_tx_mbps");
+      t.nvlink_rx_mbps = getOpt<double>(g, "nvlink_rx_mbps");
+      t.nvlink_tx_mbps = getOpt<double>(g, "nvlink_tx_mbps");
+      t.samples = g.value("samples", 0);
+      t.dmon_rx_mbps = getOpt<double>(g, "dmon_rx_mbps");
+      t.dmon_tx_mbps = getOpt<double>(g, "dmon_tx_mbps");
+      t.dmon_samples = g.value("dmon_samples", 0);
+      t.ceiling_mbps = getOpt<double>(g, "pcie_ceiling_mbps");
+      p.gpus.push_back(t);
+    }
+    r.phases.push_back(std::move(p));
+  }
+  return r;
+}
+
+json toJson(const SampleRow& s) {
+  return {{"arm", s.arm},
+          {"repetition", s.repetition},
+          {"gpu", s.gpu},
+          {"t_ns", s.t_ns},
+          {"pcie_rx_bytes", opt(s.pcie_rx_bytes)},
+          {"pcie_tx_bytes", opt(s.pcie_tx_bytes)},
+          {"nvlink_rx_bytes", opt(s.nvlink_rx_bytes)},
+          {"nvlink_tx_bytes", opt(s.nvlink_tx_bytes)}};
+}
+
+SampleRow sampleFromJson(const json& j) {
+  SampleRow s;
+  s.arm = j.at("arm").get<std::string>();
+  s.repetition = j.at("repetition").get<int>();
+  s.gpu = j.at("gpu").get<int>();
+  s.t_ns = j.at("t_ns").get<int64_t>();
+  s.pcie_rx_bytes = getOpt<uint64_t>(j, "pcie_rx_bytes");
+  s.pcie_tx_bytes = getOpt<uint64_t>(j, "pcie_tx_bytes");
+  s.nvlink_rx_bytes = getOpt<uint64_t>(j, "nvlink_rx_bytes");
+  s.nvlink_tx_bytes = getOpt<uint64_t>(j, "nvlink_tx_bytes");
+  return s;
+}
+
+RunWriter::RunWriter(const std::string& dir, const Manifest& manifest) : dir_(dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw RecordError(fmt::format("cannot create the run folder {}: {}", dir, ec.message()));
+  std::ofstream m(dir + "/manifest.json");
+  m << toJson(manifest).dump(2) << "\n";
+  results_.open(dir + "/results.jsonl");
+  samples_.open(dir + "/samples.jsonl");
+  if (!m || !results_ || !samples_) throw RecordError(fmt::format("cannot write into the run folder {}", dir));
+}
+
+void RunWriter::append(const RepetitionResult& r) { results_ << toJson(r).dump() << "\n" << std::flush; }
+
+void RunWriter::append(const std::vector<SampleRow>& samples) {
+  for (const SampleRow& s : samples) samples_ << toJson(s).dump() << "\n";
+  samples_.flush();
+}
+
+namespace {
+
+template <typename F>
+void readJsonl(const std::string& path, bool required, F&& each) {
+  std::ifstream f(path);
+  if (!f) {
+    if (required) throw RecordError(fmt::format("{} is missing", path));
+    return;
+  }
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    ++n;
+    if (line.empty()) continue;
+    try {
+      each(json::parse(line));
+    } catch (const json::exception& e) {
+      throw RecordError(fmt::format("{}:{}: corrupt record ({})", path, n, e.what()));
+    }
+  }
+}
+
+}  // namespace
+
+RunRecord readRun(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir)) throw RecordError(fmt::format("run folder {} does not exist", dir));
+  const std::string mpath = dir + "/manifest.json";
+  std::ifstream mf(mpath);
+  if (!mf) throw RecordError(fmt::format("{} is missing: not a run folder", mpath));
+  RunRecord run;
+  json mj;
+  try {
+    mj = json::parse(mf);
+  } catch (const json::exception& e) {
+    throw RecordError(fmt::format("{} is not valid JSON ({})", mpath, e.what()));
+  }
+  run.manifest = manifestFromJson(mj);
+  readJsonl(dir + "/results.jsonl", true, [&](const json& j) { run.repetitions.push_back(repetitionFromJson(j)); });
+  readJsonl(dir + "/samples.jsonl", false, [&](const json& j) { run.samples.push_back(sampleFromJson(j)); });
+  return run;
+}
+
+std::vector<GpuTraffic> trafficFromWindow(const MeterWindow& w, const std::vector<MeterGpu>& gpus) {
+  std::vector<GpuTraffic> out;
+  for (size_t i = 0; i < w.cells.size() && i < gpus.size(); ++i) {
+    const auto& c = w.cells[i];
+    const MeterCell& rx = c[static_cast<int>(MeterCounter::kPcieRx)];
+    const MeterCell& tx = c[static_cast<int>(MeterCounter::kPcieTx)];
+    GpuTraffic t;
+    t.gpu = gpus[i].index;
+    t.rx_bytes = rx.bytes;
+    t.tx_bytes = tx.bytes;
+    t.rx_mbps = rx.mean_mbps;
+    t.tx_mbps = tx.mean_mbps;
+    t.nvlink_rx_mbps = c[static_cast<int>(MeterCounter::kNvlinkRx)].mean_mbps;
+    t.nvlink_tx_mbps = c[static_cast<int>(MeterCounter::kNvlinkTx)].mean_mbps;
+    t.samples = rx.samples;
+    t.dmon_rx_mbps = rx.dmon_mbps;
+    t.dmon_tx_mbps = tx.dmon_mbps;
+    t.dmon_samples = rx.dmon_samples;
+    t.ceiling_mbps = gpus[i].pcie_ceiling_mbps;
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<SampleRow> rowsFromSamples(const std::string& arm, int repetition, const std::vector<MeterSample>& s,
+                                       const std::vector<MeterGpu>& gpus) {
+  std::vector<SampleRow> out;
+  out.reserve(s.size());
+  for (const MeterSample& m : s) {
+    SampleRow r;
+    r.arm = arm;
+    r.repetition = repetition;
+    r.gpu = m.gpu < static_cast<int>(gpus.size()) ? gpus[m.gpu].index : m.gpu;
+    r.t_ns = (m.t_before_ns + m.t_after_ns) / 2;
+    r.pcie_rx_bytes = m.bytes[static_cast<int>(MeterCounter::kPcieRx)];
+    r.pcie_tx_bytes = m.bytes[static_cast<int>(MeterCounter::kPcieTx)];
+    r.nvlink_rx_bytes = m.bytes[static_cast<int>(MeterCounter::kNvlinkRx)];
+    r.nvlink_tx_bytes = m.bytes[static_cast<int>(MeterCounter::kNvlinkTx)];
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace tpscope::experiment

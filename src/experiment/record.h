@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// record.h - the run folder: everything `tpscope arms` measured, enough to re-render the report anywhere.
+//
+//   RUN_DIR/manifest.json   spec (verbatim TOML), effective settings per arm, versions, topology,
+//                           start time, machine; "format": kRunFormat
+//   RUN_DIR/results.jsonl   one line per repetition attempt: quiesce record, per phase tok/s, time per
+//                           step, AllReduce calls and bytes per path (the library's accounting), meter
+//                           windows per GPU (rx/tx bytes and MB/s, samples, the dmon figure)
+//   RUN_DIR/samples.jsonl   one line per counter read: arm, repetition, GPU, time, cumulative bytes
+//
+// Keys are snake_case with the unit in the key; a value the GPU could not give is null, never 0.
+// Attempts whose baseline failed are recorded too (valid = false): none is silently dropped.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "experiment/guards.h"
+#include "tpscope/meter.h"
+
+namespace tpscope::experiment {
+
+constexpr const char* kRunFormat = "tpscope-run/1";
+
+struct Manifest {
+  std::string format = kRunFormat;
+  std::string spec_path;
+  std::string spec_toml;  // verbatim
+  std::string experiment;  // spec name
+  std::vector<std::string> arms;    // in spec order
+  std::vector<std::string> phases;  // in spec order
+  std::vector<EffectiveSettings> effective;
+  nlohmann::json versions = nlohmann::json::object();  // tpscope, git_sha, cuda, driver, nccl
+  nlohmann::json topology = nlohmann::json::object();  // `tpscope topo --format json`
+  nlohmann::json machine = nlohmann::json::object();   // hostname, kernel, cpu
+  std::string start_time;  // ISO 8601 UTC
+  std::string recording;   // non-empty for a shipped recording: "recorded 2026-11-29 on 2xH200 (...)"
+};
+
+// One GPU in one phase window of one repetition.
+struct GpuTraffic {
+  int gpu = 0;  // CUDA ordinal
+  std::optional<double> rx_bytes, tx_bytes;  // PCIe, counter difference across the window
+  std::optional<double> rx_mbps, tx_mbps;    // mean inside the window: bytes / duration
+  std::optional<double> nvlink_rx_mbps, nvlink_tx_mbps;
+  int samples = 0;                           // PCIe reads inside the window
+  std::optional<double> dmon_rx_mbps, dmon_tx_mbps;  // the dmon method, same window
+  int dmon_samples = 0;
+  std::optional<double> ceiling_mbps;        // PCIe per direction
+};
+
+// The library's accounting for one path in one phase (tpsStats_t, differenced across the window).
+struct PathCalls {
+  std::string path;  // tpsPathName: "host-kernel", "p2p-two-shot", ...
+  uint64_t calls = 0;
+  uint64_t payload_bytes = 0;
+  std::vector<uint64_t> tx_bytes, rx_bytes;  // per GPU position
+};
+
+struct PhaseResult {
+  std::string phase;  // "prefill" | "decode"
+  int64_t start_ns = 0, end_ns = 0;
+  int64_t tokens = 0, steps = 0;
+  double tok_s = 0;    // tokens / window duration
+  double step_ms = 0;  // window duration / steps
+  std::vector<PathCalls> allreduce;
+  std::vector<GpuTraffic> gpus;
+  double seconds() const { return (end_ns - start_ns) * 1e-9; }
+};
+
+struct RepetitionResult {
+  std::string arm;
+  int repetition = 0;  // 0-based
+  int attempt = 0;     // 0 first try; >0 retries after a failed baseline
+  bool valid = true;   // false: baseline failed (quiesce.reason says why); kept, not used in statistics
+  QuiesceRecord quiesce;
+  std::vector<int> devices;  // CUDA ordinals of quiesce.idle_mbps rows
+  std::vector<PhaseResult> phases;
+};
+
+struct SampleRow {
+  std::string arm;
+  int repetition = 0;
+  int gpu = 0;  // CUDA ordinal
+  int64_t t_ns = 0;
+  std::optional<uint64_t> pcie_rx_bytes, pcie_tx_bytes, nvlink_rx_bytes, nvlink_tx_bytes;  // cumulative
+};
+
+struct RunRecord {
+  Manifest manifest;
+  std::vector<RepetitionResult> repetitions;
+  std::vector<SampleRow> samples;
+};
+
+// A run folder that cannot be read: what() is one sentence naming the file (and line for JSONL).
+struct RecordError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+nlohmann::json toJson(const Manifest& m);
+nlohmann::json toJson(const RepetitionResult& r);
+nlohmann::json toJson(const SampleRow& s);
+Manifest manifestFromJson(const nlohmann::json& j);  // throws RecordError
+RepetitionResult repetitionFromJson(const nlohmann::json& j);
+SampleRow sampleFromJson(const nlohmann::json& j);
+
+// Writes a run folder as the run goes: the manifest first, then one line per repetition and per sample,
+// flushed as written so an interrupted run leaves everything measured so far.
+class RunWriter {
+ public:
+  // Creates `dir` (and parents) and writes manifest.json. Throws RecordError.
+  RunWriter(const std::string& dir, const Manifest& manifest);
+  void append(const RepetitionResult& r);
+  void append(const std::vector<SampleRow>& samples);
+
+ private:
+  std::string dir_;
+  std::ofstream results_, samples_;
+};
+
+// Reads a run folder. Throws RecordError: a missing folder or manifest, corrupt JSON (with the line),
+// an unknown format.
+RunRecord readRun(const std::string& dir);
+
+// Fills a phase's traffic from the meter's window for it: PCIe and NVLink cells per GPU.
+// `devices` maps meter GPU positions to CUDA ordinals.
+std::vector<GpuTraffic> trafficFromWindow(const MeterWindow& w, const std::vector<MeterGpu>& gpus);
+
+// The samples of one repetition as rows (PCIe reads only carry PCIe values, NVLink reads NVLink).
+std::vector<SampleRow> rowsFromSamples(const std::string& arm, int repetition, const std::vector<MeterSample>& s,
+                                       const std::vector<MeterGpu>& gpus);
+
+}  // namespace tpscope::experiment

@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: Apache-2.0
+// report.cc - statistics across repetitions, the study's tables, "what this means".
+#include "experiment/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace tpscope::experiment {
+
+using nlohmann::json;
+
+namespace {
+
+using Values = std::vector<std::optional<double>>;
+
+const PhaseResult* findPhase(const RepetitionResult& r, const std::string& phase) {
+  for (const PhaseResult& p : r.phases)
+    if (p.phase == phase) return &p;
+  return nullptr;
+}
+
+const GpuTraffic* findGpu(const PhaseResult& p, int gpu) {
+  for (const GpuTraffic& g : p.gpus)
+    if (g.gpu == gpu) return &g;
+  return nullptr;
+}
+
+std::vector<int> parseDevices(const std::string& s) {
+  std::vector<int> out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t j = s.find(',', i);
+    out.push_back(std::stoi(s.substr(i, j - i)));
+    i = j == std::string::npos ? s.size() : j + 1;
+  }
+  return out;
+}
+
+// 1045.2 -> "1,045"; below 10 one decimal, so small rates do not all read 0.
+std::string mbps(double v) {
+  if (std::fabs(v) < 9.95) return fmt::format("{:.1f}", v);
+  std::string d = fmt::format("{:.0f}", std::fabs(v));
+  for (int i = static_cast<int>(d.size()) - 3; i > 0; i -= 3) d.insert(static_cast<size_t>(i), ",");
+  return (v < 0 ? "-" : "") + d;
+}
+std::string mbps(const std::optional<double>& v) { return v ? mbps(*v) : "N/A"; }
+std::string spread(const std::optional<MeterSpread>& s, std::string (*f)(double)) {
+  if (!s) return "N/A";
+  if (s->n == 1) return f(s->median);
+  return fmt::format("{} ({}–{})", f(s->median), f(s->min), f(s->max));
+}
+std::string tok(double v) { return fmt::format("{:.1f}", v); }
+std::string pct(double share) { return fmt::format("{:.1f}%", share * 100); }
+
+json spreadJson(const std::optional<MeterSpread>& s) {
+  if (!s) return nullptr;
+  return {{"median", s->median}, {"min", s->min}, {"max", s->max}, {"n", s->n}};
+}
+template <typename T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+const ReportArm* armNamed(const Report& r, const std::string& name) {
+  for (const ReportArm& a : r.arms)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+const ReportArmPhase* armPhase(const Report& r, const std::string& arm, const std::string& phase) {
+  for (const ReportArmPhase& a : r.arm_phases)
+    if (a.arm == arm && a.phase == phase) return &a;
+  return nullptr;
+}
+
+std::string describe(const ReportArm& a) {
+  std::string s = a.gpu_count == 1 ? "single GPU" : fmt::format("{} GPUs, {}", a.gpu_count, a.split);
+  if (a.backend != "none") s += ", " + a.backend;
+  if (a.tokens_per_step > 1) s += fmt::format(", {} tokens/step", a.tokens_per_step);
+  return s;
+}
+
+// The fastest arm of `split` (tokens_per_step 1 unless none has it) in `phase`.
+const ReportArmPhase* fastest(const Report& r, const std::string& split, const std::string& phase, bool single_token) {
+  const ReportArmPhase* best = nullptr;
+  for (const ReportArm& a : r.arms) {
+    if (a.split != split || (single_token && a.tokens_per_step != 1)) continue;
+    const ReportArmPhase* p = armPhase(r, a.name, phase);
+    if (p && p->tok_s && (!best || p->tok_s->median > best->tok_s->median)) best = p;
+  }
+  return best;
+}
+
+void explain(Report* r) {
+  auto& m = r->meaning;
+  // Which split wins, per phase: the best layer arm against the best single-token tensor arm.
+  for (const std::string& phase : r->phases) {
+    const ReportArmPhase* layer = fastest(*r, "layer", phase, true);
+    const ReportArmPhase* tensor = fastest(*r, "tensor", phase, true);
+    const char* work = phase == "prefill" ? "Prefill-heavy work (long prompt, short answer)"
+                                          : "Decode-heavy work (long generation)";
+    if (!layer || !tensor) continue;
+    const bool layer_wins = layer->tok_s->median >= tensor->tok_s->median;
+    const ReportArmPhase* w = layer_wins ? layer : tensor;
+    const ReportArmPhase* l = layer_wins ? tensor : layer;
+    m.push_back(fmt::format("{}: {} split wins on this box, {} at {} tok/s is {:.0f}% faster than {} at {} tok/s.",
+                            work, layer_wins ? "layer" : "tensor", w->arm, tok(w->tok_s->median),
+                            (w->tok_s->median / l->tok_s->median - 1) * 100, l->arm, tok(l->tok_s->median)));
+  }
+  // Multi-token steps: the same round trips amortised over more tokens.
+  for (const ReportArm& a : r->arms) {
+    if (a.split != "tensor" || a.tokens_per_step == 1) continue;
+    const ReportArmPhase* base = fastest(*r, "tensor", "decode", true);
+    const ReportArmPhase* me = armPhase(*r, a.name, "decode");
+    if (!base || !me || !me->tok_s) continue;
+    m.push_back(fmt::format("{} tokens per step ({}) decode {:+.0f}% over {}: fewer AllReduce round trips per token, "
+                            "not more bandwidth.",
+                            a.tokens_per_step, a.name, (me->tok_s->median / base->tok_s->median - 1) * 100, base->arm));
+  }
+  if (r->busiest) {
+    const BusiestCell& b = *r->busiest;
+    const std::string where = fmt::format("arm {} {} GPU {} {} {} MB/s", b.arm, b.phase, b.gpu, b.direction, mbps(b.mbps));
+    if (b.share < 0.25)
+      m.push_back(fmt::format("The bus is far from its ceiling: the busiest cell ({}) is {} of {} MB/s per direction. "
+                              "A faster bus would buy nothing for these phases.",
+                              where, pct(b.share), mbps(b.ceiling_mbps)));
+    else if (b.share < 0.7)
+      m.push_back(fmt::format("The bus is busy but not saturated: the busiest cell ({}) is {} of its ceiling.", where,
+                              pct(b.share)));
+    else
+      m.push_back(fmt::format("The bus is near its ceiling: the busiest cell ({}) is {} of {} MB/s. A faster link "
+                              "or a path that avoids it would help.",
+                              where, pct(b.share), mbps(b.ceiling_mbps)));
+  }
+  // Decode: bytes or round trips?
+  for (const ReportArmPhase& p : r->arm_phases) {
+    const ReportArm* a = armNamed(*r, p.arm);
+    if (p.phase != "decode" || !a || a->split != "tensor" || a->tokens_per_step != 1 || !p.allreduce_calls_per_token)
+      continue;
+    double share = 0;
+    for (const ReportCell& c : r->cells)
+      if (c.arm == p.arm && c.phase == "decode" && c.share_of_ceiling) share = std::max(share, *c.share_of_ceiling);
+    if (share < 0.05)
+      m.push_back(fmt::format("Decode under tensor split ({}) makes {:.0f} AllReduce calls per token and uses {} of "
+                              "the bus: it is limited by round trips, not bytes.",
+                              p.arm, *p.allreduce_calls_per_token, pct(share)));
+    break;
+  }
+  // Thin sampling.
+  int lo = 1 << 30, hi = 0;
+  for (const ReportCell& c : r->cells)
+    if (c.phase == "decode")
+      for (int s : c.samples) lo = std::min(lo, s), hi = std::max(hi, s);
+  if (hi > 0 && lo < 10)
+    m.push_back(fmt::format("Decode windows hold {}–{} counter reads per repetition: read the decode rates as order "
+                            "of magnitude, the prefill rates as citable.",
+                            lo, hi));
+  if (r->failed.empty())
+    m.push_back("Every repetition passed its idle baseline; none was discarded.");
+  else
+    m.push_back(fmt::format("{} attempt{} failed the idle baseline and {} listed below, excluded from the statistics.",
+                            r->failed.size(), r->failed.size() == 1 ? "" : "s", r->failed.size() == 1 ? "is" : "are"));
+}
+
+}  // namespace
+
+Report buildReport(const RunRecord& run) {
+  const Manifest& man = run.manifest;
+  Report r;
+  r.experiment = man.experiment;
+  r.start_time = man.start_time;
+  r.recording = man.recording;
+  r.machine = man.machine.value("description", man.machine.value("hostname", std::string()));
+  r.phases = man.phases;
+  for (const std::string& name : man.arms) {
+    ReportArm a;
+    a.name = name;
+    a.devices = "0";
+    a.split = "none";
+    a.backend = "none";
+    for (const EffectiveSettings& e : man.effective)
+      if (e.arm == name) {
+        a.split = e.value("split");
+        a.devices = e.value("devices");
+        a.backend = e.value("allreduce_backend");
+        a.tokens_per_step = std::stoi(e.value("tokens_per_step").empty() ? "1" : e.value("tokens_per_step"));
+        a.acceptance = std::stod(e.value("acceptance").empty() ? "1" : e.value("acceptance"));
+      }
+    a.gpu_count = static_cast<int>(parseDevices(a.devices).size());
+    std::vector<const RepetitionResult*> reps;
+    for (const RepetitionResult& rep : run.repetitions) {
+      if (rep.arm != name) continue;
+      ++a.attempts;
+      if (rep.valid) reps.push_back(&rep);
+      else
+        r.failed.push_back(fmt::format("arm {} repetition {} attempt {}: {}", name, rep.repetition + 1, rep.attempt + 1,
+                                       rep.quiesce.reason.empty() ? "baseline failed" : rep.quiesce.reason));
+      for (const PhaseResult& p : rep.phases)
+        r.windows.push_back({{"arm", name}, {"repetition", rep.repetition}, {"attempt", rep.attempt},
+                             {"valid", rep.valid}, {"phase", p.phase}, {"start_ns", p.start_ns}, {"end_ns", p.end_ns}});
+    }
+    a.valid_repetitions = static_cast<int>(reps.size());
+    const std::vector<int> gpus = parseDevices(a.devices);
+    for (const std::string& phase : man.phases) {
+      ReportArmPhase ap;
+      ap.arm = name;
+      ap.phase = phase;
+      Values tok_s, step_ms, calls;
+      std::vector<double> bytes_per_call, calls_per_token;
+      for (const RepetitionResult* rep : reps)
+        if (const PhaseResult* p = findPhase(*rep, phase)) {
+          tok_s.push_back(p->tok_s);
+          step_ms.push_back(p->step_ms);
+          uint64_t c = 0, payload = 0;
+          for (const PathCalls& pc : p->allreduce) {
+            c += pc.calls;
+            payload += pc.payload_bytes;
+            if (pc.calls && std::find(ap.paths.begin(), ap.paths.end(), pc.path) == ap.paths.end())
+              ap.paths.push_back(pc.path);
+          }
+          if (!p->allreduce.empty()) calls.push_back(static_cast<double>(c));
+          if (c) bytes_per_call.push_back(static_cast<double>(payload) / c);
+          if (c && p->tokens) calls_per_token.push_back(static_cast<double>(c) / p->tokens);
+        }
+      ap.tok_s = meterSpread(tok_s);
+      ap.step_ms = meterSpread(step_ms);
+      ap.allreduce_calls = meterSpread(calls);
+      auto median = [](std::vector<double> v) -> std::optional<double> {
+        Values o(v.begin(), v.end());
+        const auto s = meterSpread(o);
+        return s ? std::optional<double>(s->median) : std::nullopt;
+      };
+      ap.allreduce_bytes_per_call = median(bytes_per_call);
+      ap.allreduce_calls_per_token = median(calls_per_token);
+      double rx_sum = 0, tx_sum = 0;
+      int rx_n = 0, tx_n = 0;
+      for (size_t pos = 0; pos < gpus.size(); ++pos) {
+        ReportCell cell;
+        cell.arm = name;
+        cell.phase = phase;
+        cell.gpu = gpus[pos];
+        Values rx, tx, drx, dtx, nrx, ntx, lrx, ltx;
+        for (const RepetitionResult* rep : reps) {
+          const PhaseResult* p = findPhase(*rep, phase);
+          const GpuTraffic* g = p ? findGpu(*p, cell.gpu) : nullptr;
+          if (!g) continue;
+          rx.push_back(g->rx_mbps);
+          tx.push_back(g->tx_mbps);
+          drx.push_back(g->dmon_rx_mbps);
+          dtx.push_back(g->dmon_tx_mbps);
+          nrx.push_back(g->nvlink_rx_mbps);
+          ntx.push_back(g->nvlink_tx_mbps);
+          cell.samples.push_back(g->samples);
+          if (g->ceiling_mbps) cell.ceiling_mbps = g->ceiling_mbps;
+          if (!p->allreduce.empty() && p->seconds() > 0) {
+            double lr = 0, lt = 0;
+            for (const PathCalls& pc : p->allreduce) {
+              if (pos < pc.rx_bytes.size()) lr += static_cast<double>(pc.rx_bytes[pos]);
+              if (pos < pc.tx_bytes.size()) lt += static_cast<double>(pc.tx_bytes[pos]);
+            }
+            lrx.push_back(lr / p->seconds() / 1e6);
+            ltx.push_back(lt / p->seconds() / 1e6);
+          }
+        }
+        cell.rx_mbps = meterSpread(rx);
+        cell.tx_mbps = meterSpread(tx);
+        cell.dmon_rx_mbps = meterSpread(drx);
+        cell.dmon_tx_mbps = meterSpread(dtx);
+        cell.nvlink_rx_mbps = meterSpread(nrx);
+        cell.nvlink_tx_mbps = meterSpread(ntx);
+        cell.library_rx_mbps = meterSpread(lrx);
+        cell.library_tx_mbps = meterSpread(ltx);
+        if (cell.rx_mbps) rx_sum += cell.rx_mbps->median, ++rx_n;
+        if (cell.tx_mbps) tx_sum += cell.tx_mbps->median, ++tx_n;
+        if (cell.ceiling_mbps && *cell.ceiling_mbps > 0 && (cell.rx_mbps || cell.tx_mbps)) {
+          const double peak = std::max(cell.rx_mbps ? cell.rx_mbps->median : 0, cell.tx_mbps ? cell.tx_mbps->median : 0);
+          cell.share_of_ceiling = peak / *cell.ceiling_mbps;
+          const bool tx_wins = cell.tx_mbps && (!cell.rx_mbps || cell.tx_mbps->median > cell.rx_mbps->median);
+          if (!r.busiest || peak > r.busiest->mbps)
+            r.busiest = BusiestCell{name, phase, tx_wins ? "tx" : "rx", cell.gpu, peak, *cell.share_of_ceiling,
+                                    *cell.ceiling_mbps};
+        }
+        r.cells.push_back(std::move(cell));
+      }
+      if (rx_n) ap.rx_per_card_mbps = rx_sum / rx_n;
+      if (tx_n) ap.tx_per_card_mbps = tx_sum / tx_n;
+      r.arm_phases.push_back(std::move(ap));
+    }
+    r.arms.push_back(a);
+  }
+  // Net AllReduce cost: every tensor arm against the first layer arm with as many GPUs.
+  for (const std::string& phase : r.phases)
+    for (const ReportArm& t : r.arms) {
+      if (t.split != "tensor") continue;
+      const ReportArm* layer = nullptr;
+      for (const ReportArm& l : r.arms)
+        if (l.split == "layer" && l.gpu_count == t.gpu_count) {
+          layer = &l;
+          break;
+        }
+      if (!layer) continue;
+      const ReportArmPhase* tp = armPhase(r, t.name, phase);
+      const ReportArmPhase* lp = armPhase(r, layer->name, phase);
+      if (!tp || !lp || !tp->rx_per_card_mbps || !lp->rx_per_card_mbps) continue;
+      NetCost n{phase, t.name, layer->name, *tp->rx_per_card_mbps, *lp->rx_per_card_mbps,
+                *tp->rx_per_card_mbps - *lp->rx_per_card_mbps, 0};
+      n.ratio = n.layer_rx_mbps > 0 ? n.tensor_rx_mbps / n.layer_rx_mbps : 0;
+      r.net.push_back(n);
+    }
+  explain(&r);
+  return r;
+}
+
+std::string formatMarkdown(const Report& r) {
+  std::string s = fmt::format("# Experiment {}\n\n", r.experiment);
+  if (!r.recording.empty()) s += fmt::format("> Recording: {}\n\n", r.recording);
+  s += fmt::format("Started {}{}. Per repetition: mean inside the phase window (bytes / duration). Across "
+                   "repetitions: median (min–max). MB/s = 10^6 bytes/s, PCIe counters, per card.\n\n",
+                   r.start_time, r.machine.empty() ? "" : " on " + r.machine);
+  // Summary.
+  s += "## Per arm\n\n| arm | setup |";
+  for (const std::string& p : r.phases) s += fmt::format(" {} tok/s | {} rx MB/s |", p, p);
+  s += "\n| --- | --- |";
+  for (size_t i = 0; i < r.phases.size(); ++i) s += " ---: | ---: |";
+  s += "\n";
+  for (const ReportArm& a : r.arms) {
+    s += fmt::format("| {} | {} |", a.name, describe(a));
+    for (const std::string& p : r.phases) {
+      const ReportArmPhase* ap = armPhase(r, a.name, p);
+      s += fmt::format(" {} | {} |", ap && ap->tok_s ? tok(ap->tok_s->median) : "N/A",
+                       ap ? mbps(ap->rx_per_card_mbps) : "N/A");
+    }
+    s += "\n";
+  }
+  s += "\nrx MB/s per card: the mean of the arm's GPUs.\n";
+  // Net cost.
+  if (!r.net.empty()) {
+    s += "\n## Net AllReduce cost (tensor − layer, rx per card)\n\n| phase | tensor arm | layer arm | tensor rx | "
+         "layer rx | net MB/s | ratio |\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n";
+    for (const NetCost& n : r.net)
+      s += fmt::format("| {} | {} | {} | {} | {} | {} | {:.1f}× |\n", n.phase, n.tensor_arm, n.layer_arm,
+                       mbps(n.tensor_rx_mbps), mbps(n.layer_rx_mbps), mbps(n.net_rx_mbps), n.ratio);
+  }
+  // Full table.
+  s += "\n## Per arm, phase and GPU\n\n| arm | phase | GPU | rx MB/s | tx MB/s | samples per rep | share of ceiling |\n"
+       "| --- | --- | ---: | --- | --- | --- | ---: |\n";
+  for (const ReportCell& c : r.cells) {
+    std::string samples;
+    for (size_t i = 0; i < c.samples.size(); ++i) samples += (i ? ", " : "") + std::to_string(c.samples[i]);
+    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu, spread(c.rx_mbps, mbps),
+                     spread(c.tx_mbps, mbps), samples, c.share_of_ceiling ? pct(*c.share_of_ceiling) : "N/A");
+  }
+  if (r.busiest)
+    s += fmt::format("\nBusiest cell: arm {} {} GPU {} {} {} MB/s = {} of the {} MB/s ceiling per direction.\n",
+                     r.busiest->arm, r.busiest->phase, r.busiest->gpu, r.busiest->direction, mbps(r.busiest->mbps),
+                     pct(r.busiest->share), mbps(r.busiest->ceiling_mbps));
+  // Library vs counters.
+  bool any_lib = false;
+  for (const ReportArmPhase& ap : r.arm_phases) any_lib |= ap.allreduce_calls && ap.allreduce_calls->median > 0;
+  if (any_lib) {
+    s += "\n## AllReduce: the library's bytes beside the counters\n\n| arm | phase | GPU | calls per rep | bytes per "
+         "call | paths | library rx MB/s | counter rx MB/s | other rx MB/s |\n"
+         "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n";
+    for (const ReportCell& c : r.cells) {
+      const ReportArmPhase* ap = armPhase(r, c.arm, c.phase);
+      if (!ap || !ap->allreduce_calls || ap->allreduce_calls->median == 0) continue;
+      const std::optional<double> lib =
+          c.library_rx_mbps ? std::optional<double>(c.library_rx_mbps->median) : std::nullopt;
+      const std::optional<double> cnt = c.rx_mbps ? std::optional<double>(c.rx_mbps->median) : std::nullopt;
+      s += fmt::format("| {} | {} | {} | {:.0f} | {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu,
+                       ap->allreduce_calls->median,
+                       ap->allreduce_bytes_per_call ? fmt::format("{:.0f}", *ap->allreduce_bytes_per_call) : "N/A",
+                       fmt::format("{}", fmt::join(ap->paths, ", ")), mbps(lib), mbps(cnt),
+                       lib && cnt ? mbps(*cnt - *lib) : "N/A");
+    }
+    s += "\nother = counters − library: the traffic that is not AllReduce payload (activations, copies, protocol "
+         "overhead, 8–17% on PCIe).\n";
+  }
+  // dmon beside counters.
+  s += "\n## Counters beside the dmon method (rx MB/s)\n\n| arm | phase | GPU | counters | dmon |\n"
+       "| --- | --- | ---: | --- | --- |\n";
+  for (const ReportCell& c : r.cells)
+    s += fmt::format("| {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu, spread(c.rx_mbps, mbps),
+                     spread(c.dmon_rx_mbps, mbps));
+  s += "\nThe dmon method averages the driver's ~20 ms throughput snapshots taken inside the window; the counters "
+       "give exact bytes.\n";
+  s += "\n## What this means\n\n";
+  for (const std::string& m : r.meaning) s += "- " + m + "\n";
+  if (!r.failed.empty()) {
+    s += "\n## Repetitions that failed their baseline\n\n";
+    for (const std::string& f : r.failed) s += "- " + f + "\n";
+  }
+  return s;
+}
+
+json toJson(const Report& r) {
+  json arms = json::array();
+  for (const ReportArm& a : r.arms) {
+    json phases = json::object();
+    for (const std::string& p : r.phases)
+      if (const ReportArmPhase* ap = armPhase(r, a.name, p))
+        phases[p] = {{"tok_s", spreadJson(ap->tok_s)},
+                     {"step_ms", spreadJson(ap->step_ms)},
+                     {"rx_per_card_mbps", opt(ap->rx_per_card_mbps)},
+                     {"tx_per_card_mbps", opt(ap->tx_per_card_mbps)},
+                     {"allreduce_calls", spreadJson(ap->allreduce_calls)},
+                     {"allreduce_bytes_per_call", opt(ap->allreduce_bytes_per_call)},
+                     {"allreduce_calls_per_token", opt(ap->allreduce_calls_per_token)},
+                     {"allreduce_paths", ap->paths}};
+    arms.push_back({{"arm", a.name},
+                    {"setup", describe(a)},
+                    {"split", a.split},
+                    {"devices", a.devices},
+                    {"gpu_count", a.gpu_count},
+                    {"allreduce_backend", a.backend},
+                    {"tokens_per_step", a.tokens_per_step},
+                    {"acceptance", a.acceptance},
+                    {"valid_repetitions", a.valid_repetitions},
+                    {"attempts", a.attempts},
+                    {"phases", phases}});
+  }
+  json cells = json::array();
+  for (const ReportCell& c : r.cells)
+    cells.push_back({{"arm", c.arm},
+                     {"phase", c.phase},
+                     {"gpu", c.gpu},
+                     {"rx_mbps", spreadJson(c.rx_mbps)},
+                     {"tx_mbps", spreadJson(c.tx_mbps)},
+                     {"dmon_rx_mbps", spreadJson(c.dmon_rx_mbps)},
+                     {"dmon_tx_mbps", spreadJson(c.dmon_tx_mbps)},
+                     {"nvlink_rx_mbps", spreadJson(c.nvlink_rx_mbps)},
+                     {"nvlink_tx_mbps", spreadJson(c.nvlink_tx_mbps)},
+                     {"library_rx_mbps", spreadJson(c.library_rx_mbps)},
+                     {"library_tx_mbps", spreadJson(c.library_tx_mbps)},
+                     {"samples_per_repetition", c.samples},
+                     {"pcie_ceiling_mbps", opt(c.ceiling_mbps)},
+                     {"share_of_ceiling", opt(c.share_of_ceiling)}});
+  json net = json::array();
+  for (const NetCost& n : r.net)
+    net.push_back({{"phase", n.phase}, {"tensor_arm", n.tensor_arm}, {"layer_arm", n.layer_arm},
+                   {"tensor_rx_mbps", n.tensor_rx_mbps}, {"layer_rx_mbps", n.layer_rx_mbps},
+                   {"net_rx_mbps", n.net_rx_mbps}, {"ratio", n.ratio}});
+  json busiest = nullptr;
+  if (r.busiest)
+    busiest = {{"arm", r.busiest->arm}, {"phase", r.busiest->phase}, {"gpu", r.busiest->gpu},
+               {"direction", r.busiest->direction}, {"mbps", r.busiest->mbps}, {"share_of_ceiling", r.busiest->share},
+               {"ceiling_mbps", r.busiest->ceiling_mbps}};
+  return {{"experiment", r.experiment}, {"start_time", r.start_time}, {"recording", r.recording},
+          {"machine", r.machine},       {"phases", r.phases},         {"arms", arms},
+          {"cells", cells},             {"net_allreduce", net},       {"busiest", busiest},
+          {"failed_baselines", r.failed}, {"meaning", r.meaning},     {"windows", r.windows}};
+}
+
+}  // namespace tpscope::experiment

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+// report.h - the study's tables from a run folder, as markdown and JSON.
+//
+// Statistics (docs/METHOD.md): per repetition the mean inside the phase window (bytes over time; never
+// a median of samples, which throws the bursts away: the study's trap 3); across repetitions the
+// median with min–max and the number of repetitions. Only repetitions whose baseline passed count;
+// the others are listed, never dropped silently. "rx per card" in the summary is the mean over the
+// arm's GPUs of each GPU's median, as the study reports it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "experiment/record.h"
+#include "tpscope/meter.h"
+
+namespace tpscope::experiment {
+
+// One arm, one phase, one GPU.
+struct ReportCell {
+  std::string arm, phase;
+  int gpu = 0;
+  std::optional<MeterSpread> rx_mbps, tx_mbps;            // PCIe counters
+  std::optional<MeterSpread> dmon_rx_mbps, dmon_tx_mbps;  // the dmon method, same windows
+  std::optional<MeterSpread> nvlink_rx_mbps, nvlink_tx_mbps;
+  std::vector<int> samples;                               // PCIe reads inside the window, per repetition
+  std::optional<double> ceiling_mbps;
+  std::optional<double> share_of_ceiling;                 // max(rx, tx median) / ceiling
+  std::optional<MeterSpread> library_rx_mbps;             // the AllReduce library's rx bytes / duration
+  std::optional<MeterSpread> library_tx_mbps;
+};
+
+// One arm, one phase.
+struct ReportArmPhase {
+  std::string arm, phase;
+  std::optional<MeterSpread> tok_s, step_ms;
+  std::optional<double> rx_per_card_mbps, tx_per_card_mbps;  // mean over GPUs of the medians
+  std::optional<MeterSpread> allreduce_calls;                // per repetition
+  std::optional<double> allreduce_bytes_per_call;            // payload bytes per call (median rep)
+  std::optional<double> allreduce_calls_per_token;
+  std::vector<std::string> paths;                            // paths that carried calls
+};
+
+struct ReportArm {
+  std::string name, split, devices, backend;  // backend: allreduce_backend ("none" unless tensor)
+  int gpu_count = 1, tokens_per_step = 1;
+  double acceptance = 1;
+  int valid_repetitions = 0, attempts = 0;
+};
+
+// Tensor minus layer, per card.
+struct NetCost {
+  std::string phase, tensor_arm, layer_arm;
+  double tensor_rx_mbps = 0, layer_rx_mbps = 0, net_rx_mbps = 0, ratio = 0;
+};
+
+struct BusiestCell {
+  std::string arm, phase, direction;  // "rx" | "tx"
+  int gpu = 0;
+  double mbps = 0, share = 0, ceiling_mbps = 0;
+};
+
+struct Report {
+  std::string experiment, start_time, recording, machine;
+  std::vector<std::string> phases;
+  std::vector<ReportArm> arms;
+  std::vector<ReportArmPhase> arm_phases;  // arm-major, phases in spec order
+  std::vector<ReportCell> cells;           // arm, phase, GPU
+  std::vector<NetCost> net;
+  std::optional<BusiestCell> busiest;
+  std::vector<std::string> failed;   // one line per repetition attempt whose baseline failed
+  std::vector<std::string> meaning;  // "what this means", generated from the numbers
+  nlohmann::json windows = nlohmann::json::array();  // {arm, repetition, phase, start_ns, end_ns} for plots
+};
+
+Report buildReport(const RunRecord& run);
+std::string formatMarkdown(const Report& r);
+nlohmann::json toJson(const Report& r);
+
+}  // namespace tpscope::experiment

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tpscope report RUN_DIR`: tables on stdout, one-line errors with the right exit code, plots.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "cli_runner.h"
+#include "experiment_fixture.h"
+#include "fixtures.h"
+
+namespace tpscope::testing {
+namespace {
+
+class ReportCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tempDir("report_cli");
+    writeStudyRun(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(ReportCli, MarkdownMatchesTheLibrary) {
+  const CliResult r = runTpscope("report " + dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, readFile(std::string(TPSCOPE_SOURCE_DIR) + "/tests/unit/golden/report_study.md"));
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(ReportCli, Json) {
+  const CliResult r = runTpscope("report " + dir_ + " --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["arms"].size(), 4u);
+  EXPECT_EQ(j["busiest"]["arm"], "C");
+  EXPECT_EQ(j["windows"].size(), 24u);  // 4 arms x 3 repetitions x 2 phases
+}
+
+TEST(ReportCliErrors, MissingFolderIsAUsageError) {
+  const CliResult r = runTpscope("report /nonexistent/run");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("tpscope: error: run folder /nonexistent/run does not exist"), std::string::npos) << r.err;
+  EXPECT_EQ(runTpscope("report").exit_code, 2);
+  EXPECT_EQ(runTpscope("report /tmp --format xml").exit_code, 2);
+}
+
+TEST_F(ReportCli, CorruptManifestIsARuntimeError) {
+  std::ofstream(dir_ + "/manifest.json") << "{\"format\": ";
+  const CliResult r = runTpscope("report " + dir_);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("manifest.json is not valid JSON"), std::string::npos) << r.err;
+}
+
+bool haveMatplotlib() { return std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") == 0; }
+
+TEST_F(ReportCli, PlotsArePngsWhenMatplotlibIsThere) {
+  if (!haveMatplotlib()) GTEST_SKIP() << "python3 with matplotlib is not installed (scripts/setup installs it)";
+  const std::string plots = dir_ + "/plots";
+  const CliResult r = runTpscope("report " + dir_ + " --plots --plot-dir " + plots);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("plots written to"), std::string::npos) << r.err;
+  for (const char* name : {"traffic.png", "arms.png"}) {
+    const std::string path = plots + "/" + name;
+    ASSERT_TRUE(std::filesystem::exists(path)) << path;
+    EXPECT_GT(std::filesystem::file_size(path), 1000u) << path;
+    std::ifstream f(path, std::ios::binary);
+    char magic[4] = {};
+    f.read(magic, 4);
+    EXPECT_EQ(std::string(magic + 1, 3), "PNG");
+  }
+}
+
+TEST_F(ReportCli, PlotsSaySoWhenMatplotlibIsMissing) {
+  // A python3 on PATH that has no matplotlib: the tables still print, stderr says why no plots.
+  const std::string bin = dir_ + "/fakebin";
+  std::filesystem::create_directories(bin);
+  std::ofstream(bin + "/python3") << "#!/bin/sh\nexit 1\n";
+  std::filesystem::permissions(bin + "/python3", std::filesystem::perms::owner_all);
+  const CliResult r = runTpscope("report " + dir_ + " --plots", "PATH=" + bin + ":$PATH");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("## Per arm"), std::string::npos);
+  EXPECT_NE(r.err.find("plots skipped: python3 with matplotlib is not available"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace tpscope::testing

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+// report.cc - `tpscope report RUN_DIR [--format md|json] [--plots] [--plot-dir DIR]`.
+#include "report.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "experiment/record.h"
+#include "experiment/report.h"
+
+namespace tpscope::cli {
+
+namespace {
+
+std::string shellQuote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+class ReportCommand : public Command {
+ public:
+  explicit ReportCommand(CLI::App& app) {
+    sub_ = app.add_subcommand("report", "Render the report of a recorded run folder (no GPU needed)");
+    sub_->add_option("RUN_DIR", run_dir_, "Run folder written by `tpscope arms`")->required();
+    sub_->add_option("--format", format_, "Output format")->check(CLI::IsMember({"md", "json"}))->capture_default_str();
+    sub_->add_flag("--plots", plots_, "Also draw PNG plots with scripts/plot_report.py (needs python3 + matplotlib)");
+    sub_->add_option("--plot-dir", plot_dir_, "Where the plots go (default: RUN_DIR/plots)");
+  }
+  CLI::App* subcommand() const override { return sub_; }
+
+  int run() override {
+    if (!std::filesystem::is_directory(run_dir_))
+      return fail(kExitUsage, "run folder " + run_dir_ + " does not exist: give a folder written by `tpscope arms`");
+    experiment::RunRecord run;
+    try {
+      run = experiment::readRun(run_dir_);
+    } catch (const experiment::RecordError& e) {
+      return fail(kExitRuntime, std::string(e.what()) + "; the run folder cannot be rendered");
+    }
+    const experiment::Report report = experiment::buildReport(run);
+    if (format_ == "json")
+      std::cout << experiment::toJson(report).dump(2) << "\n";
+    else
+      std::cout << experiment::formatMarkdown(report);
+    std::cout.flush();
+    return plots_ ? plot(report) : kExitOk;
+  }
+
+ private:
+  int plot(const experiment::Report& report) {
+    const std::string script = plotScriptPath();
+    if (script.empty()) {
+      std::cerr << "tpscope: plots skipped: scripts/plot_report.py not found (set TPSCOPE_PLOT_SCRIPT)\n";
+      return kExitOk;
+    }
+    if (std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
+      std::cerr << "tpscope: plots skipped: python3 with matplotlib is not available (install python3-matplotlib)\n";
+      return kExitOk;
+    }
+    const std::string dir = plot_dir_.empty() ? run_dir_ + "/plots" : plot_dir_;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const std::string json_path = dir + "/report.json";
+    std::ofstream(json_path) << experiment::toJson(report).dump(2) << "\n";
+    if (!std::ofstream(json_path, std::ios::app)) return fail(kExitRuntime, "cannot write " + json_path);
+    const std::string cmd = "python3 " + shellQuote(script) + " --report " + shellQuote(json_path) + " --samples " +
+                            shellQuote(run_dir_ + "/samples.jsonl") + " --out " + shellQuote(dir) + " 1>&2";
+    const int st = std::system(cmd.c_str());
+    if (st != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      return fail(kExitRuntime, "scripts/plot_report.py failed (its message is above); the tables are printed");
+    std::cerr << "tpscope: plots written to " << dir << " (traffic.png, arms.png)\n";
+    return kExitOk;
+  }
+
+  CLI::App* sub_ = nullptr;
+  std::string run_dir_, format_ = "md", plot_dir_;
+  bool plots_ = false;
+};
+
+}  // namespace
+
+std::string plotScriptPath() {
+  if (const char* env = std::getenv("TPSCOPE_PLOT_SCRIPT"); env && *env)
+    return std::filesystem::exists(env) ? env : "";
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    const std::filesystem::path p = std::filesystem::path(std::string(self, static_cast<size_t>(n))).parent_path();
+    const std::filesystem::path beside = p / ".." / ".." / "scripts" / "plot_report.py";
+    if (std::filesystem::exists(beside)) return std::filesystem::weakly_canonical(beside).string();
+  }
+#ifdef TPSCOPE_SCRIPTS_DIR
+  const std::string built = std::string(TPSCOPE_SCRIPTS_DIR) + "/plot_report.py";
+  if (std::filesystem::exists(built)) return built;
+#endif
+  return "";
+}
+
+std::unique_ptr<Command> makeReportCommand(CLI::App& app) { return std::make_unique<ReportCommand>(app); }
+
+}  // namespace tpscope::cli
