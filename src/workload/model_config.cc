@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+// model_config.cc - presets, validation and the per-GPU memory estimate.
+#include "workload/model_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/param.h"
+
+namespace tpscope::workload {
+
+namespace {
+
+constexpr uint64_t kBf16 = 2;
+// cuBLAS workspace per handle (set explicitly so graph capture never allocates) and a fixed
+// allowance for small buffers (norm outputs, events, the attention partials).
+constexpr uint64_t kCublasWorkspace = 32ull << 20;
+constexpr uint64_t kFixedSlack = 16ull << 20;
+
+struct Local {  // one GPU's share of a layer
+  uint64_t q_heads, kv_heads, ffn;
+};
+
+Local localShare(const ModelConfig& c, SplitMode mode, int ngpu) {
+  const uint64_t n = mode == SplitMode::kTensor ? static_cast<uint64_t>(ngpu) : 1;
+  return {c.q_heads / n, c.kv_heads / n, c.ffn / n};
+}
+
+// Weight elements of one layer on one GPU: two norms (replicated), the fused QKV and output
+// projections (column- and row-split by heads), the fused gate/up and down projections (by FFN columns).
+uint64_t layerElements(const ModelConfig& c, const Local& l) {
+  const uint64_t h = c.hidden, d = c.head_dim;
+  const uint64_t qkv = (l.q_heads + 2 * l.kv_heads) * d;
+  return 2 * h + h * qkv + l.q_heads * d * h + 3 * h * l.ffn;
+}
+
+}  // namespace
+
+const char* splitModeName(SplitMode mode) {
+  switch (mode) {
+    case SplitMode::kNone: return "none";
+    case SplitMode::kLayer: return "layer";
+    case SplitMode::kTensor: return "tensor";
+  }
+  return "?";
+}
+
+std::optional<SplitMode> parseSplitMode(const std::string& name) {
+  if (name == "none") return SplitMode::kNone;
+  if (name == "layer") return SplitMode::kLayer;
+  if (name == "tensor") return SplitMode::kTensor;
+  return std::nullopt;
+}
+
+std::vector<std::string> presetNames() { return {"tiny", "8b", "32b"}; }
+
+std::optional<ModelConfig> presetConfig(const std::string& name) {
+  ModelConfig c;
+  c.preset = name;
+  // 8b and 32b follow the public dense models of those sizes (Llama-3-8B-like and Qwen-32B-like
+  // shapes); tiny is small enough for a test to compare every split in milliseconds.
+  if (name == "tiny") {
+    c.hidden = 256, c.ffn = 768, c.layers = 4, c.q_heads = 8, c.kv_heads = 2, c.head_dim = 32;
+  } else if (name == "8b") {
+    c.hidden = 4096, c.ffn = 12288, c.layers = 36, c.q_heads = 32, c.kv_heads = 8, c.head_dim = 128;
+  } else if (name == "32b") {
+    c.hidden = 5120, c.ffn = 25600, c.layers = 64, c.q_heads = 64, c.kv_heads = 8, c.head_dim = 128;
+  } else {
+    return std::nullopt;
+  }
+  return c;
+}
+
+std::string validateConfig(const ModelConfig& c, SplitMode mode, int ngpu) {
+  const std::pair<const char*, int> dims[] = {{"hidden", c.hidden},     {"ffn", c.ffn},
+                                              {"layers", c.layers},     {"q_heads", c.q_heads},
+                                              {"kv_heads", c.kv_heads}, {"head_dim", c.head_dim}};
+  for (const auto& [name, v] : dims)
+    if (v <= 0) return fmt::format("{} must be positive (got {})", name, v);
+  if (c.q_heads % c.kv_heads != 0)
+    return fmt::format("q_heads ({}) must be a multiple of kv_heads ({})", c.q_heads, c.kv_heads);
+  if (c.head_dim % 2 != 0 || c.head_dim > 256)
+    return fmt::format("head_dim must be even and at most 256 (got {})", c.head_dim);
+  if (!(c.rms_eps > 0)) return "rms_eps must be positive";
+  if (mode == SplitMode::kNone && ngpu != 1)
+    return fmt::format("split none runs on one GPU; give one device (got {})", ngpu);
+  if (mode != SplitMode::kNone && ngpu < 2)
+    return fmt::format("split {} needs at least 2 devices (got {})", splitModeName(mode), ngpu);
+  if (ngpu > 8) return fmt::format("at most 8 devices (got {})", ngpu);
+  if (mode == SplitMode::kTensor) {
+    if (c.q_heads % ngpu || c.kv_heads % ngpu || c.ffn % ngpu)
+      return fmt::format("split tensor over {} GPUs needs q_heads ({}), kv_heads ({}) and ffn ({}) divisible by {}",
+                         ngpu, c.q_heads, c.kv_heads, c.ffn, ngpu);
+  }
+  if (mode == SplitMode::kLayer && c.layers < ngpu)
+    return fmt::format("split layer over {} GPUs needs at least {} layers (got {})", ngpu, ngpu, c.layers);
+  return "";
+}
+
+uint64_t layerWeightElements(const ModelConfig& c) { return layerElements(c, localShare(c, SplitMode::kNone, 1)); }
+
+// The final RMSNorm's weights are counted with the model; there is no embedding or LM head (the
+// input hidden states are generated, the output is the final hidden state).
+uint64_t modelWeightElements(const ModelConfig& c) { return c.layers * layerWeightElements(c) + c.hidden; }
+
+uint64_t weightBytesPerForward(const ModelConfig& c) { return modelWeightElements(c) * kBf16; }
+
+LayerRange layerRange(int layers, int ngpu, int rank) {
+  const int base = layers / ngpu, extra = layers % ngpu;
+  const int first = rank * base + std::min(rank, extra);
+  return {first, first + base + (rank < extra ? 1 : 0)};
+}
+
+std::vector<GpuMemory> estimateMemory(const ModelConfig& c, SplitMode mode, int ngpu, const RunShape& shape) {
+  const Local l = localShare(c, mode, ngpu);
+  const uint64_t d = c.head_dim, h = c.hidden, m = std::max(shape.max_tokens, 1);
+  std::vector<GpuMemory> out(ngpu);
+  for (int r = 0; r < ngpu; ++r) {
+    const uint64_t layers = mode == SplitMode::kLayer ? static_cast<uint64_t>(layerRange(c.layers, ngpu, r).last -
+                                                                              layerRange(c.layers, ngpu, r).first)
+                                                      : c.layers;
+    GpuMemory& g = out[r];
+    g.weights = (layers * layerElements(c, l) + h) * kBf16;
+    g.kv_cache = 2 * layers * l.kv_heads * d * static_cast<uint64_t>(shape.ctx_capacity) * kBf16;
+    // Per token: the residual x, the norm output, the projection partial, QKV, attention output,
+    // gate|up and the activated FFN.
+    const uint64_t per_token = 3 * h + (l.q_heads + 2 * l.kv_heads) * d + l.q_heads * d + 3 * l.ffn;
+    // The attention pass's fp32 split-K partials (kernels.h attentionScratchFloats).
+    const uint64_t scratch = (256 + m * l.q_heads) * (d + 2) * 4;
+    g.activations = m * per_token * kBf16 + scratch + kCublasWorkspace + kFixedSlack;
+  }
+  return out;
+}
+
+std::string checkFit(const ModelConfig& c, SplitMode mode, const std::vector<GpuMemory>& need,
+                     const std::vector<uint64_t>& free_bytes, const std::vector<int>& device_ids) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  for (size_t i = 0; i < need.size() && i < free_bytes.size(); ++i) {
+    const double usable = 0.95 * static_cast<double>(free_bytes[i]);
+    if (static_cast<double>(need[i].total()) > usable) {
+      return fmt::format(
+          "preset {} needs {:.1f} GiB per GPU in split {} (weights {:.1f}, KV cache {:.1f}, activations {:.1f}); "
+          "GPU {} has {:.1f} GiB free: use fewer layers, a shorter --ctx, or split over more GPUs",
+          c.preset, need[i].total() / kGiB, splitModeName(mode), need[i].weights / kGiB, need[i].kv_cache / kGiB,
+          need[i].activations / kGiB, i < device_ids.size() ? device_ids[i] : static_cast<int>(i),
+          free_bytes[i] / kGiB);
+    }
+  }
+  return "";
+}
+
+std::string applyOverrides(const std::string& text, ModelConfig* c) {
+  if (text.empty()) return "";
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) return fmt::format("bad override '{}': write name=value, e.g. layers=2", item);
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    const std::optional<int64_t> v = parseInt(value);
+    if (!v || *v < 0 || *v > (1 << 20)) return fmt::format("bad value '{}' for {}: give a whole number", value, key);
+    const int iv = static_cast<int>(*v);
+    if (key == "hidden") c->hidden = iv;
+    else if (key == "ffn") c->ffn = iv;
+    else if (key == "layers") c->layers = iv;
+    else if (key == "q_heads") c->q_heads = iv;
+    else if (key == "kv_heads") c->kv_heads = iv;
+    else if (key == "head_dim") c->head_dim = iv;
+    else if (key == "rope") c->rope = iv != 0;
+    else
+      return fmt::format("unknown dimension '{}': use hidden, ffn, layers, q_heads, kv_heads, head_dim or rope", key);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (c->preset.find('+') == std::string::npos) c->preset += "+custom";
+  return "";
+}
+
+}  // namespace tpscope::workload
