@@ -42,7 +42,7 @@ def rates(rows, key):
     pts.sort()
     out = []
     for (t0, b0), (t1, b1) in zip(pts, pts[1:]):
-        if t1 > t0:
+        if t1 > t0 and b1 >= b0:  # a counter that went back (a new meter) is a gap, not a rate
             out.append(((t0 + t1) / 2e9, (b1 - b0) / (t1 - t0) * 1e3))  # bytes/ns * 1e3 = MB/s
     return out
 

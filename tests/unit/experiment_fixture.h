@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,7 @@ inline experiment::RunRecord writeStudyRun(const std::string& dir, bool failed_a
           r.quiesce.other_pids = {4242};
           r.quiesce.reason = "GPU 1 pcie_rx idled at 152 MB/s (threshold 100) and process 4242 has a context on it";
         }
+        std::map<int, double> running;  // cumulative counters carry across the phases
         for (const std::string phase : {"prefill", "decode"}) {
           PhaseResult p;
           p.phase = phase;
@@ -150,7 +152,8 @@ inline experiment::RunRecord writeStudyRun(const std::string& dir, bool failed_a
                 // Samples every 0.5 s with the window's bytes, one burst in the middle.
                 std::vector<SampleRow> rows;
                 const int n = static_cast<int>(seconds / 0.5) + 1;
-                double cum = 0;
+                double& cum = running[g];
+                const double cum0 = cum;
                 for (int i = 0; i <= n; ++i) {
                   SampleRow s;
                   s.arm = arm;
@@ -158,7 +161,7 @@ inline experiment::RunRecord writeStudyRun(const std::string& dir, bool failed_a
                   s.gpu = g;
                   s.t_ns = p.start_ns + static_cast<int64_t>(i * (p.end_ns - p.start_ns) / n);
                   s.pcie_rx_bytes = static_cast<uint64_t>(cum);
-                  s.pcie_tx_bytes = static_cast<uint64_t>(cum * sc.tx / std::max(1.0, rx[rep]));
+                  s.pcie_tx_bytes = static_cast<uint64_t>(cum0 + (cum - cum0) * sc.tx / std::max(1.0, rx[rep]));
                   rows.push_back(s);
                   cum += *tr.rx_bytes / n * (i == n / 2 ? 3.0 : 1.0) * (n > 2 ? static_cast<double>(n) / (n + 2) : 1.0);
                 }

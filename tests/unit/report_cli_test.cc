@@ -58,10 +58,15 @@ TEST_F(ReportCli, CorruptManifestIsARuntimeError) {
   EXPECT_NE(r.err.find("manifest.json is not valid JSON"), std::string::npos) << r.err;
 }
 
-bool haveMatplotlib() { return std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") == 0; }
+// The python `tpscope report --plots` will use: TPSCOPE_PYTHON, else python3 on PATH.
+std::string python() {
+  const char* p = std::getenv("TPSCOPE_PYTHON");
+  return p && *p ? p : "python3";
+}
+bool haveMatplotlib() { return std::system((python() + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0; }
 
 TEST_F(ReportCli, PlotsArePngsWhenMatplotlibIsThere) {
-  if (!haveMatplotlib()) GTEST_SKIP() << "python3 with matplotlib is not installed (scripts/setup installs it)";
+  if (!haveMatplotlib()) GTEST_SKIP() << python() << " has no matplotlib (scripts/setup installs python3-matplotlib; TPSCOPE_PYTHON picks another python)";
   const std::string plots = dir_ + "/plots";
   const CliResult r = runTpscope("report " + dir_ + " --plots --plot-dir " + plots);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -83,7 +88,7 @@ TEST_F(ReportCli, PlotsSaySoWhenMatplotlibIsMissing) {
   std::filesystem::create_directories(bin);
   std::ofstream(bin + "/python3") << "#!/bin/sh\nexit 1\n";
   std::filesystem::permissions(bin + "/python3", std::filesystem::perms::owner_all);
-  const CliResult r = runTpscope("report " + dir_ + " --plots", "PATH=" + bin + ":$PATH");
+  const CliResult r = runTpscope("report " + dir_ + " --plots", "TPSCOPE_PYTHON= PATH=" + bin + ":$PATH");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("## Per arm"), std::string::npos);
   EXPECT_NE(r.err.find("plots skipped: python3 with matplotlib is not available"), std::string::npos) << r.err;

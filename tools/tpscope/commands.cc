@@ -5,6 +5,7 @@
 #include "meter.h"
 #include "report.h"
 #include "topo.h"
+#include "tp.h"
 
 namespace tpscope::cli {
 
@@ -13,6 +14,7 @@ std::vector<std::unique_ptr<Command>> registerCommands(CLI::App& app) {
   commands.push_back(makeTopoCommand(app));
   commands.push_back(makeMeterCommand(app));
   commands.push_back(makeBenchAllReduceCommand(app));
+  commands.push_back(makeTpCommand(app));
   commands.push_back(makeReportCommand(app));
   return commands;
 }

@@ -59,8 +59,11 @@ class ReportCommand : public Command {
       std::cerr << "tpscope: plots skipped: scripts/plot_report.py not found (set TPSCOPE_PLOT_SCRIPT)\n";
       return kExitOk;
     }
-    if (std::system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
-      std::cerr << "tpscope: plots skipped: python3 with matplotlib is not available (install python3-matplotlib)\n";
+    const char* py_env = std::getenv("TPSCOPE_PYTHON");
+    const std::string python = shellQuote(py_env && *py_env ? py_env : "python3");
+    if (std::system((python + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) != 0) {
+      std::cerr << "tpscope: plots skipped: python3 with matplotlib is not available (install python3-matplotlib, "
+                   "or point TPSCOPE_PYTHON at a python that has it)\n";
       return kExitOk;
     }
     const std::string dir = plot_dir_.empty() ? run_dir_ + "/plots" : plot_dir_;
@@ -69,7 +72,7 @@ class ReportCommand : public Command {
     const std::string json_path = dir + "/report.json";
     std::ofstream(json_path) << experiment::toJson(report).dump(2) << "\n";
     if (!std::ofstream(json_path, std::ios::app)) return fail(kExitRuntime, "cannot write " + json_path);
-    const std::string cmd = "python3 " + shellQuote(script) + " --report " + shellQuote(json_path) + " --samples " +
+    const std::string cmd = python + " " + shellQuote(script) + " --report " + shellQuote(json_path) + " --samples " +
                             shellQuote(run_dir_ + "/samples.jsonl") + " --out " + shellQuote(dir) + " 1>&2";
     const int st = std::system(cmd.c_str());
     if (st != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)

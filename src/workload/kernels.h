@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// kernels.h - launchers for the synthetic transformer's element-wise and attention kernels.
+//
+// Host-only declarations; the kernels live in kernels.cu. Activations are bf16 and row-major
+// [tokens][width]; every reduction inside a kernel is in fp32. Each launcher enqueues on `stream`
+// and returns the launch error (cudaSuccess when enqueued), so callers can capture them in graphs.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tpscope::workload {
+
+using bf16_t = uint16_t;  // storage type on the host side: the kernels use __nv_bfloat16
+
+// Deterministic values hash(seed, tensor, global index) -> offset + scale * U(-1, 1), written to a
+// rows x cols block of a [*][full_cols] row-major tensor starting at (row_off, col_off). A shard
+// gets exactly the values of its slice of the full tensor, so splits compute the same model.
+cudaError_t launchFillHash(bf16_t* dst, int rows, int cols, int ld_dst, int64_t row_off, int64_t col_off,
+                           int64_t full_cols, uint64_t seed, uint64_t tensor, float scale, float offset,
+                           cudaStream_t stream);
+
+// y[i] = x[i] * rsqrt(mean(x[i]^2) + eps) * w, for `rows` rows of `width`.
+cudaError_t launchRmsNorm(const bf16_t* x, const bf16_t* w, bf16_t* y, int rows, int width, float eps,
+                          cudaStream_t stream);
+
+// x[i] += y[i] for n elements (the residual add), in fp32 then rounded.
+cudaError_t launchAdd(bf16_t* x, const bf16_t* y, int64_t n, cudaStream_t stream);
+
+// out[t][j] = silu(gu[t][j]) * gu[t][ffn + j]: gu holds gate|up side by side, row stride 2*ffn.
+cudaError_t launchSiluMul(const bf16_t* gu, bf16_t* out, int tokens, int ffn, cudaStream_t stream);
+
+// Attention geometry on one GPU: local heads, the KV cache [kv_heads][capacity][head_dim] for K and V.
+struct AttnShape {
+  int tokens = 0;       // query tokens in this forward, at positions pos0 .. pos0 + tokens - 1
+  int pos0 = 0;
+  int q_heads = 0;      // local query heads
+  int kv_heads = 0;     // local KV heads; q head h reads KV head h / (q_heads / kv_heads)
+  int head_dim = 0;
+  int capacity = 0;     // positions the cache holds
+  int q_head_offset = 0, kv_head_offset = 0;  // global index of the first local head (RoPE is per position only)
+  bool rope = true;
+};
+
+// Applies RoPE to the Q and K parts of qkv ([tokens][(q_heads + 2 kv_heads) head_dim]), then copies K and
+// V of every token into the cache at its position.
+cudaError_t launchRopeAndStore(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, const AttnShape& s, cudaStream_t stream);
+
+// Causal grouped-query attention: query token t (position pos0 + t) attends cache positions 0..pos0 + t.
+// out is [tokens][q_heads head_dim]. `partial` is fp32 scratch of attentionScratchFloats(...) floats.
+cudaError_t launchAttention(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, bf16_t* out,
+                            float* partial, const AttnShape& s, cudaStream_t stream);
+
+// Key splits per query head (split-K over the cache so that a decode step fills the GPU).
+int attentionSplits(int tokens, int q_heads, int keys);
+// Scratch floats launchAttention needs for up to `tokens` query tokens: splits * tokens * q_heads is
+// at most 256 + tokens * q_heads (attentionSplits), each split holding head_dim + 2 floats.
+inline int64_t attentionScratchFloats(int tokens, int q_heads, int head_dim) {
+  return (256 + static_cast<int64_t>(tokens) * q_heads) * (head_dim + 2);
+}
+
+}  // namespace tpscope::workload

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+// model.h - the synthetic transformer over its GPUs in one split mode, and the forward passes.
+//
+//   none    one shard with everything.
+//   layer   one shard per GPU with a contiguous layer range; the activation is handed to the next GPU
+//           by cudaMemcpyPeerAsync (direct over NVLink/P2P where enabled, else staged by the driver).
+//           prefill() pipelines micro-batches: GPU s works on micro-batch u while GPU s+1 works on u-1.
+//   tensor  one shard per GPU with a slice of every layer's heads and FFN columns; two tpsAllReduce
+//           calls per layer (after the attention output projection and after the FFN down projection).
+// Every call enqueues on the shards' streams and returns; synchronize() waits.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "tpscope/tpscope.h"
+#include "workload/model_config.h"
+
+namespace tpscope::workload {
+
+class Shard;
+
+struct ModelOptions {
+  ModelConfig config;
+  SplitMode split = SplitMode::kNone;
+  std::vector<int> devices;  // CUDA ordinals: one for `none`, two or more otherwise
+  tpsBackend_t backend = tpsBackendAuto;  // `tensor` only
+  uint64_t seed = 1;
+  RunShape shape;
+};
+
+class Model {
+ public:
+  ~Model();
+  // Validates, checks free memory, allocates and generates the weights. Errors with *reason set to
+  // one sentence: tpsInvalidArgument (config or devices), tpsUnavailable (does not fit, backend
+  // unavailable), tpsCudaError.
+  static tpsResult_t create(const ModelOptions& options, std::unique_ptr<Model>* out, std::string* reason);
+
+  // One forward pass over `tokens` tokens at positions pos0.. from the generated input.
+  tpsResult_t forward(int tokens, int pos0);
+  // The prompt of `prompt` tokens in micro-batches of `ubatch` (pipelined across GPUs in `layer`).
+  tpsResult_t prefill(int prompt, int ubatch);
+  // Cache positions [0, positions) of every layer filled with generated K/V (decode's context).
+  tpsResult_t fillContext(int positions);
+  tpsResult_t synchronize();
+  // The final hidden states of the last forward (after the final RMSNorm), tokens x hidden, as floats.
+  tpsResult_t readOutput(int tokens, std::vector<float>* out);
+
+  // forward(tokens, pos0) captured as one CUDA graph over every GPU. *why says why not when it fails.
+  tpsResult_t captureForward(int tokens, int pos0, cudaGraphExec_t* exec, std::string* why);
+  tpsResult_t launch(cudaGraphExec_t exec);
+
+  const ModelOptions& options() const { return options_; }
+  tpsComm_t comm() const { return comm_; }  // null unless `tensor`
+  int allReducesPerForward() const;
+  uint64_t weightBytes() const;  // all shards together
+
+ private:
+  Model() = default;
+  tpsResult_t forwardTensor(int tokens, int pos0);
+  tpsResult_t forwardStage(size_t stage, int tokens, int pos0);  // layer split: one stage and its hand-off
+  tpsResult_t allReduce(int tokens);
+
+  ModelOptions options_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  tpsComm_t comm_ = nullptr;
+  std::vector<cudaEvent_t> ready_, consumed_, join_;  // per shard: hand-off and capture events
+  bool capturing_ = false;
+};
+
+}  // namespace tpscope::workload

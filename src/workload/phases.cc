@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+// phases.cc - prefill and decode timing, CUDA graph decode, AllReduce counts from tpsCommGetStats.
+#include "workload/phases.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "common/checks.h"
+#include "tpscope/meter.h"
+
+namespace tpscope::workload {
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Traffic {
+  unsigned long long calls = 0, bytes = 0;
+};
+
+Traffic traffic(const Model& m) {
+  Traffic t;
+  tpsStats_t s;
+  if (!m.comm() || tpsCommGetStats(m.comm(), &s) != tpsSuccess) return t;
+  for (const auto& path : s.cells)
+    for (const tpsStatsCell_t& c : path) t.calls += c.calls, t.bytes += c.payload_bytes;
+  return t;
+}
+
+void resetTraffic(const Model& m) {
+  if (m.comm()) (void)tpsCommResetStats(m.comm());
+}
+
+tpsResult_t fail(tpsResult_t r, std::string* reason, const std::string& what) {
+  if (reason->empty()) *reason = what;
+  return r;
+}
+
+}  // namespace
+
+double emittedPerStep(const DecodeOptions& o) { return 1.0 + o.accept * (o.tokens_per_step - 1); }
+
+int decodeSteps(const DecodeOptions& o) {
+  return std::max(1, static_cast<int>(std::ceil(o.tokens / emittedPerStep(o) - 1e-9)));
+}
+
+tpsResult_t runPrefill(Model& model, const PrefillOptions& o, Meter* meter, PhaseResult* out, std::string* reason) {
+  PhaseResult r;
+  r.phase = "prefill";
+  r.steps = (o.prompt + o.ubatch - 1) / o.ubatch;
+  r.tokens_per_forward = o.ubatch;
+  r.tokens = o.prompt;
+  // Warm-up: one micro-batch (cuBLAS heuristics, module loading), untimed.
+  if (model.forward(std::min(o.ubatch, o.prompt), 0) != tpsSuccess || model.synchronize() != tpsSuccess)
+    return fail(tpsCudaError, reason, "the prefill warm-up failed (see the log)");
+  resetTraffic(model);
+  if (meter) (void)meter->begin("prefill");
+  const double t0 = now();
+  tpsResult_t e = model.prefill(o.prompt, o.ubatch);
+  if (e == tpsSuccess) e = model.synchronize();
+  const double t1 = now();
+  if (meter) (void)meter->end("prefill");
+  if (e != tpsSuccess) return fail(e, reason, "prefill failed (see the log)");
+  const Traffic t = traffic(model);
+  r.allreduce_calls = t.calls, r.allreduce_bytes = t.bytes;
+  r.seconds = t1 - t0;
+  r.tokens_per_s = o.prompt / r.seconds;
+  r.ms_per_step = 1e3 * r.seconds / r.steps;
+  *out = r;
+  return tpsSuccess;
+}
+
+tpsResult_t runDecode(Model& model, const DecodeOptions& o, Meter* meter, PhaseResult* out, std::string* reason) {
+  PhaseResult r;
+  r.phase = "decode";
+  r.steps = decodeSteps(o);
+  r.tokens_per_forward = o.tokens_per_step;
+  r.tokens = r.steps * emittedPerStep(o);
+  // Every step verifies k tokens at positions c .. c+k-1 over the same context, so each step costs
+  // the same and the graph is one fixed forward. The cache beyond c is rewritten step after step.
+  if (model.fillContext(o.ctx) != tpsSuccess) return fail(tpsCudaError, reason, "filling the KV cache failed");
+  if (model.forward(o.tokens_per_step, o.ctx) != tpsSuccess || model.synchronize() != tpsSuccess)
+    return fail(tpsCudaError, reason, "the decode warm-up failed (see the log)");
+  cudaGraphExec_t exec = nullptr;
+  Traffic per_step;
+  if (o.graph) {
+    resetTraffic(model);
+    std::string why;
+    if (model.captureForward(o.tokens_per_step, o.ctx, &exec, &why) == tpsSuccess) {
+      per_step = traffic(model);  // what the capture enqueued: one step's AllReduces
+      r.graph = true;
+      if (model.launch(exec) != tpsSuccess || model.synchronize() != tpsSuccess) {
+        (void)cudaGraphExecDestroy(exec);
+        return fail(tpsCudaError, reason, "the first decode graph launch failed (see the log)");
+      }
+    } else {
+      r.graph_note = why;
+      TPS_LOG_INFO("decode runs eagerly: {}", why);
+    }
+  }
+  resetTraffic(model);
+  if (meter) (void)meter->begin("decode");
+  const double t0 = now();
+  tpsResult_t e = tpsSuccess;
+  for (int i = 0; i < r.steps && e == tpsSuccess; ++i)
+    e = r.graph ? model.launch(exec) : model.forward(o.tokens_per_step, o.ctx);
+  if (e == tpsSuccess) e = model.synchronize();
+  const double t1 = now();
+  if (meter) (void)meter->end("decode");
+  if (exec) (void)cudaGraphExecDestroy(exec);
+  if (e != tpsSuccess) return fail(e, reason, "decode failed (see the log)");
+  if (r.graph) {
+    r.allreduce_calls = per_step.calls * r.steps, r.allreduce_bytes = per_step.bytes * r.steps;
+  } else {
+    const Traffic t = traffic(model);
+    r.allreduce_calls = t.calls, r.allreduce_bytes = t.bytes;
+  }
+  r.seconds = t1 - t0;
+  r.tokens_per_s = r.tokens / r.seconds;
+  r.ms_per_step = 1e3 * r.seconds / r.steps;
+  *out = r;
+  return tpsSuccess;
+}
+
+}  // namespace tpscope::workload

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+// shard.h - one GPU's part of the synthetic transformer: its weights, KV cache, buffers and the
+// per-layer operations the split runners (model.cc) sequence.
+//
+// A shard holds layers [first_layer, last_layer) and, within each, a contiguous range of query heads,
+// KV heads and FFN columns (all of them unless the split is `tensor`). Weights are generated on the
+// GPU from (seed, tensor, global index), so a shard holds exactly its slice of the unsplit model.
+// All operations enqueue on the shard's stream and return without synchronising.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <memory>
+
+#include "common/cuda_raii.h"
+#include "workload/kernels.h"
+#include "workload/model_config.h"
+
+namespace tpscope::workload {
+
+struct ShardDims {
+  int first_layer = 0, last_layer = 0;
+  int q_heads = 0, kv_heads = 0, ffn = 0;           // local counts
+  int q_head_off = 0, kv_head_off = 0, ffn_off = 0;  // global index of the first local one
+};
+
+class Shard {
+ public:
+  ~Shard();
+  // Allocates and generates everything; *reason says what failed.
+  static tpsResult_t create(const ModelConfig& config, const ShardDims& dims, const RunShape& shape, int device,
+                            uint64_t seed, std::unique_ptr<Shard>* out, std::string* reason);
+
+  // x = the model input for `tokens` tokens at positions pos0.. (generated from the seed).
+  tpsResult_t fillInput(int tokens, int pos0);
+  // Fills cache positions [0, positions) of every local layer with generated K and V: the context
+  // a decode step attends to, without running a prefill first.
+  tpsResult_t fillContext(int positions);
+  // partial = Wo . attention(RMSNorm(x)) for global layer `layer` (a partial sum in `tensor` split).
+  tpsResult_t attentionBlock(int layer, int tokens, int pos0);
+  // partial = Wdown . (silu(Wgate . RMSNorm(x)) * (Wup . RMSNorm(x))).
+  tpsResult_t ffnBlock(int layer, int tokens);
+  // x += partial (the residual add, after the AllReduce in `tensor` split).
+  tpsResult_t addPartial(int tokens);
+  // out = RMSNorm(x) with the final norm: the model's output hidden states.
+  tpsResult_t finalNorm(int tokens);
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_.get(); }
+  bf16_t* x() const { return x_.as<bf16_t>(); }
+  bf16_t* partial() const { return partial_.as<bf16_t>(); }
+  const bf16_t* out() const { return xn_.as<bf16_t>(); }
+  const ShardDims& dims() const { return dims_; }
+  uint64_t weightBytes() const { return weights_.bytes(); }
+
+ private:
+  struct LayerWeights {
+    bf16_t *attn_norm, *wqkv, *wo, *ffn_norm, *wgu, *wdown;
+  };
+  Shard() = default;
+  tpsResult_t generateWeights();
+  tpsResult_t gemm(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k, int tokens);
+  int local(int layer) const { return layer - dims_.first_layer; }
+
+  ModelConfig config_;
+  ShardDims dims_;
+  RunShape shape_;
+  int device_ = -1;
+  uint64_t seed_ = 0;
+  Stream stream_;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceBuffer weights_, k_cache_, v_cache_, workspace_;
+  DeviceBuffer x_, xn_, partial_, qkv_, attn_, gu_, act_, scratch_;
+  std::vector<LayerWeights> layers_;
+  bf16_t* final_norm_ = nullptr;
+};
+
+// Tensor ids for the hash: per layer, and two outside the layers.
+constexpr uint64_t kTensorsPerLayer = 16;
+constexpr uint64_t kFinalNormTensor = 1ull << 40;
+constexpr uint64_t kInputTensor = (1ull << 40) + 1;
+
+}  // namespace tpscope::workload

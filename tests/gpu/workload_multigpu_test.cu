@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+// workload_multigpu_test - the splits compute the same model: for the same seed, `layer` and `tensor`
+// (every AllReduce backend) give the final hidden states of `none` within bf16 tolerance, on `tiny`
+// and on 8b dimensions with 2 layers, in prefill (pipelined micro-batches) and in a decode step; and a
+// tensor-split decode step as a CUDA graph equals the eager one.
+#include <gtest/gtest.h>
+
+#include "gpu_test_util.h"
+#include "workload_test_util.h"
+
+namespace tpscope::testing {
+namespace {
+
+using workload::SplitMode;
+
+struct Case {
+  const char* name;
+  SplitMode split;
+  tpsBackend_t backend;
+};
+const Case kCases[] = {{"layer", SplitMode::kLayer, tpsBackendAuto},
+                       {"tensor/p2p", SplitMode::kTensor, tpsBackendP2p},
+                       {"tensor/nccl", SplitMode::kTensor, tpsBackendNccl},
+                       {"tensor/host", SplitMode::kTensor, tpsBackendHost}};
+
+void compareSplits(const workload::ModelConfig& c, int prompt, int ubatch, int ctx, int k) {
+  auto none = makeModel(c, SplitMode::kNone, {0}, tpsBackendAuto, 7, std::max(prompt, ctx + k), ubatch);
+  ASSERT_TRUE(none);
+  const auto ref_prefill = prefillOutput(*none, prompt, ubatch);
+  const auto ref_decode = decodeOutput(*none, ctx, k);
+  none.reset();
+  for (const Case& cs : kCases) {
+    auto m = makeModel(c, cs.split, {0, 1}, cs.backend, 7, std::max(prompt, ctx + k), ubatch);
+    if (!m) {
+      ADD_FAILURE() << cs.name << ": cannot build the model";
+      continue;
+    }
+    expectClose(ref_prefill, prefillOutput(*m, prompt, ubatch), c.preset + " prefill " + cs.name + " vs none");
+    expectClose(ref_decode, decodeOutput(*m, ctx, k), c.preset + " decode " + cs.name + " vs none");
+  }
+}
+
+TEST(WorkloadSplits, TinyLayerAndTensorEqualNone) {
+  TPS_REQUIRE_GPUS(2);
+  compareSplits(testConfig("tiny"), 40, 16, 100, 3);
+}
+
+TEST(WorkloadSplits, EightBDimensionsWithTwoLayersEqualNone) {
+  TPS_REQUIRE_GPUS(2);
+  compareSplits(testConfig("8b", 2), 300, 128, 1000, 2);
+}
+
+TEST(WorkloadSplits, TensorDecodeGraphEqualsEager) {
+  TPS_REQUIRE_GPUS(2);
+  for (tpsBackend_t b : {tpsBackendP2p, tpsBackendNccl, tpsBackendHost}) {
+    auto m = makeModel(testConfig("tiny"), SplitMode::kTensor, {0, 1}, b);
+    ASSERT_TRUE(m);
+    const std::vector<float> eager = decodeOutput(*m, 64, 2);
+    cudaGraphExec_t exec = nullptr;
+    std::string why;
+    const tpsResult_t r = m->captureForward(2, 64, &exec, &why);
+    if (r != tpsSuccess) {
+      ADD_FAILURE() << tpsBackendName(b) << ": capture failed: " << why;
+      continue;
+    }
+    ASSERT_EQ(m->launch(exec), tpsSuccess);
+    std::vector<float> graph;
+    ASSERT_EQ(m->readOutput(2, &graph), tpsSuccess);
+    (void)cudaGraphExecDestroy(exec);
+    EXPECT_EQ(eager, graph) << tpsBackendName(b);
+  }
+}
+
+TEST(WorkloadSplits, TensorCountsTwoAllReducesPerLayer) {
+  TPS_REQUIRE_GPUS(2);
+  auto m = makeModel(testConfig("tiny"), SplitMode::kTensor, {0, 1}, tpsBackendNccl);
+  ASSERT_TRUE(m);
+  ASSERT_EQ(tpsCommResetStats(m->comm()), tpsSuccess);
+  ASSERT_EQ(m->forward(5, 0), tpsSuccess);
+  ASSERT_EQ(m->synchronize(), tpsSuccess);
+  tpsStats_t s;
+  ASSERT_EQ(tpsCommGetStats(m->comm(), &s), tpsSuccess);
+  unsigned long long calls = 0, bytes = 0;
+  for (const auto& path : s.cells)
+    for (const auto& cell : path) calls += cell.calls, bytes += cell.payload_bytes;
+  EXPECT_EQ(calls, 2u * 4);
+  EXPECT_EQ(bytes, 2ull * 4 * 5 * 256 * 2);
+  EXPECT_EQ(m->allReducesPerForward(), 8);
+}
+
+}  // namespace
+}  // namespace tpscope::testing

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+// workload_test_util.h - building a synthetic model in one split and reading its final hidden states,
+// and comparing two sets of hidden states within bf16 tolerance.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "workload/model.h"
+
+namespace tpscope::testing {
+
+inline workload::ModelConfig testConfig(const std::string& preset, int layers = 0) {
+  workload::ModelConfig c = *workload::presetConfig(preset);
+  if (layers > 0) c.layers = layers;
+  return c;
+}
+
+inline std::unique_ptr<workload::Model> makeModel(const workload::ModelConfig& c, workload::SplitMode split,
+                                                  std::vector<int> devices, tpsBackend_t backend = tpsBackendAuto,
+                                                  uint64_t seed = 7, int ctx = 256, int max_tokens = 64) {
+  workload::ModelOptions o;
+  o.config = c, o.split = split, o.devices = devices, o.backend = backend, o.seed = seed;
+  o.shape.ctx_capacity = ctx, o.shape.max_tokens = max_tokens;
+  std::unique_ptr<workload::Model> m;
+  std::string reason;
+  const tpsResult_t r = workload::Model::create(o, &m, &reason);
+  EXPECT_EQ(r, tpsSuccess) << reason;
+  return m;
+}
+
+// The final hidden states of the last micro-batch of a prefill of `prompt` tokens in `ubatch` steps.
+inline std::vector<float> prefillOutput(workload::Model& m, int prompt, int ubatch) {
+  std::vector<float> out;
+  EXPECT_EQ(m.prefill(prompt, ubatch), tpsSuccess);
+  const int last = prompt - (prompt - 1) / ubatch * ubatch;
+  EXPECT_EQ(m.readOutput(last, &out), tpsSuccess);
+  return out;
+}
+
+// One decode step of k tokens over a generated context of `ctx` positions.
+inline std::vector<float> decodeOutput(workload::Model& m, int ctx, int k) {
+  std::vector<float> out;
+  EXPECT_EQ(m.fillContext(ctx), tpsSuccess);
+  EXPECT_EQ(m.forward(k, ctx), tpsSuccess);
+  EXPECT_EQ(m.readOutput(k, &out), tpsSuccess);
+  return out;
+}
+
+// Within bf16 tolerance: the RMS of the difference at most 2 % of the reference's RMS (a few bf16
+// rounding steps per layer, compounded), and no element off by more than 0.25 (outputs are RMS-normed,
+// so O(1)). Also checks the values are finite and not all zero, so a dead model cannot pass.
+inline void expectClose(const std::vector<float>& ref, const std::vector<float>& got, const std::string& what) {
+  ASSERT_EQ(ref.size(), got.size()) << what;
+  ASSERT_FALSE(ref.empty()) << what;
+  double se = 0, sr = 0, worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(ref[i]) && std::isfinite(got[i])) << what << " element " << i;
+    const double d = static_cast<double>(got[i]) - ref[i];
+    se += d * d, sr += static_cast<double>(ref[i]) * ref[i];
+    worst = std::max(worst, std::fabs(d));
+  }
+  ASSERT_GT(sr / ref.size(), 0.1) << what << ": the reference is nearly zero";
+  const double rel = std::sqrt(se / sr);
+  EXPECT_LT(rel, 0.02) << what << ": relative RMS error " << rel;
+  EXPECT_LT(worst, 0.25) << what << ": max abs error " << worst;
+  std::printf("[ info ] %s: relative RMS error %.2e, max abs error %.3g\n", what.c_str(), rel, worst);
+}
+
+}  // namespace tpscope::testing

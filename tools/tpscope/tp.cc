@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+// tp.cc - `tpscope tp`: options, checks, and running the phases.
+#include "tp.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "topology/topology.h"
+#include "workload/model.h"
+#include "workload/roofline.h"
+
+namespace tpscope::cli {
+
+namespace {
+
+std::vector<std::string> processArgv() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string arg; std::getline(f, arg, '\0');) argv.push_back(arg);
+  return argv;
+}
+
+tpsBackend_t backendOf(const std::string& name) {
+  if (name == "host") return tpsBackendHost;
+  if (name == "p2p") return tpsBackendP2p;
+  if (name == "nccl") return tpsBackendNccl;
+  return tpsBackendAuto;
+}
+
+class TpCommand : public Command {
+ public:
+  explicit TpCommand(CLI::App& app) {
+    sub_ = app.add_subcommand("tp", "Synthetic transformer (real GEMMs, KV cache) in split none|layer|tensor: "
+                                    "prefill and decode tokens/s");
+    sub_->add_option("--preset", preset_, "Model shape: tiny, 8b, 32b")->capture_default_str();
+    sub_->add_option("--dims", dims_, "Override dimensions: hidden=,ffn=,layers=,q_heads=,kv_heads=,head_dim=,rope=");
+    sub_->add_option("--split", split_, "none (one GPU), layer (layer ranges) or tensor (heads/FFN columns)")
+        ->check(CLI::IsMember({"none", "layer", "tensor"}))
+        ->capture_default_str();
+    sub_->add_option("--devices", devices_, "GPU indices, comma-separated (default: 0 for none, 0,1 otherwise)");
+    sub_->add_option("--backend", o_.backend, "AllReduce backend for split tensor")
+        ->check(CLI::IsMember({"auto", "host", "p2p", "nccl"}))
+        ->capture_default_str();
+    sub_->add_option("--phase", o_.phase, "prefill, decode or both")
+        ->check(CLI::IsMember({"prefill", "decode", "both"}))
+        ->capture_default_str();
+    sub_->add_option("--prompt", o_.prefill.prompt, "Prefill: prompt tokens T")->capture_default_str();
+    sub_->add_option("--ubatch", o_.prefill.ubatch, "Prefill: micro-batch U")->capture_default_str();
+    sub_->add_option("--tokens", o_.decode.tokens, "Decode: tokens to emit n")->capture_default_str();
+    sub_->add_option("--ctx", o_.decode.ctx, "Decode: context length c")->capture_default_str();
+    sub_->add_option("--tokens-per-step", o_.decode.tokens_per_step, "Decode: tokens verified per step k")
+        ->capture_default_str();
+    sub_->add_option("--accept", o_.decode.accept, "Decode: acceptance rate of drafted tokens, 0..1")
+        ->capture_default_str();
+    sub_->add_flag("--no-graph", no_graph_, "Decode eagerly instead of as a CUDA graph");
+    sub_->add_flag("--no-roofline", no_roofline_, "Skip measuring the copy rate for decode's memory roofline");
+    sub_->add_option("--seed", o_.seed, "Seed of the generated weights, context and inputs")->capture_default_str();
+    sub_->add_flag("--estimate", estimate_only_, "Print the memory needed per GPU and exit (no GPU needed)");
+    sub_->add_option("--format", o_.format, "Output format")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  }
+  CLI::App* subcommand() const override { return sub_; }
+
+  int run() override {
+    validate();
+    const workload::RunShape shape = runShape(o_);
+    const std::vector<workload::GpuMemory> need =
+        workload::estimateMemory(o_.config, o_.split, static_cast<int>(o_.devices.size()), shape);
+    if (estimate_only_) return print(need, {});
+
+    int count = 0;
+    std::string why;
+    if (cudaDeviceCount(&count, &why) != tpsSuccess || count == 0)
+      return fail(kExitRuntime, "tpscope tp needs a GPU: " + (why.empty() ? "none is visible" : why));
+    for (int d : o_.devices)
+      if (d >= count)
+        throw UsageError(fmt::format("GPU {} does not exist: this machine has {} GPU{} (0..{})", d, count,
+                                     count == 1 ? "" : "s", count - 1));
+    // The copy rate is measured before the model takes the memory (it needs 2 GiB per GPU).
+    std::vector<double> copy_gbps;
+    if (o_.phase != "prefill" && !no_roofline_) {
+      for (int d : o_.devices) {
+        double g = 0;
+        if (workload::measureCopyBandwidth(d, &g) != tpsSuccess) {
+          copy_gbps.clear();
+          break;
+        }
+        copy_gbps.push_back(g);
+      }
+    }
+    workload::ModelOptions mo;
+    mo.config = o_.config, mo.split = o_.split, mo.devices = o_.devices, mo.backend = backendOf(o_.backend);
+    mo.seed = o_.seed, mo.shape = shape;
+    std::unique_ptr<workload::Model> model;
+    std::string reason;
+    if (tpsResult_t r = workload::Model::create(mo, &model, &reason); r != tpsSuccess)
+      return fail(r == tpsInvalidArgument ? kExitUsage : kExitRuntime, reason);
+    std::vector<workload::PhaseResult> results;
+    if (o_.phase != "decode") {
+      workload::PhaseResult r;
+      if (workload::runPrefill(*model, o_.prefill, nullptr, &r, &reason) != tpsSuccess)
+        return fail(kExitRuntime, reason);
+      results.push_back(r);
+    }
+    if (o_.phase != "prefill") {
+      workload::PhaseResult r;
+      if (workload::runDecode(*model, o_.decode, nullptr, &r, &reason) != tpsSuccess)
+        return fail(kExitRuntime, reason);
+      for (size_t i = 0; i < copy_gbps.size(); ++i) {
+        const double ms = need[i].weights / (copy_gbps[i] * 1e9) * 1e3;
+        if (ms > r.roofline_ms_per_step) r.roofline_ms_per_step = ms, r.copy_gbps = copy_gbps[i];
+      }
+      results.push_back(r);
+    }
+    return print(need, results);
+  }
+
+ private:
+  // Every check that needs no GPU; throws UsageError with one sentence.
+  void validate() {
+    std::optional<workload::ModelConfig> c = workload::presetConfig(preset_);
+    if (!c) throw UsageError("unknown preset '" + preset_ + "': use tiny, 8b or 32b");
+    if (std::string bad = workload::applyOverrides(dims_, &*c); !bad.empty()) throw UsageError("--dims: " + bad);
+    o_.config = *c;
+    o_.split = *workload::parseSplitMode(split_);
+    o_.devices = parseDeviceList(devices_, "--devices");
+    if (o_.devices.empty()) o_.devices = o_.split == workload::SplitMode::kNone ? std::vector<int>{0} : std::vector<int>{0, 1};
+    if (o_.decode.tokens_per_step < 1)
+      throw UsageError(fmt::format("--tokens-per-step must be at least 1 (got {})", o_.decode.tokens_per_step));
+    if (!(o_.decode.accept >= 0.0 && o_.decode.accept <= 1.0))
+      throw UsageError(fmt::format("--accept must lie in [0, 1] (got {})", o_.decode.accept));
+    if (o_.prefill.prompt < 1 || o_.prefill.ubatch < 1)
+      throw UsageError("--prompt and --ubatch must be at least 1");
+    if (o_.decode.tokens < 1) throw UsageError("--tokens must be at least 1");
+    if (o_.decode.ctx < 0) throw UsageError("--ctx must be 0 or more");
+    if (o_.split != workload::SplitMode::kTensor && o_.backend != "auto")
+      throw UsageError("--backend applies to --split tensor only");
+    o_.decode.graph = !no_graph_;
+    const std::string bad =
+        workload::validateConfig(o_.config, o_.split, static_cast<int>(o_.devices.size()));
+    if (!bad.empty()) throw UsageError(bad);
+  }
+
+  int print(const std::vector<workload::GpuMemory>& need, const std::vector<workload::PhaseResult>& results) {
+    if (o_.format == "json")
+      std::printf("%s\n", tpDocument(o_, need, results, processArgv()).dump(2).c_str());
+    else
+      std::fputs(formatTpTable(o_, need, results).c_str(), stdout);
+    return kExitOk;
+  }
+
+  CLI::App* sub_ = nullptr;
+  TpOptions o_;
+  std::string preset_ = "8b", dims_, split_ = "none", devices_;
+  bool no_graph_ = false, no_roofline_ = false, estimate_only_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> makeTpCommand(CLI::App& app) { return std::make_unique<TpCommand>(app); }
+
+}  // namespace tpscope::cli

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+// tp_format.cc - `tpscope tp` table and JSON.
+#include <fmt/format.h>
+
+#include <ctime>
+
+#include "tp.h"
+#include "tpscope/tpscope.h"
+#include "tpscope/version.h"
+
+namespace tpscope::cli {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string deviceText(const std::vector<int>& d) {
+  std::string s;
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  return s;
+}
+
+}  // namespace
+
+workload::RunShape runShape(const TpOptions& o) {
+  workload::RunShape s;
+  const bool prefill = o.phase != "decode", decode = o.phase != "prefill";
+  s.ctx_capacity = std::max(prefill ? o.prefill.prompt : 0, decode ? o.decode.ctx + o.decode.tokens_per_step : 0);
+  s.max_tokens = std::max(prefill ? std::min(o.prefill.ubatch, o.prefill.prompt) : 0,
+                          decode ? o.decode.tokens_per_step : 0);
+  return s;
+}
+
+std::string formatTpTable(const TpOptions& o, const std::vector<workload::GpuMemory>& estimate,
+                          const std::vector<workload::PhaseResult>& results) {
+  const workload::ModelConfig& c = o.config;
+  std::string s = fmt::format("# tpscope tp {} (git {})\n", TPSCOPE_VERSION_STRING, TPSCOPE_GIT_SHA);
+  s += fmt::format("# preset {}: hidden {}, ffn {}, {} layers, {}/{} heads x {}, rope {} | split {} on GPU {} | "
+                   "backend {} | seed {}\n",
+                   c.preset, c.hidden, c.ffn, c.layers, c.q_heads, c.kv_heads, c.head_dim, c.rope ? "on" : "off",
+                   workload::splitModeName(o.split), deviceText(o.devices),
+                   o.split == workload::SplitMode::kTensor ? o.backend : "-", o.seed);
+  s += fmt::format("# weights {:.2f} GiB bf16 (bytes streamed per forward)\n",
+                   workload::weightBytesPerForward(c) / kGiB);
+  for (size_t i = 0; i < estimate.size(); ++i)
+    s += fmt::format("# GPU {}: weights {:.2f} GiB, KV cache {:.2f} GiB, activations {:.2f} GiB\n",
+                     i < o.devices.size() ? o.devices[i] : static_cast<int>(i), estimate[i].weights / kGiB,
+                     estimate[i].kv_cache / kGiB, estimate[i].activations / kGiB);
+  s += "# timer: host steady clock from first enqueue to synchronize of every GPU, after 1 untimed warm-up\n";
+  if (o.phase != "prefill")
+    s += fmt::format("# decode: context {}, {} token(s) verified per step, acceptance {:.2f} -> {:.2f} emitted per step\n",
+                     o.decode.ctx, o.decode.tokens_per_step, o.decode.accept, workload::emittedPerStep(o.decode));
+  s += fmt::format("{:<8} {:>9} {:>7} {:>9} {:>11} {:>10} {:>11} {:>5} {:>10} {:>14}\n", "phase", "tokens", "steps",
+                   "tok/fwd", "time(ms)", "ms/step", "tokens/s", "graph", "allreduces", "ar_bytes/GPU");
+  for (const workload::PhaseResult& r : results)
+    s += fmt::format("{:<8} {:>9.0f} {:>7} {:>9} {:>11.2f} {:>10.3f} {:>11.1f} {:>5} {:>10} {:>14}\n", r.phase, r.tokens,
+                     r.steps, r.tokens_per_forward, r.seconds * 1e3, r.ms_per_step, r.tokens_per_s,
+                     r.graph ? "yes" : "no", r.allreduce_calls, r.allreduce_bytes);
+  for (const workload::PhaseResult& r : results) {
+    if (!r.graph_note.empty()) s += fmt::format("# {} ran eagerly: {}\n", r.phase, r.graph_note);
+    if (r.roofline_ms_per_step > 0)
+      s += fmt::format("# {} roofline: weights per GPU / copy rate {:.0f} GB/s = {:.3f} ms per step; measured {:.3f} "
+                       "ms = {:.1f} % of the roofline\n",
+                       r.phase, r.copy_gbps, r.roofline_ms_per_step, r.ms_per_step,
+                       100.0 * r.roofline_ms_per_step / r.ms_per_step);
+  }
+  return s;
+}
+
+nlohmann::json tpDocument(const TpOptions& o, const std::vector<workload::GpuMemory>& estimate,
+                          const std::vector<workload::PhaseResult>& results, const std::vector<std::string>& argv) {
+  const workload::ModelConfig& c = o.config;
+  char start[32] = {};
+  const std::time_t t = std::time(nullptr);
+  std::strftime(start, sizeof(start), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  nlohmann::json mem = nlohmann::json::array();
+  for (size_t i = 0; i < estimate.size(); ++i)
+    mem.push_back({{"device", i < o.devices.size() ? o.devices[i] : static_cast<int>(i)},
+                   {"weights_bytes", estimate[i].weights},
+                   {"kv_cache_bytes", estimate[i].kv_cache},
+                   {"activations_bytes", estimate[i].activations}});
+  nlohmann::json res = nlohmann::json::array();
+  for (const workload::PhaseResult& r : results)
+    res.push_back({{"phase", r.phase},
+                   {"tokens", r.tokens},
+                   {"steps", r.steps},
+                   {"tokens_per_forward", r.tokens_per_forward},
+                   {"time_ms", r.seconds * 1e3},
+                   {"ms_per_step", r.ms_per_step},
+                   {"tokens_per_s", r.tokens_per_s},
+                   {"graph", r.graph},
+                   {"graph_note", r.graph_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.graph_note)},
+                   {"allreduce_calls", r.allreduce_calls},
+                   {"allreduce_bytes_per_gpu", r.allreduce_bytes},
+                   {"copy_gbps", r.copy_gbps > 0 ? nlohmann::json(r.copy_gbps) : nlohmann::json(nullptr)},
+                   {"roofline_ms_per_step",
+                    r.roofline_ms_per_step > 0 ? nlohmann::json(r.roofline_ms_per_step) : nlohmann::json(nullptr)},
+                   {"share_of_roofline", r.roofline_ms_per_step > 0 && r.ms_per_step > 0
+                                             ? nlohmann::json(r.roofline_ms_per_step / r.ms_per_step)
+                                             : nlohmann::json(nullptr)}});
+  return {{"json_schema_version", 1},
+          {"context",
+           {{"version", TPSCOPE_VERSION_STRING},
+            {"git_sha", TPSCOPE_GIT_SHA},
+            {"argv", argv},
+            {"start_time", start},
+            {"timer", "host steady clock, enqueue to synchronize, 1 warm-up"}}},
+          {"config",
+           {{"preset", c.preset},
+            {"hidden", c.hidden},
+            {"ffn", c.ffn},
+            {"layers", c.layers},
+            {"q_heads", c.q_heads},
+            {"kv_heads", c.kv_heads},
+            {"head_dim", c.head_dim},
+            {"rope", c.rope},
+            {"split", workload::splitModeName(o.split)},
+            {"devices", o.devices},
+            {"backend", o.backend},
+            {"seed", o.seed},
+            {"phase", o.phase},
+            {"prompt", o.prefill.prompt},
+            {"ubatch", o.prefill.ubatch},
+            {"decode_tokens", o.decode.tokens},
+            {"ctx", o.decode.ctx},
+            {"tokens_per_step", o.decode.tokens_per_step},
+            {"accept", o.decode.accept},
+            {"graph", o.decode.graph},
+            {"weight_bytes_per_forward", workload::weightBytesPerForward(c)}}},
+          {"memory_estimate", mem},
+          {"results", res}};
+}
+
+}  // namespace tpscope::cli
