@@ -11,7 +11,8 @@
 #   3. 32b decode: none vs tensor (p2p, nccl, host);
 #   4. 32b prefill T = 4096, U = 512: none vs layer (pipelined);
 #   5. summary: tokens/s, speedups against the issue's targets, share of the memory roofline
-#      (weight bytes per GPU / measured device copy rate), AllReduce count per step.
+#      (weight bytes per GPU / measured device copy rate), AllReduce count per step and, for tensor,
+#      the AllReduces' share of a step (the same steps timed again with the AllReduces skipped).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${TPSCOPE_BUILD_DIR:-build}
@@ -76,6 +77,7 @@ def line(name, r, base=None, target=None):
         print(f"{name:<28} FAILED (see {name}.log)"); return
     s = f"{name:<28} {r['tokens_per_s']:>10.1f} tok/s {r['ms_per_step']:>9.3f} ms/step graph={str(r['graph']).lower():<5}"
     s += f" allreduces/step={r['allreduce_calls'] / max(r['steps'], 1):.0f}"
+    if r.get("allreduce_share") is not None: s += f" allreduce_share={100 * r['allreduce_share']:.1f}%"
     if r.get("share_of_roofline"): s += f" roofline={100 * r['share_of_roofline']:.1f}%"
     if base:
         x = r["tokens_per_s"] / base["tokens_per_s"]

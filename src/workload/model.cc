@@ -125,6 +125,7 @@ uint64_t Model::weightBytes() const {
 }
 
 tpsResult_t Model::allReduce(int tokens) {
+  if (skip_allreduce_) return tpsSuccess;
   void* bufs[TPS_MAX_DEVICES];
   tpsStream_t streams[TPS_MAX_DEVICES];
   for (size_t i = 0; i < shards_.size(); ++i) {
@@ -238,6 +239,7 @@ tpsResult_t Model::readOutput(int tokens, std::vector<float>* out) {
 }
 
 tpsResult_t Model::captureForward(int tokens, int pos0, cudaGraphExec_t* exec, std::string* why) {
+  *exec = nullptr;
   TPS_CHECK(synchronize());
   const cudaStream_t s0 = shards_[0]->stream();
   DeviceGuard on(shards_[0]->device());
@@ -268,6 +270,7 @@ tpsResult_t Model::captureForward(int tokens, int pos0, cudaGraphExec_t* exec, s
   e = cudaGraphInstantiate(exec, graph, 0);
   (void)cudaGraphDestroy(graph);
   if (e != cudaSuccess) {
+    *exec = nullptr;
     (void)cudaGetLastError();
     *why = fmt::format("cudaGraphInstantiate: {}", cudaGetErrorName(e));
     return tpsCudaError;

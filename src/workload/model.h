@@ -54,6 +54,10 @@ class Model {
   tpsResult_t captureForward(int tokens, int pos0, cudaGraphExec_t* exec, std::string* why);
   tpsResult_t launch(cudaGraphExec_t exec);
 
+  // Measurement aid: while set, `tensor` forwards skip their AllReduces (the result is wrong, the
+  // compute is the same), so the step time without them shows the AllReduces' share of a step.
+  void setSkipAllReduce(bool skip) { skip_allreduce_ = skip; }
+
   const ModelOptions& options() const { return options_; }
   tpsComm_t comm() const { return comm_; }  // null unless `tensor`
   int allReducesPerForward() const;
@@ -70,6 +74,7 @@ class Model {
   tpsComm_t comm_ = nullptr;
   std::vector<cudaEvent_t> ready_, consumed_, join_;  // per shard: hand-off and capture events
   bool capturing_ = false;
+  bool skip_allreduce_ = false;
 };
 
 }  // namespace tpscope::workload

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -72,6 +73,31 @@ tpsResult_t runPrefill(Model& model, const PrefillOptions& o, Meter* meter, Phas
   return tpsSuccess;
 }
 
+// Runs `steps` decode steps (graph or eager) and returns the seconds from first enqueue to synchronize.
+tpsResult_t timeSteps(Model& model, const DecodeOptions& o, int steps, cudaGraphExec_t exec, double* seconds) {
+  const double t0 = now();
+  tpsResult_t e = tpsSuccess;
+  for (int i = 0; i < steps && e == tpsSuccess; ++i)
+    e = exec ? model.launch(exec) : model.forward(o.tokens_per_step, o.ctx);
+  if (e == tpsSuccess) e = model.synchronize();
+  *seconds = now() - t0;
+  return e;
+}
+
+// The same steps with the AllReduces skipped: what a step costs without its reductions.
+tpsResult_t timeWithoutAllReduce(Model& model, const DecodeOptions& o, int steps, bool graph, double* seconds) {
+  model.setSkipAllReduce(true);
+  cudaGraphExec_t exec = nullptr;
+  std::string why;
+  tpsResult_t e = graph ? model.captureForward(o.tokens_per_step, o.ctx, &exec, &why) : tpsSuccess;
+  if (e == tpsSuccess) e = exec ? model.launch(exec) : model.forward(o.tokens_per_step, o.ctx);  // warm-up
+  if (e == tpsSuccess) e = model.synchronize();
+  if (e == tpsSuccess) e = timeSteps(model, o, steps, exec, seconds);
+  if (exec) (void)cudaGraphExecDestroy(exec);
+  model.setSkipAllReduce(false);
+  return e;
+}
+
 tpsResult_t runDecode(Model& model, const DecodeOptions& o, Meter* meter, PhaseResult* out, std::string* reason) {
   PhaseResult r;
   r.phase = "decode";
@@ -102,12 +128,8 @@ tpsResult_t runDecode(Model& model, const DecodeOptions& o, Meter* meter, PhaseR
   }
   resetTraffic(model);
   if (meter) (void)meter->begin("decode");
-  const double t0 = now();
-  tpsResult_t e = tpsSuccess;
-  for (int i = 0; i < r.steps && e == tpsSuccess; ++i)
-    e = r.graph ? model.launch(exec) : model.forward(o.tokens_per_step, o.ctx);
-  if (e == tpsSuccess) e = model.synchronize();
-  const double t1 = now();
+  double seconds = 0;
+  tpsResult_t e = timeSteps(model, o, r.steps, exec, &seconds);
   if (meter) (void)meter->end("decode");
   if (exec) (void)cudaGraphExecDestroy(exec);
   if (e != tpsSuccess) return fail(e, reason, "decode failed (see the log)");
@@ -117,9 +139,16 @@ tpsResult_t runDecode(Model& model, const DecodeOptions& o, Meter* meter, PhaseR
     const Traffic t = traffic(model);
     r.allreduce_calls = t.calls, r.allreduce_bytes = t.bytes;
   }
-  r.seconds = t1 - t0;
+  r.seconds = seconds;
   r.tokens_per_s = r.tokens / r.seconds;
   r.ms_per_step = 1e3 * r.seconds / r.steps;
+  if (model.comm() && o.allreduce_share) {
+    double bare = 0;
+    if (timeWithoutAllReduce(model, o, r.steps, r.graph, &bare) != tpsSuccess)
+      return fail(tpsCudaError, reason, "decode without AllReduces failed (see the log)");
+    r.ms_per_step_without_allreduce = 1e3 * bare / r.steps;
+    r.allreduce_share = std::max(0.0, 1.0 - r.ms_per_step_without_allreduce / r.ms_per_step);
+  }
   *out = r;
   return tpsSuccess;
 }

@@ -26,6 +26,8 @@ struct DecodeOptions {
   int tokens_per_step = 1;   // k tokens verified per forward
   double accept = 0;         // acceptance rate of the k-1 drafted tokens, in [0, 1]
   bool graph = true;         // run each step as a CUDA graph where capture works
+  // `tensor` only: time the same steps again with the AllReduces skipped, to give their share.
+  bool allreduce_share = true;
 };
 
 // Expected tokens emitted per step: 1 + accept x (k - 1).
@@ -47,6 +49,9 @@ struct PhaseResult {
   // Decode's memory roofline, filled in by the caller when measured (0: not measured): the slowest
   // GPU's weight bytes over its measured copy rate is the shortest a step can take.
   double copy_gbps = 0, roofline_ms_per_step = 0;
+  // Decode in `tensor`: the step time with the AllReduces skipped (0: not measured), and the
+  // AllReduces' share of a step, 1 - that / ms_per_step.
+  double ms_per_step_without_allreduce = 0, allreduce_share = 0;
 };
 
 tpsResult_t runPrefill(Model& model, const PrefillOptions& o, Meter* meter, PhaseResult* out, std::string* reason);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu_test_util.h"
+#include "workload/phases.h"
 #include "workload_test_util.h"
 
 namespace tpscope::testing {
@@ -86,6 +87,33 @@ TEST(WorkloadSplits, TensorCountsTwoAllReducesPerLayer) {
   EXPECT_EQ(calls, 2u * 4);
   EXPECT_EQ(bytes, 2ull * 4 * 5 * 256 * 2);
   EXPECT_EQ(m->allReducesPerForward(), 8);
+}
+
+TEST(WorkloadSplits, TensorDecodePhaseCountsAllReducesAndTheirShare) {
+  TPS_REQUIRE_GPUS(2);
+  auto m = makeModel(testConfig("tiny"), SplitMode::kTensor, {0, 1}, tpsBackendHost);
+  ASSERT_TRUE(m);
+  workload::DecodeOptions o;
+  o.tokens = 20, o.ctx = 100, o.tokens_per_step = 2, o.accept = 1;
+  workload::PhaseResult r;
+  std::string reason;
+  ASSERT_EQ(workload::runDecode(*m, o, nullptr, &r, &reason), tpsSuccess) << reason;
+  EXPECT_EQ(r.steps, 10);
+  EXPECT_EQ(r.allreduce_calls, 10u * 2 * 4);
+  EXPECT_EQ(r.allreduce_bytes, 10ull * 2 * 4 * 2 * 256 * 2);
+  EXPECT_GT(r.ms_per_step_without_allreduce, 0);
+  EXPECT_GT(r.allreduce_share, 0);  // host round trips on a 4-layer model: most of the step
+  EXPECT_LT(r.allreduce_share, 1);
+  // The skip is off again: the next forward reduces.
+  ASSERT_EQ(tpsCommResetStats(m->comm()), tpsSuccess);
+  ASSERT_EQ(m->forward(1, 0), tpsSuccess);
+  ASSERT_EQ(m->synchronize(), tpsSuccess);
+  tpsStats_t s;
+  ASSERT_EQ(tpsCommGetStats(m->comm(), &s), tpsSuccess);
+  unsigned long long calls = 0;
+  for (const auto& path : s.cells)
+    for (const auto& cell : path) calls += cell.calls;
+  EXPECT_EQ(calls, 8u);
 }
 
 }  // namespace

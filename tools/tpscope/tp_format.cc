@@ -58,6 +58,9 @@ std::string formatTpTable(const TpOptions& o, const std::vector<workload::GpuMem
                      r.graph ? "yes" : "no", r.allreduce_calls, r.allreduce_bytes);
   for (const workload::PhaseResult& r : results) {
     if (!r.graph_note.empty()) s += fmt::format("# {} ran eagerly: {}\n", r.phase, r.graph_note);
+    if (r.ms_per_step_without_allreduce > 0)
+      s += fmt::format("# {} without its AllReduces: {:.3f} ms per step; AllReduce share of a step {:.1f} %\n", r.phase,
+                       r.ms_per_step_without_allreduce, 100.0 * r.allreduce_share);
     if (r.roofline_ms_per_step > 0)
       s += fmt::format("# {} roofline: weights per GPU / copy rate {:.0f} GB/s = {:.3f} ms per step; measured {:.3f} "
                        "ms = {:.1f} % of the roofline\n",
@@ -92,6 +95,11 @@ nlohmann::json tpDocument(const TpOptions& o, const std::vector<workload::GpuMem
                    {"graph_note", r.graph_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.graph_note)},
                    {"allreduce_calls", r.allreduce_calls},
                    {"allreduce_bytes_per_gpu", r.allreduce_bytes},
+                   {"ms_per_step_without_allreduce", r.ms_per_step_without_allreduce > 0
+                                                         ? nlohmann::json(r.ms_per_step_without_allreduce)
+                                                         : nlohmann::json(nullptr)},
+                   {"allreduce_share", r.ms_per_step_without_allreduce > 0 ? nlohmann::json(r.allreduce_share)
+                                                                          : nlohmann::json(nullptr)},
                    {"copy_gbps", r.copy_gbps > 0 ? nlohmann::json(r.copy_gbps) : nlohmann::json(nullptr)},
                    {"roofline_ms_per_step",
                     r.roofline_ms_per_step > 0 ? nlohmann::json(r.roofline_ms_per_step) : nlohmann::json(nullptr)},
