@@ -22,8 +22,8 @@ namespace tpscope::experiment {
 struct PhaseOutcome {
   std::string phase;  // "prefill" | "decode"
   int64_t start_ns = 0, end_ns = 0;
-  int64_t tokens = 0;  // tokens produced (decode) or consumed (prefill)
-  int64_t steps = 0;   // forward passes
+  int64_t tokens = 0;                // tokens produced (decode) or consumed (prefill)
+  int64_t steps = 0;                 // forward passes
   std::vector<PathCalls> allreduce;  // the library's accounting across the phase (tpsStats_t difference)
 };
 

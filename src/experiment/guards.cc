@@ -11,11 +11,16 @@ namespace tpscope::experiment {
 
 const char* settingSourceName(SettingSource s) {
   switch (s) {
-    case SettingSource::kDefault: return "default";
-    case SettingSource::kShared: return "shared";
-    case SettingSource::kArm: return "arm";
-    case SettingSource::kDerived: return "derived";
-    case SettingSource::kAuto: return "auto";
+    case SettingSource::kDefault:
+      return "default";
+    case SettingSource::kShared:
+      return "shared";
+    case SettingSource::kArm:
+      return "arm";
+    case SettingSource::kDerived:
+      return "derived";
+    case SettingSource::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -192,8 +197,8 @@ std::vector<Refusal> checkAvailability(const std::vector<EffectiveSettings>& arm
       i = j == std::string::npos ? devs.size() : j + 1;
     }
     if (max_dev >= box.gpu_count) {
-      out.push_back({e.arm, fmt::format("devices {} need GPU {}, this box has {} GPU{}", devs, max_dev,
-                                        box.gpu_count, box.gpu_count == 1 ? "" : "s")});
+      out.push_back({e.arm, fmt::format("devices {} need GPU {}, this box has {} GPU{}", devs, max_dev, box.gpu_count,
+                                        box.gpu_count == 1 ? "" : "s")});
       continue;
     }
     const std::string ar = e.value("allreduce_backend");

@@ -64,10 +64,10 @@ std::string formatDifferences(const std::vector<Difference>& diffs);
 // What this build and box offer.
 struct Availability {
   int gpu_count = 0;
-  std::vector<std::string> backends;     // usable AllReduce backends: "host", "p2p", "nccl"
+  std::vector<std::string> backends;                   // usable AllReduce backends: "host", "p2p", "nccl"
   std::map<std::string, std::string> backend_reasons;  // why a backend is missing (from topo)
-  std::vector<std::string> split_modes;  // implemented by the workload: "none", "layer", "tensor"
-  std::vector<std::string> presets;      // empty: not checked
+  std::vector<std::string> split_modes;                // implemented by the workload: "none", "layer", "tensor"
+  std::vector<std::string> presets;                    // empty: not checked
 };
 
 struct Refusal {

@@ -25,7 +25,8 @@ std::optional<T> getOpt(const json& j, const char* key) {
 
 json toJson(const EffectiveSettings& e) {
   json s = json::array();
-  for (const Setting& x : e.settings) s.push_back({{"key", x.key}, {"value", x.value}, {"source", settingSourceName(x.source)}});
+  for (const Setting& x : e.settings)
+    s.push_back({{"key", x.key}, {"value", x.value}, {"source", settingSourceName(x.source)}});
   return {{"arm", e.arm}, {"settings", s}};
 }
 
@@ -50,11 +51,9 @@ json toJson(const QuiesceRecord& q) {
     for (int c = 0; c < kMeterCounters; ++c) row[meterCounterName(static_cast<MeterCounter>(c))] = opt(gpu[c]);
     idle.push_back(row);
   }
-  return {{"passed", q.passed},          {"idle_ms", (q.end_ns - q.start_ns) / 1000000},
-          {"start_ns", q.start_ns},      {"end_ns", q.end_ns},
-          {"threshold_mbps", q.threshold_mbps}, {"idle_mbps", idle},
-          {"other_pids", q.other_pids},  {"processes_checked", q.processes_checked},
-          {"reason", q.reason}};
+  return {{"passed", q.passed},         {"idle_ms", (q.end_ns - q.start_ns) / 1000000}, {"start_ns", q.start_ns},
+          {"end_ns", q.end_ns},         {"threshold_mbps", q.threshold_mbps},           {"idle_mbps", idle},
+          {"other_pids", q.other_pids}, {"processes_checked", q.processes_checked},     {"reason", q.reason}};
 }
 
 QuiesceRecord quiesceFromJson(const json& j) {
@@ -79,10 +78,10 @@ QuiesceRecord quiesceFromJson(const json& j) {
 json toJson(const Manifest& m) {
   json eff = json::array();
   for (const EffectiveSettings& e : m.effective) eff.push_back(toJson(e));
-  return {{"format", m.format},     {"experiment", m.experiment}, {"spec_path", m.spec_path},
-          {"spec_toml", m.spec_toml}, {"arms", m.arms},           {"phases", m.phases},
-          {"effective", eff},       {"versions", m.versions},     {"topology", m.topology},
-          {"machine", m.machine},   {"start_time", m.start_time}, {"recording", m.recording}};
+  return {
+      {"format", m.format},     {"experiment", m.experiment}, {"spec_path", m.spec_path},   {"spec_toml", m.spec_toml},
+      {"arms", m.arms},         {"phases", m.phases},         {"effective", eff},           {"versions", m.versions},
+      {"topology", m.topology}, {"machine", m.machine},       {"start_time", m.start_time}, {"recording", m.recording}};
 }
 
 Manifest manifestFromJson(const json& j) {
@@ -90,7 +89,8 @@ Manifest manifestFromJson(const json& j) {
   try {
     m.format = j.at("format").get<std::string>();
     if (m.format != kRunFormat)
-      throw RecordError(fmt::format("manifest.json has format \"{}\", this tpscope reads \"{}\"", m.format, kRunFormat));
+      throw RecordError(
+          fmt::format("manifest.json has format \"{}\", this tpscope reads \"{}\"", m.format, kRunFormat));
     m.experiment = j.value("experiment", std::string());
     m.spec_path = j.value("spec_path", std::string());
     m.spec_toml = j.value("spec_toml", std::string());
@@ -113,8 +113,11 @@ json toJson(const RepetitionResult& r) {
   for (const PhaseResult& p : r.phases) {
     json ar = json::array();
     for (const PathCalls& c : p.allreduce)
-      ar.push_back({{"path", c.path}, {"calls", c.calls}, {"payload_bytes", c.payload_bytes},
-                    {"tx_bytes", c.tx_bytes}, {"rx_bytes", c.rx_bytes}});
+      ar.push_back({{"path", c.path},
+                    {"calls", c.calls},
+                    {"payload_bytes", c.payload_bytes},
+                    {"tx_bytes", c.tx_bytes},
+                    {"rx_bytes", c.rx_bytes}});
     json gpus = json::array();
     for (const GpuTraffic& g : p.gpus)
       gpus.push_back({{"gpu", g.gpu},
@@ -129,13 +132,18 @@ json toJson(const RepetitionResult& r) {
                       {"dmon_tx_mbps", opt(g.dmon_tx_mbps)},
                       {"dmon_samples", g.dmon_samples},
                       {"pcie_ceiling_mbps", opt(g.ceiling_mbps)}});
-    phases.push_back({{"phase", p.phase}, {"start_ns", p.start_ns}, {"end_ns", p.end_ns}, {"tokens", p.tokens},
-                      {"steps", p.steps}, {"tok_s", p.tok_s}, {"step_ms", p.step_ms}, {"allreduce", ar},
+    phases.push_back({{"phase", p.phase},
+                      {"start_ns", p.start_ns},
+                      {"end_ns", p.end_ns},
+                      {"tokens", p.tokens},
+                      {"steps", p.steps},
+                      {"tok_s", p.tok_s},
+                      {"step_ms", p.step_ms},
+                      {"allreduce", ar},
                       {"gpus", gpus}});
   }
-  return {{"arm", r.arm},         {"repetition", r.repetition}, {"attempt", r.attempt},
-          {"valid", r.valid},     {"devices", r.devices},       {"quiesce", toJson(r.quiesce)},
-          {"phases", phases}};
+  return {{"arm", r.arm},         {"repetition", r.repetition},   {"attempt", r.attempt}, {"valid", r.valid},
+          {"devices", r.devices}, {"quiesce", toJson(r.quiesce)}, {"phases", phases}};
 }
 
 RepetitionResult repetitionFromJson(const json& j) {

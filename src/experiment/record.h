@@ -12,10 +12,9 @@
 // Attempts whose baseline failed are recorded too (valid = false): none is silently dropped.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -31,28 +30,28 @@ constexpr const char* kRunFormat = "tpscope-run/1";
 struct Manifest {
   std::string format = kRunFormat;
   std::string spec_path;
-  std::string spec_toml;  // verbatim
-  std::string experiment;  // spec name
+  std::string spec_toml;            // verbatim
+  std::string experiment;           // spec name
   std::vector<std::string> arms;    // in spec order
   std::vector<std::string> phases;  // in spec order
   std::vector<EffectiveSettings> effective;
   nlohmann::json versions = nlohmann::json::object();  // tpscope, git_sha, cuda, driver, nccl
   nlohmann::json topology = nlohmann::json::object();  // `tpscope topo --format json`
   nlohmann::json machine = nlohmann::json::object();   // hostname, kernel, cpu
-  std::string start_time;  // ISO 8601 UTC
-  std::string recording;   // non-empty for a shipped recording: "recorded 2026-11-29 on 2xH200 (...)"
+  std::string start_time;                              // ISO 8601 UTC
+  std::string recording;  // non-empty for a shipped recording: "recorded 2026-11-29 on 2xH200 (...)"
 };
 
 // One GPU in one phase window of one repetition.
 struct GpuTraffic {
-  int gpu = 0;  // CUDA ordinal
+  int gpu = 0;                               // CUDA ordinal
   std::optional<double> rx_bytes, tx_bytes;  // PCIe, counter difference across the window
   std::optional<double> rx_mbps, tx_mbps;    // mean inside the window: bytes / duration
   std::optional<double> nvlink_rx_mbps, nvlink_tx_mbps;
-  int samples = 0;                           // PCIe reads inside the window
+  int samples = 0;                                   // PCIe reads inside the window
   std::optional<double> dmon_rx_mbps, dmon_tx_mbps;  // the dmon method, same window
   int dmon_samples = 0;
-  std::optional<double> ceiling_mbps;        // PCIe per direction
+  std::optional<double> ceiling_mbps;  // PCIe per direction
 };
 
 // The library's accounting for one path in one phase (tpsStats_t, differenced across the window).

@@ -98,8 +98,8 @@ void explain(Report* r) {
   for (const std::string& phase : r->phases) {
     const ReportArmPhase* layer = fastest(*r, "layer", phase, true);
     const ReportArmPhase* tensor = fastest(*r, "tensor", phase, true);
-    const char* work = phase == "prefill" ? "Prefill-heavy work (long prompt, short answer)"
-                                          : "Decode-heavy work (long generation)";
+    const char* work =
+        phase == "prefill" ? "Prefill-heavy work (long prompt, short answer)" : "Decode-heavy work (long generation)";
     if (!layer || !tensor) continue;
     const bool layer_wins = layer->tok_s->median >= tensor->tok_s->median;
     const ReportArmPhase* w = layer_wins ? layer : tensor;
@@ -114,24 +114,28 @@ void explain(Report* r) {
     const ReportArmPhase* base = fastest(*r, "tensor", "decode", true);
     const ReportArmPhase* me = armPhase(*r, a.name, "decode");
     if (!base || !me || !me->tok_s) continue;
-    m.push_back(fmt::format("{} tokens per step ({}) decode {:+.0f}% over {}: fewer AllReduce round trips per token, "
-                            "not more bandwidth.",
-                            a.tokens_per_step, a.name, (me->tok_s->median / base->tok_s->median - 1) * 100, base->arm));
+    m.push_back(
+        fmt::format("{} tokens per step ({}) decode {:+.0f}% over {}: fewer AllReduce round trips per token, "
+                    "not more bandwidth.",
+                    a.tokens_per_step, a.name, (me->tok_s->median / base->tok_s->median - 1) * 100, base->arm));
   }
   if (r->busiest) {
     const BusiestCell& b = *r->busiest;
-    const std::string where = fmt::format("arm {} {} GPU {} {} {} MB/s", b.arm, b.phase, b.gpu, b.direction, mbps(b.mbps));
+    const std::string where =
+        fmt::format("arm {} {} GPU {} {} {} MB/s", b.arm, b.phase, b.gpu, b.direction, mbps(b.mbps));
     if (b.share < 0.25)
-      m.push_back(fmt::format("The bus is far from its ceiling: the busiest cell ({}) is {} of {} MB/s per direction. "
-                              "A faster bus would buy nothing for these phases.",
-                              where, pct(b.share), mbps(b.ceiling_mbps)));
+      m.push_back(
+          fmt::format("The bus is far from its ceiling: the busiest cell ({}) is {} of {} MB/s per direction. "
+                      "A faster bus would buy nothing for these phases.",
+                      where, pct(b.share), mbps(b.ceiling_mbps)));
     else if (b.share < 0.7)
       m.push_back(fmt::format("The bus is busy but not saturated: the busiest cell ({}) is {} of its ceiling.", where,
                               pct(b.share)));
     else
-      m.push_back(fmt::format("The bus is near its ceiling: the busiest cell ({}) is {} of {} MB/s. A faster link "
-                              "or a path that avoids it would help.",
-                              where, pct(b.share), mbps(b.ceiling_mbps)));
+      m.push_back(
+          fmt::format("The bus is near its ceiling: the busiest cell ({}) is {} of {} MB/s. A faster link "
+                      "or a path that avoids it would help.",
+                      where, pct(b.share), mbps(b.ceiling_mbps)));
   }
   // Decode: bytes or round trips?
   for (const ReportArmPhase& p : r->arm_phases) {
@@ -142,9 +146,10 @@ void explain(Report* r) {
     for (const ReportCell& c : r->cells)
       if (c.arm == p.arm && c.phase == "decode" && c.share_of_ceiling) share = std::max(share, *c.share_of_ceiling);
     if (share < 0.05)
-      m.push_back(fmt::format("Decode under tensor split ({}) makes {:.0f} AllReduce calls per token and uses {} of "
-                              "the bus: it is limited by round trips, not bytes.",
-                              p.arm, *p.allreduce_calls_per_token, pct(share)));
+      m.push_back(
+          fmt::format("Decode under tensor split ({}) makes {:.0f} AllReduce calls per token and uses {} of "
+                      "the bus: it is limited by round trips, not bytes.",
+                      p.arm, *p.allreduce_calls_per_token, pct(share)));
     break;
   }
   // Thin sampling.
@@ -153,9 +158,10 @@ void explain(Report* r) {
     if (c.phase == "decode")
       for (int s : c.samples) lo = std::min(lo, s), hi = std::max(hi, s);
   if (hi > 0 && lo < 10)
-    m.push_back(fmt::format("Decode windows hold {}–{} counter reads per repetition: read the decode rates as order "
-                            "of magnitude, the prefill rates as citable.",
-                            lo, hi));
+    m.push_back(
+        fmt::format("Decode windows hold {}–{} counter reads per repetition: read the decode rates as order "
+                    "of magnitude, the prefill rates as citable.",
+                    lo, hi));
   if (r->failed.empty())
     m.push_back("Every repetition passed its idle baseline; none was discarded.");
   else
@@ -192,13 +198,19 @@ Report buildReport(const RunRecord& run) {
     for (const RepetitionResult& rep : run.repetitions) {
       if (rep.arm != name) continue;
       ++a.attempts;
-      if (rep.valid) reps.push_back(&rep);
+      if (rep.valid)
+        reps.push_back(&rep);
       else
         r.failed.push_back(fmt::format("arm {} repetition {} attempt {}: {}", name, rep.repetition + 1, rep.attempt + 1,
                                        rep.quiesce.reason.empty() ? "baseline failed" : rep.quiesce.reason));
       for (const PhaseResult& p : rep.phases)
-        r.windows.push_back({{"arm", name}, {"repetition", rep.repetition}, {"attempt", rep.attempt},
-                             {"valid", rep.valid}, {"phase", p.phase}, {"start_ns", p.start_ns}, {"end_ns", p.end_ns}});
+        r.windows.push_back({{"arm", name},
+                             {"repetition", rep.repetition},
+                             {"attempt", rep.attempt},
+                             {"valid", rep.valid},
+                             {"phase", p.phase},
+                             {"start_ns", p.start_ns},
+                             {"end_ns", p.end_ns}});
     }
     a.valid_repetitions = static_cast<int>(reps.size());
     const std::vector<int> gpus = parseDevices(a.devices);
@@ -274,12 +286,13 @@ Report buildReport(const RunRecord& run) {
         if (cell.rx_mbps) rx_sum += cell.rx_mbps->median, ++rx_n;
         if (cell.tx_mbps) tx_sum += cell.tx_mbps->median, ++tx_n;
         if (cell.ceiling_mbps && *cell.ceiling_mbps > 0 && (cell.rx_mbps || cell.tx_mbps)) {
-          const double peak = std::max(cell.rx_mbps ? cell.rx_mbps->median : 0, cell.tx_mbps ? cell.tx_mbps->median : 0);
+          const double peak =
+              std::max(cell.rx_mbps ? cell.rx_mbps->median : 0, cell.tx_mbps ? cell.tx_mbps->median : 0);
           cell.share_of_ceiling = peak / *cell.ceiling_mbps;
           const bool tx_wins = cell.tx_mbps && (!cell.rx_mbps || cell.tx_mbps->median > cell.rx_mbps->median);
           if (!r.busiest || peak > r.busiest->mbps)
-            r.busiest = BusiestCell{name, phase, tx_wins ? "tx" : "rx", cell.gpu, peak, *cell.share_of_ceiling,
-                                    *cell.ceiling_mbps};
+            r.busiest = BusiestCell{
+                name, phase, tx_wins ? "tx" : "rx", cell.gpu, peak, *cell.share_of_ceiling, *cell.ceiling_mbps};
         }
         r.cells.push_back(std::move(cell));
       }
@@ -303,8 +316,13 @@ Report buildReport(const RunRecord& run) {
       const ReportArmPhase* tp = armPhase(r, t.name, phase);
       const ReportArmPhase* lp = armPhase(r, layer->name, phase);
       if (!tp || !lp || !tp->rx_per_card_mbps || !lp->rx_per_card_mbps) continue;
-      NetCost n{phase, t.name, layer->name, *tp->rx_per_card_mbps, *lp->rx_per_card_mbps,
-                *tp->rx_per_card_mbps - *lp->rx_per_card_mbps, 0};
+      NetCost n{phase,
+                t.name,
+                layer->name,
+                *tp->rx_per_card_mbps,
+                *lp->rx_per_card_mbps,
+                *tp->rx_per_card_mbps - *lp->rx_per_card_mbps,
+                0};
       n.ratio = n.layer_rx_mbps > 0 ? n.tensor_rx_mbps / n.layer_rx_mbps : 0;
       r.net.push_back(n);
     }
@@ -315,9 +333,10 @@ Report buildReport(const RunRecord& run) {
 std::string formatMarkdown(const Report& r) {
   std::string s = fmt::format("# Experiment {}\n\n", r.experiment);
   if (!r.recording.empty()) s += fmt::format("> Recording: {}\n\n", r.recording);
-  s += fmt::format("Started {}{}. Per repetition: mean inside the phase window (bytes / duration). Across "
-                   "repetitions: median (min–max). MB/s = 10^6 bytes/s, PCIe counters, per card.\n\n",
-                   r.start_time, r.machine.empty() ? "" : " on " + r.machine);
+  s += fmt::format(
+      "Started {}{}. Per repetition: mean inside the phase window (bytes / duration). Across "
+      "repetitions: median (min–max). MB/s = 10^6 bytes/s, PCIe counters, per card.\n\n",
+      r.start_time, r.machine.empty() ? "" : " on " + r.machine);
   // Summary.
   s += "## Per arm\n\n| arm | setup |";
   for (const std::string& p : r.phases) s += fmt::format(" {} tok/s | {} rx MB/s |", p, p);
@@ -368,11 +387,10 @@ std::string formatMarkdown(const Report& r) {
       const std::optional<double> lib =
           c.library_rx_mbps ? std::optional<double>(c.library_rx_mbps->median) : std::nullopt;
       const std::optional<double> cnt = c.rx_mbps ? std::optional<double>(c.rx_mbps->median) : std::nullopt;
-      s += fmt::format("| {} | {} | {} | {:.0f} | {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu,
-                       ap->allreduce_calls->median,
-                       ap->allreduce_bytes_per_call ? fmt::format("{:.0f}", *ap->allreduce_bytes_per_call) : "N/A",
-                       fmt::format("{}", fmt::join(ap->paths, ", ")), mbps(lib), mbps(cnt),
-                       lib && cnt ? mbps(*cnt - *lib) : "N/A");
+      s += fmt::format(
+          "| {} | {} | {} | {:.0f} | {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu, ap->allreduce_calls->median,
+          ap->allreduce_bytes_per_call ? fmt::format("{:.0f}", *ap->allreduce_bytes_per_call) : "N/A",
+          fmt::format("{}", fmt::join(ap->paths, ", ")), mbps(lib), mbps(cnt), lib && cnt ? mbps(*cnt - *lib) : "N/A");
     }
     s += "\nother = counters − library: the traffic that is not AllReduce payload (activations, copies, protocol "
          "overhead, 8–17% on PCIe).\n";
@@ -438,18 +456,34 @@ json toJson(const Report& r) {
                      {"share_of_ceiling", opt(c.share_of_ceiling)}});
   json net = json::array();
   for (const NetCost& n : r.net)
-    net.push_back({{"phase", n.phase}, {"tensor_arm", n.tensor_arm}, {"layer_arm", n.layer_arm},
-                   {"tensor_rx_mbps", n.tensor_rx_mbps}, {"layer_rx_mbps", n.layer_rx_mbps},
-                   {"net_rx_mbps", n.net_rx_mbps}, {"ratio", n.ratio}});
+    net.push_back({{"phase", n.phase},
+                   {"tensor_arm", n.tensor_arm},
+                   {"layer_arm", n.layer_arm},
+                   {"tensor_rx_mbps", n.tensor_rx_mbps},
+                   {"layer_rx_mbps", n.layer_rx_mbps},
+                   {"net_rx_mbps", n.net_rx_mbps},
+                   {"ratio", n.ratio}});
   json busiest = nullptr;
   if (r.busiest)
-    busiest = {{"arm", r.busiest->arm}, {"phase", r.busiest->phase}, {"gpu", r.busiest->gpu},
-               {"direction", r.busiest->direction}, {"mbps", r.busiest->mbps}, {"share_of_ceiling", r.busiest->share},
+    busiest = {{"arm", r.busiest->arm},
+               {"phase", r.busiest->phase},
+               {"gpu", r.busiest->gpu},
+               {"direction", r.busiest->direction},
+               {"mbps", r.busiest->mbps},
+               {"share_of_ceiling", r.busiest->share},
                {"ceiling_mbps", r.busiest->ceiling_mbps}};
-  return {{"experiment", r.experiment}, {"start_time", r.start_time}, {"recording", r.recording},
-          {"machine", r.machine},       {"phases", r.phases},         {"arms", arms},
-          {"cells", cells},             {"net_allreduce", net},       {"busiest", busiest},
-          {"failed_baselines", r.failed}, {"meaning", r.meaning},     {"windows", r.windows}};
+  return {{"experiment", r.experiment},
+          {"start_time", r.start_time},
+          {"recording", r.recording},
+          {"machine", r.machine},
+          {"phases", r.phases},
+          {"arms", arms},
+          {"cells", cells},
+          {"net_allreduce", net},
+          {"busiest", busiest},
+          {"failed_baselines", r.failed},
+          {"meaning", r.meaning},
+          {"windows", r.windows}};
 }
 
 }  // namespace tpscope::experiment

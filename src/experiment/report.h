@@ -9,7 +9,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,10 +25,10 @@ struct ReportCell {
   std::optional<MeterSpread> rx_mbps, tx_mbps;            // PCIe counters
   std::optional<MeterSpread> dmon_rx_mbps, dmon_tx_mbps;  // the dmon method, same windows
   std::optional<MeterSpread> nvlink_rx_mbps, nvlink_tx_mbps;
-  std::vector<int> samples;                               // PCIe reads inside the window, per repetition
+  std::vector<int> samples;  // PCIe reads inside the window, per repetition
   std::optional<double> ceiling_mbps;
-  std::optional<double> share_of_ceiling;                 // max(rx, tx median) / ceiling
-  std::optional<MeterSpread> library_rx_mbps;             // the AllReduce library's rx bytes / duration
+  std::optional<double> share_of_ceiling;      // max(rx, tx median) / ceiling
+  std::optional<MeterSpread> library_rx_mbps;  // the AllReduce library's rx bytes / duration
   std::optional<MeterSpread> library_tx_mbps;
 };
 
@@ -41,7 +40,7 @@ struct ReportArmPhase {
   std::optional<MeterSpread> allreduce_calls;                // per repetition
   std::optional<double> allreduce_bytes_per_call;            // payload bytes per call (median rep)
   std::optional<double> allreduce_calls_per_token;
-  std::vector<std::string> paths;                            // paths that carried calls
+  std::vector<std::string> paths;  // paths that carried calls
 };
 
 struct ReportArm {
@@ -71,8 +70,8 @@ struct Report {
   std::vector<ReportCell> cells;           // arm, phase, GPU
   std::vector<NetCost> net;
   std::optional<BusiestCell> busiest;
-  std::vector<std::string> failed;   // one line per repetition attempt whose baseline failed
-  std::vector<std::string> meaning;  // "what this means", generated from the numbers
+  std::vector<std::string> failed;                   // one line per repetition attempt whose baseline failed
+  std::vector<std::string> meaning;                  // "what this means", generated from the numbers
   nlohmann::json windows = nlohmann::json::array();  // {arm, repetition, phase, start_ns, end_ns} for plots
 };
 

@@ -2,11 +2,10 @@
 // spec.cc - TOML experiment specs (toml++ used header-only: nothing extra to load at run time).
 #define TOML_HEADER_ONLY 1
 #define TOML_ENABLE_FORMATTERS 0
-#include <toml++/toml.h>
-
 #include "experiment/spec.h"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <algorithm>
 #include <fstream>
@@ -17,10 +16,14 @@ namespace tpscope::experiment {
 
 const char* splitModeName(SplitMode m) {
   switch (m) {
-    case SplitMode::kNone: return "none";
-    case SplitMode::kLayer: return "layer";
-    case SplitMode::kTensor: return "tensor";
-    case SplitMode::kRow: return "row";
+    case SplitMode::kNone:
+      return "none";
+    case SplitMode::kLayer:
+      return "layer";
+    case SplitMode::kTensor:
+      return "tensor";
+    case SplitMode::kRow:
+      return "row";
   }
   return "?";
 }
@@ -44,7 +47,9 @@ int lineOf(const toml::node& n) { return static_cast<int>(n.source().begin.line)
 struct Reader {
   std::string source;
 
-  [[noreturn]] void error(const toml::node& n, const std::string& msg) const { throw SpecError(source, lineOf(n), msg); }
+  [[noreturn]] void error(const toml::node& n, const std::string& msg) const {
+    throw SpecError(source, lineOf(n), msg);
+  }
 
   int integer(const toml::node& n, const std::string& key, int lo, int hi) const {
     if (!n.is_integer()) error(n, fmt::format("'{}' must be an integer", key));
@@ -54,9 +59,12 @@ struct Reader {
   }
   double number(const toml::node& n, const std::string& key, double lo, double hi, bool lo_open = false) const {
     double v = 0;
-    if (n.is_integer()) v = static_cast<double>(n.as_integer()->get());
-    else if (n.is_floating_point()) v = n.as_floating_point()->get();
-    else error(n, fmt::format("'{}' must be a number", key));
+    if (n.is_integer())
+      v = static_cast<double>(n.as_integer()->get());
+    else if (n.is_floating_point())
+      v = n.as_floating_point()->get();
+    else
+      error(n, fmt::format("'{}' must be a number", key));
     if (v < lo || v > hi || (lo_open && v == lo))
       error(n, fmt::format("'{}' = {} is out of range {}{}, {}]", key, v, lo_open ? "(" : "[", lo, hi));
     return v;
@@ -106,18 +114,27 @@ void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec) {
   SharedSettings& s = spec->shared;
   for (auto&& [k, v] : t) {
     const std::string key(k.str());
-    if (key == "name") spec->name = r.string(v, key);
+    if (key == "name")
+      spec->name = r.string(v, key);
     else if (key == "preset") {
       s.preset = r.string(v, key);
       if (s.preset.empty()) r.error(v, "'preset' is empty");
-    } else if (key == "prompt_tokens") s.prompt_tokens = r.integer(v, key, 1, 1 << 20);
-    else if (key == "decode_tokens") s.decode_tokens = r.integer(v, key, 1, 1 << 20);
-    else if (key == "context") s.context = r.integer(v, key, 1, 1 << 24);
-    else if (key == "repetitions") s.repetitions = r.integer(v, key, 1, 1000);
-    else if (key == "idle_seconds") s.idle_seconds = r.number(v, key, 0, 3600);
-    else if (key == "baseline_threshold_mbps") s.baseline_threshold_mbps = r.number(v, key, 0, 1e7, true);
-    else if (key == "baseline_retries") s.baseline_retries = r.integer(v, key, 0, 100);
-    else if (key == "meter_period_ms") s.meter_period_ms = r.number(v, key, 0.1, 50);
+    } else if (key == "prompt_tokens")
+      s.prompt_tokens = r.integer(v, key, 1, 1 << 20);
+    else if (key == "decode_tokens")
+      s.decode_tokens = r.integer(v, key, 1, 1 << 20);
+    else if (key == "context")
+      s.context = r.integer(v, key, 1, 1 << 24);
+    else if (key == "repetitions")
+      s.repetitions = r.integer(v, key, 1, 1000);
+    else if (key == "idle_seconds")
+      s.idle_seconds = r.number(v, key, 0, 3600);
+    else if (key == "baseline_threshold_mbps")
+      s.baseline_threshold_mbps = r.number(v, key, 0, 1e7, true);
+    else if (key == "baseline_retries")
+      s.baseline_retries = r.integer(v, key, 0, 100);
+    else if (key == "meter_period_ms")
+      s.meter_period_ms = r.number(v, key, 0.1, 50);
     else if (key == "phases") {
       const toml::array* a = v.as_array();
       if (!a || a->empty()) r.error(v, "'phases' must be a non-empty list, e.g. [\"prefill\", \"decode\"]");
@@ -161,11 +178,11 @@ ArmSpec parseArm(const Reader& r, const toml::table& t, const SharedSettings& sh
   const SplitMode mode = split.value_or(SplitMode::kNone);
   const size_t ndev = devices ? devices->size() : 1;
   if (mode == SplitMode::kNone && ndev != 1)
-    throw SpecError(r.source, arm.line, fmt::format("arm '{}': split \"none\" runs on one GPU, devices lists {}",
-                                                    arm.name, ndev));
+    throw SpecError(r.source, arm.line,
+                    fmt::format("arm '{}': split \"none\" runs on one GPU, devices lists {}", arm.name, ndev));
   if (mode != SplitMode::kNone && ndev < 2)
-    throw SpecError(r.source, arm.line, fmt::format("arm '{}': split \"{}\" needs at least 2 devices", arm.name,
-                                                    splitModeName(mode)));
+    throw SpecError(r.source, arm.line,
+                    fmt::format("arm '{}': split \"{}\" needs at least 2 devices", arm.name, splitModeName(mode)));
   if (ndev > 8) throw SpecError(r.source, arm.line, fmt::format("arm '{}': at most 8 devices", arm.name));
   return arm;
 }

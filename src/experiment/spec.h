@@ -24,36 +24,36 @@ std::optional<SplitMode> parseSplitMode(const std::string& text);
 struct ArmDelta {
   std::optional<std::vector<int>> devices;  // CUDA ordinals
   std::optional<SplitMode> split;
-  std::optional<std::string> backend;       // host | p2p | nccl | auto (AllReduce; tensor split only)
-  std::optional<int> tokens_per_step;       // tokens one decode step proposes (1 + drafts), 1..16
-  std::optional<double> acceptance;         // share of drafted tokens accepted, (0, 1]
+  std::optional<std::string> backend;  // host | p2p | nccl | auto (AllReduce; tensor split only)
+  std::optional<int> tokens_per_step;  // tokens one decode step proposes (1 + drafts), 1..16
+  std::optional<double> acceptance;    // share of drafted tokens accepted, (0, 1]
 };
 
 struct ArmSpec {
   std::string name;
-  int line = 0;   // where its [[arm]] table starts
+  int line = 0;    // where its [[arm]] table starts
   ArmDelta delta;  // what this arm declares
 };
 
 // Every setting shared by all arms, with the built-in defaults.
 struct SharedSettings {
-  std::string preset = "8b";        // synthetic model shape (tpscope tp --preset)
-  int prompt_tokens = 2048;         // prefill length
-  int decode_tokens = 256;          // tokens generated per decode phase
-  int context = 16384;              // KV capacity; equal in every arm (arm A must fit on one GPU)
+  std::string preset = "8b";  // synthetic model shape (tpscope tp --preset)
+  int prompt_tokens = 2048;   // prefill length
+  int decode_tokens = 256;    // tokens generated per decode phase
+  int context = 16384;        // KV capacity; equal in every arm (arm A must fit on one GPU)
   std::vector<std::string> phases = {"prefill", "decode"};
   int repetitions = 3;
-  double idle_seconds = 8;          // idle, metered, before every repetition
+  double idle_seconds = 8;               // idle, metered, before every repetition
   double baseline_threshold_mbps = 100;  // highest idle rate of any counter that still passes
-  double meter_period_ms = 2;       // counter read period
-  int baseline_retries = 2;         // a repetition whose baseline fails is retried this often, then reported
-  ArmDelta base;                    // arm settings given once in [experiment], overridden per arm
+  double meter_period_ms = 2;            // counter read period
+  int baseline_retries = 2;              // a repetition whose baseline fails is retried this often, then reported
+  ArmDelta base;                         // arm settings given once in [experiment], overridden per arm
 };
 
 struct ExperimentSpec {
-  std::string name;       // [experiment] name; default: the file's stem
-  std::string source;     // file path (or "<string>") for messages
-  std::string text;       // the TOML as read, kept verbatim in the run manifest
+  std::string name;    // [experiment] name; default: the file's stem
+  std::string source;  // file path (or "<string>") for messages
+  std::string text;    // the TOML as read, kept verbatim in the run manifest
   SharedSettings shared;
   std::vector<ArmSpec> arms;
 };

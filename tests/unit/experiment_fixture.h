@@ -28,13 +28,20 @@ struct StudyCell {
 
 inline const std::vector<StudyCell>& studyCells() {
   static const std::vector<StudyCell> cells = {
-      {"A", "decode", 0, 31, 26, 38, 23, {10, 10, 6}},           {"A", "prefill", 0, 10, 9, 45, 6, {21, 22, 22}},
-      {"B", "decode", 0, 22, 21, 26, 5, {6, 8, 6}},              {"B", "decode", 1, 22, 22, 29, 34, {6, 8, 6}},
-      {"B", "prefill", 0, 33, 10, 99, 3, {13, 14, 13}},          {"B", "prefill", 1, 110, 14, 117, 108, {13, 14, 13}},
-      {"C", "decode", 0, 115, 51, 175, 56, {5, 4, 6}},           {"C", "decode", 1, 63, 48, 72, 50, {5, 4, 6}},
-      {"C", "prefill", 0, 1038, 1033, 1176, 1265, {14, 15, 15}}, {"C", "prefill", 1, 1052, 1030, 1087, 1240, {14, 15, 15}},
-      {"C'", "decode", 0, 97, 86, 235, 154, {4, 6, 5}},          {"C'", "decode", 1, 195, 182, 209, 245, {4, 6, 5}},
-      {"C'", "prefill", 0, 1071, 989, 1169, 1118, {15, 15, 14}}, {"C'", "prefill", 1, 1064, 1048, 1335, 1215, {15, 15, 13}},
+      {"A", "decode", 0, 31, 26, 38, 23, {10, 10, 6}},
+      {"A", "prefill", 0, 10, 9, 45, 6, {21, 22, 22}},
+      {"B", "decode", 0, 22, 21, 26, 5, {6, 8, 6}},
+      {"B", "decode", 1, 22, 22, 29, 34, {6, 8, 6}},
+      {"B", "prefill", 0, 33, 10, 99, 3, {13, 14, 13}},
+      {"B", "prefill", 1, 110, 14, 117, 108, {13, 14, 13}},
+      {"C", "decode", 0, 115, 51, 175, 56, {5, 4, 6}},
+      {"C", "decode", 1, 63, 48, 72, 50, {5, 4, 6}},
+      {"C", "prefill", 0, 1038, 1033, 1176, 1265, {14, 15, 15}},
+      {"C", "prefill", 1, 1052, 1030, 1087, 1240, {14, 15, 15}},
+      {"C'", "decode", 0, 97, 86, 235, 154, {4, 6, 5}},
+      {"C'", "decode", 1, 195, 182, 209, 245, {4, 6, 5}},
+      {"C'", "prefill", 0, 1071, 989, 1169, 1118, {15, 15, 14}},
+      {"C'", "prefill", 1, 1064, 1048, 1335, 1215, {15, 15, 13}},
   };
   return cells;
 }
@@ -121,8 +128,8 @@ inline experiment::RunRecord writeStudyRun(const std::string& dir, bool failed_a
           p.step_ms = seconds * 1e3 / p.steps;
           t = p.end_ns + 500'000'000;
           if (tensor) {
-            const uint64_t tokens_per_call = phase == "decode" ? static_cast<uint64_t>(e.value("tokens_per_step") == "4" ? 4 : 1)
-                                                               : 512;
+            const uint64_t tokens_per_call =
+                phase == "decode" ? static_cast<uint64_t>(e.value("tokens_per_step") == "4" ? 4 : 1) : 512;
             PathCalls c;
             c.path = phase == "decode" ? "host-kernel" : "host-copy-engine";
             c.calls = static_cast<uint64_t>(p.steps) * 2 * kLayers;

@@ -43,7 +43,9 @@ TEST(ExperimentGuards, EffectiveSettingsCoverUndeclaredSettings) {
 
 TEST(ExperimentGuards, StudyArmsDifferOnlyInTheirDelta) {
   EXPECT_TRUE(undeclaredDifferences(effectiveSettings(fourArms())).empty());
-  EXPECT_TRUE(undeclaredDifferences(effectiveSettings(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/backends.toml"))).empty());
+  EXPECT_TRUE(
+      undeclaredDifferences(effectiveSettings(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/backends.toml")))
+          .empty());
 }
 
 // The study's trap 1: --fit is on by default and tensor split ignores it, so A and B were auto-tuned
@@ -93,7 +95,9 @@ TEST(ExperimentGuards, AutoResolvedDeltaKeyIsStillChecked) {
   EXPECT_EQ(diffs[0].setting, "tokens_per_step");
 }
 
-TEST(ExperimentGuards, AllAvailableOnTwoH200) { EXPECT_TRUE(checkAvailability(effectiveSettings(fourArms()), h200Box()).empty()); }
+TEST(ExperimentGuards, AllAvailableOnTwoH200) {
+  EXPECT_TRUE(checkAvailability(effectiveSettings(fourArms()), h200Box()).empty());
+}
 
 // The study's trap 2: -sm row listed in help, its code removed.
 TEST(ExperimentGuards, SplitModeNotImplementedIsRefusedUpFront) {
@@ -101,7 +105,8 @@ TEST(ExperimentGuards, SplitModeNotImplementedIsRefusedUpFront) {
   const auto refused = checkAvailability(effectiveSettings(spec), h200Box());
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].arm, "R");
-  EXPECT_EQ(refused[0].reason, "split mode \"row\" is not implemented in this build (implemented: none, layer, tensor)");
+  EXPECT_EQ(refused[0].reason,
+            "split mode \"row\" is not implemented in this build (implemented: none, layer, tensor)");
 }
 
 TEST(ExperimentGuards, UnavailableBackendAndMissingGpusAreRefused) {
@@ -112,7 +117,8 @@ TEST(ExperimentGuards, UnavailableBackendAndMissingGpusAreRefused) {
   const auto refused = checkAvailability(effectiveSettings(spec), box);
   ASSERT_EQ(refused.size(), 2u);
   EXPECT_EQ(refused[0].arm, "p2p");
-  EXPECT_EQ(refused[0].reason, "AllReduce backend \"p2p\" is not available here: GPU 0 cannot access GPU 1 as a peer (PHB)");
+  EXPECT_EQ(refused[0].reason,
+            "AllReduce backend \"p2p\" is not available here: GPU 0 cannot access GPU 1 as a peer (PHB)");
   EXPECT_EQ(refused[1].reason, "AllReduce backend \"nccl\" is not available here");
   Availability one = h200Box();
   one.gpu_count = 1;

@@ -88,8 +88,9 @@ TEST(ExperimentReport, FailedBaselineIsListedAndExcluded) {
   writeStudyRun(dir, /*failed_attempt=*/true);
   const Report r = buildReport(readRun(dir));
   ASSERT_EQ(r.failed.size(), 1u);
-  EXPECT_EQ(r.failed[0], "arm C repetition 2 attempt 1: GPU 1 pcie_rx idled at 152 MB/s (threshold 100) and process "
-                         "4242 has a context on it");
+  EXPECT_EQ(r.failed[0],
+            "arm C repetition 2 attempt 1: GPU 1 pcie_rx idled at 152 MB/s (threshold 100) and process "
+            "4242 has a context on it");
   for (const ReportArm& a : r.arms)
     if (a.name == "C") {
       EXPECT_EQ(a.valid_repetitions, 3);

@@ -66,7 +66,10 @@ std::string python() {
 bool haveMatplotlib() { return std::system((python() + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0; }
 
 TEST_F(ReportCli, PlotsArePngsWhenMatplotlibIsThere) {
-  if (!haveMatplotlib()) GTEST_SKIP() << python() << " has no matplotlib (scripts/setup installs python3-matplotlib; TPSCOPE_PYTHON picks another python)";
+  if (!haveMatplotlib())
+    GTEST_SKIP()
+        << python()
+        << " has no matplotlib (scripts/setup installs python3-matplotlib; TPSCOPE_PYTHON picks another python)";
   const std::string plots = dir_ + "/plots";
   const CliResult r = runTpscope("report " + dir_ + " --plots --plot-dir " + plots);
   ASSERT_EQ(r.exit_code, 0) << r.err;

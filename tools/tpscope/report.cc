@@ -89,8 +89,7 @@ class ReportCommand : public Command {
 }  // namespace
 
 std::string plotScriptPath() {
-  if (const char* env = std::getenv("TPSCOPE_PLOT_SCRIPT"); env && *env)
-    return std::filesystem::exists(env) ? env : "";
+  if (const char* env = std::getenv("TPSCOPE_PLOT_SCRIPT"); env && *env) return std::filesystem::exists(env) ? env : "";
   char self[4096] = {};
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n > 0) {
