@@ -223,8 +223,7 @@ cudaError_t launchSiluMul(const bf16_t* gu, bf16_t* out, int tokens, int ffn, cu
   return cudaGetLastError();
 }
 
-cudaError_t launchRopeAndStore(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, const AttnShape& s,
-                               cudaStream_t stream) {
+cudaError_t launchRopeAndStore(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, const AttnShape& s, cudaStream_t stream) {
   ropeStoreKernel<<<s.tokens, 256, 0, stream>>>(qkv, k_cache, v_cache, s);
   return cudaGetLastError();
 }
@@ -232,11 +231,10 @@ cudaError_t launchRopeAndStore(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, co
 cudaError_t launchAttention(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, bf16_t* out,
                             float* partial, const AttnShape& s, cudaStream_t stream) {
   const int splits = attentionSplits(s.tokens, s.q_heads, s.pos0 + s.tokens);
-  attnPartialKernel<<<dim3(s.tokens, s.q_heads, splits), 32 * kAttnWarps, 0, stream>>>(qkv, k_cache, v_cache,
-                                                                                        partial, s);
+  attnPartialKernel<<<dim3(s.tokens, s.q_heads, splits), 32 * kAttnWarps, 0, stream>>>(qkv, k_cache, v_cache, partial,
+                                                                                       s);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  attnCombineKernel<<<dim3(s.tokens, s.q_heads), s.head_dim, 0, stream>>>(partial, out, s.q_heads, s.head_dim,
-                                                                           splits);
+  attnCombineKernel<<<dim3(s.tokens, s.q_heads), s.head_dim, 0, stream>>>(partial, out, s.q_heads, s.head_dim, splits);
   return cudaGetLastError();
 }
 

@@ -33,12 +33,12 @@ cudaError_t launchSiluMul(const bf16_t* gu, bf16_t* out, int tokens, int ffn, cu
 
 // Attention geometry on one GPU: local heads, the KV cache [kv_heads][capacity][head_dim] for K and V.
 struct AttnShape {
-  int tokens = 0;       // query tokens in this forward, at positions pos0 .. pos0 + tokens - 1
+  int tokens = 0;  // query tokens in this forward, at positions pos0 .. pos0 + tokens - 1
   int pos0 = 0;
-  int q_heads = 0;      // local query heads
-  int kv_heads = 0;     // local KV heads; q head h reads KV head h / (q_heads / kv_heads)
+  int q_heads = 0;   // local query heads
+  int kv_heads = 0;  // local KV heads; q head h reads KV head h / (q_heads / kv_heads)
   int head_dim = 0;
-  int capacity = 0;     // positions the cache holds
+  int capacity = 0;                           // positions the cache holds
   int q_head_offset = 0, kv_head_offset = 0;  // global index of the first local head (RoPE is per position only)
   bool rope = true;
 };

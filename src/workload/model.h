@@ -10,11 +10,11 @@
 // Every call enqueues on the shards' streams and returns; synchronize() waits.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <cuda_runtime_api.h>
 
 #include "tpscope/tpscope.h"
 #include "workload/model_config.h"
@@ -26,7 +26,7 @@ class Shard;
 struct ModelOptions {
   ModelConfig config;
   SplitMode split = SplitMode::kNone;
-  std::vector<int> devices;  // CUDA ordinals: one for `none`, two or more otherwise
+  std::vector<int> devices;               // CUDA ordinals: one for `none`, two or more otherwise
   tpsBackend_t backend = tpsBackendAuto;  // `tensor` only
   uint64_t seed = 1;
   RunShape shape;

@@ -39,9 +39,12 @@ uint64_t layerElements(const ModelConfig& c, const Local& l) {
 
 const char* splitModeName(SplitMode mode) {
   switch (mode) {
-    case SplitMode::kNone: return "none";
-    case SplitMode::kLayer: return "layer";
-    case SplitMode::kTensor: return "tensor";
+    case SplitMode::kNone:
+      return "none";
+    case SplitMode::kLayer:
+      return "layer";
+    case SplitMode::kTensor:
+      return "tensor";
   }
   return "?";
 }
@@ -117,9 +120,10 @@ std::vector<GpuMemory> estimateMemory(const ModelConfig& c, SplitMode mode, int 
   const uint64_t d = c.head_dim, h = c.hidden, m = std::max(shape.max_tokens, 1);
   std::vector<GpuMemory> out(ngpu);
   for (int r = 0; r < ngpu; ++r) {
-    const uint64_t layers = mode == SplitMode::kLayer ? static_cast<uint64_t>(layerRange(c.layers, ngpu, r).last -
-                                                                              layerRange(c.layers, ngpu, r).first)
-                                                      : c.layers;
+    const uint64_t layers =
+        mode == SplitMode::kLayer
+            ? static_cast<uint64_t>(layerRange(c.layers, ngpu, r).last - layerRange(c.layers, ngpu, r).first)
+            : c.layers;
     GpuMemory& g = out[r];
     g.weights = (layers * layerElements(c, l) + h) * kBf16;
     g.kv_cache = 2 * layers * l.kv_heads * d * static_cast<uint64_t>(shape.ctx_capacity) * kBf16;
@@ -162,13 +166,20 @@ std::string applyOverrides(const std::string& text, ModelConfig* c) {
     const std::optional<int64_t> v = parseInt(value);
     if (!v || *v < 0 || *v > (1 << 20)) return fmt::format("bad value '{}' for {}: give a whole number", value, key);
     const int iv = static_cast<int>(*v);
-    if (key == "hidden") c->hidden = iv;
-    else if (key == "ffn") c->ffn = iv;
-    else if (key == "layers") c->layers = iv;
-    else if (key == "q_heads") c->q_heads = iv;
-    else if (key == "kv_heads") c->kv_heads = iv;
-    else if (key == "head_dim") c->head_dim = iv;
-    else if (key == "rope") c->rope = iv != 0;
+    if (key == "hidden")
+      c->hidden = iv;
+    else if (key == "ffn")
+      c->ffn = iv;
+    else if (key == "layers")
+      c->layers = iv;
+    else if (key == "q_heads")
+      c->q_heads = iv;
+    else if (key == "kv_heads")
+      c->kv_heads = iv;
+    else if (key == "head_dim")
+      c->head_dim = iv;
+    else if (key == "rope")
+      c->rope = iv != 0;
     else
       return fmt::format("unknown dimension '{}': use hidden, ffn, layers, q_heads, kv_heads, head_dim or rope", key);
     if (comma == std::string::npos) break;

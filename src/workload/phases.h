@@ -21,11 +21,11 @@ struct PrefillOptions {
 };
 
 struct DecodeOptions {
-  int tokens = 128;          // n tokens to emit
-  int ctx = 1024;            // context length c the steps attend to
-  int tokens_per_step = 1;   // k tokens verified per forward
-  double accept = 0;         // acceptance rate of the k-1 drafted tokens, in [0, 1]
-  bool graph = true;         // run each step as a CUDA graph where capture works
+  int tokens = 128;         // n tokens to emit
+  int ctx = 1024;           // context length c the steps attend to
+  int tokens_per_step = 1;  // k tokens verified per forward
+  double accept = 0;        // acceptance rate of the k-1 drafted tokens, in [0, 1]
+  bool graph = true;        // run each step as a CUDA graph where capture works
   // `tensor` only: time the same steps again with the AllReduces skipped, to give their share.
   bool allreduce_share = true;
 };
@@ -36,15 +36,15 @@ double emittedPerStep(const DecodeOptions& o);
 int decodeSteps(const DecodeOptions& o);
 
 struct PhaseResult {
-  std::string phase;        // "prefill" or "decode"
-  double seconds = 0;       // the timed window
-  int steps = 0;            // forwards (prefill: micro-batches)
+  std::string phase;   // "prefill" or "decode"
+  double seconds = 0;  // the timed window
+  int steps = 0;       // forwards (prefill: micro-batches)
   int tokens_per_forward = 0;
-  double tokens = 0;        // prompt tokens, or emitted tokens (steps x emittedPerStep)
+  double tokens = 0;  // prompt tokens, or emitted tokens (steps x emittedPerStep)
   double tokens_per_s = 0;
   double ms_per_step = 0;
-  bool graph = false;       // decode ran as a CUDA graph
-  std::string graph_note;   // why not, when it was asked for and did not work
+  bool graph = false;                                           // decode ran as a CUDA graph
+  std::string graph_note;                                       // why not, when it was asked for and did not work
   unsigned long long allreduce_calls = 0, allreduce_bytes = 0;  // payload bytes per GPU, summed over calls
   // Decode's memory roofline, filled in by the caller when measured (0: not measured): the slowest
   // GPU's weight bytes over its measured copy rate is the shortest a step can take.

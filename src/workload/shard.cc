@@ -16,13 +16,13 @@ enum LayerTensor : uint64_t { kAttnNorm = 0, kWq, kWk, kWv, kWo, kFfnNorm, kWgat
 
 uint64_t tensorId(int layer, LayerTensor t) { return static_cast<uint64_t>(layer) * kTensorsPerLayer + t; }
 
-#define TPS_CUBLAS_CHECK(call)                                                              \
-  do {                                                                                     \
-    cublasStatus_t tps_st_ = (call);                                                       \
-    if (tps_st_ != CUBLAS_STATUS_SUCCESS) {                                                \
-      TPS_LOG_WARN("cuBLAS failure '{}' {}", #call, cublasGetStatusString(tps_st_));       \
-      return tpsCudaError;                                                                 \
-    }                                                                                      \
+#define TPS_CUBLAS_CHECK(call)                                                       \
+  do {                                                                               \
+    cublasStatus_t tps_st_ = (call);                                                 \
+    if (tps_st_ != CUBLAS_STATUS_SUCCESS) {                                          \
+      TPS_LOG_WARN("cuBLAS failure '{}' {}", #call, cublasGetStatusString(tps_st_)); \
+      return tpsCudaError;                                                           \
+    }                                                                                \
   } while (0)
 
 }  // namespace
@@ -109,20 +109,20 @@ tpsResult_t Shard::generateWeights() {
     TPS_CUDA_CHECK(launchFillHash(w.attn_norm, 1, h, h, 0, 0, h, seed_, tensorId(l, kAttnNorm), 0.1f, 1.0f, st));
     TPS_CUDA_CHECK(launchFillHash(w.ffn_norm, 1, h, h, 0, 0, h, seed_, tensorId(l, kFfnNorm), 0.1f, 1.0f, st));
     // Column-parallel: local output rows of [N][hidden] tensors.
-    TPS_CUDA_CHECK(launchFillHash(w.wqkv, lq, h, h, int64_t(dims_.q_head_off) * d, 0, h, seed_, tensorId(l, kWq), sh,
-                                  0, st));
+    TPS_CUDA_CHECK(
+        launchFillHash(w.wqkv, lq, h, h, int64_t(dims_.q_head_off) * d, 0, h, seed_, tensorId(l, kWq), sh, 0, st));
     TPS_CUDA_CHECK(launchFillHash(w.wqkv + int64_t(lq) * h, lkv, h, h, int64_t(dims_.kv_head_off) * d, 0, h, seed_,
                                   tensorId(l, kWk), sh, 0, st));
     TPS_CUDA_CHECK(launchFillHash(w.wqkv + int64_t(lq + lkv) * h, lkv, h, h, int64_t(dims_.kv_head_off) * d, 0, h,
                                   seed_, tensorId(l, kWv), sh, 0, st));
     TPS_CUDA_CHECK(launchFillHash(w.wgu, lf, h, h, dims_.ffn_off, 0, h, seed_, tensorId(l, kWgate), sh, 0, st));
-    TPS_CUDA_CHECK(launchFillHash(w.wgu + int64_t(lf) * h, lf, h, h, dims_.ffn_off, 0, h, seed_, tensorId(l, kWup),
-                                  sh, 0, st));
+    TPS_CUDA_CHECK(
+        launchFillHash(w.wgu + int64_t(lf) * h, lf, h, h, dims_.ffn_off, 0, h, seed_, tensorId(l, kWup), sh, 0, st));
     // Row-parallel: local input columns of [hidden][K] tensors.
-    TPS_CUDA_CHECK(launchFillHash(w.wo, h, lq, lq, 0, int64_t(dims_.q_head_off) * d, qd, seed_, tensorId(l, kWo), so,
-                                  0, st));
-    TPS_CUDA_CHECK(launchFillHash(w.wdown, h, lf, lf, 0, dims_.ffn_off, config_.ffn, seed_, tensorId(l, kWdown), sd,
-                                  0, st));
+    TPS_CUDA_CHECK(
+        launchFillHash(w.wo, h, lq, lq, 0, int64_t(dims_.q_head_off) * d, qd, seed_, tensorId(l, kWo), so, 0, st));
+    TPS_CUDA_CHECK(
+        launchFillHash(w.wdown, h, lf, lf, 0, dims_.ffn_off, config_.ffn, seed_, tensorId(l, kWdown), sd, 0, st));
   }
   TPS_CUDA_CHECK(launchFillHash(final_norm_, 1, h, h, 0, 0, h, seed_, kFinalNormTensor, 0.1f, 1.0f, st));
   TPS_CUDA_CHECK(cudaStreamSynchronize(st));

@@ -20,7 +20,7 @@ namespace tpscope::workload {
 
 struct ShardDims {
   int first_layer = 0, last_layer = 0;
-  int q_heads = 0, kv_heads = 0, ffn = 0;           // local counts
+  int q_heads = 0, kv_heads = 0, ffn = 0;            // local counts
   int q_head_off = 0, kv_head_off = 0, ffn_off = 0;  // global index of the first local one
 };
 

@@ -62,8 +62,7 @@ class ReferenceModel {
           double mx = -1e300, sum = 0;
           for (int p = 0; p <= last; ++p) {
             double dot = 0;
-            for (int i = 0; i < d; ++i)
-              dot += q[(size_t(t) * qh + hq) * d + i] * kc[(size_t(hk) * keys + p) * d + i];
+            for (int i = 0; i < d; ++i) dot += q[(size_t(t) * qh + hq) * d + i] * kc[(size_t(hk) * keys + p) * d + i];
             s[p] = dot / std::sqrt(double(d));
             mx = std::max(mx, s[p]);
           }

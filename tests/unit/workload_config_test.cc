@@ -118,8 +118,7 @@ TEST(WorkloadConfig, CheckFitSaysWhatIsNeededAndWhatIsFree) {
   // The 5 % margin: exactly the estimate is not enough.
   EXPECT_NE(checkFit(c, SplitMode::kNone, need, {need[0].total()}, {0}), "");
   const auto two = estimateMemory(c, SplitMode::kTensor, 2, shape);
-  EXPECT_NE(checkFit(c, SplitMode::kTensor, two, {140 * kGiB, 10 * kGiB}, {0, 1}).find("GPU 1 has"),
-            std::string::npos);
+  EXPECT_NE(checkFit(c, SplitMode::kTensor, two, {140 * kGiB, 10 * kGiB}, {0, 1}).find("GPU 1 has"), std::string::npos);
 }
 
 TEST(WorkloadConfig, OverridesChangeDimensionsAndMarkThePreset) {

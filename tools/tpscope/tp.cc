@@ -32,8 +32,9 @@ tpsBackend_t backendOf(const std::string& name) {
 class TpCommand : public Command {
  public:
   explicit TpCommand(CLI::App& app) {
-    sub_ = app.add_subcommand("tp", "Synthetic transformer (real GEMMs, KV cache) in split none|layer|tensor: "
-                                    "prefill and decode tokens/s");
+    sub_ = app.add_subcommand("tp",
+                              "Synthetic transformer (real GEMMs, KV cache) in split none|layer|tensor: "
+                              "prefill and decode tokens/s");
     sub_->add_option("--preset", preset_, "Model shape: tiny, 8b, 32b")->capture_default_str();
     sub_->add_option("--dims", dims_, "Override dimensions: hidden=,ffn=,layers=,q_heads=,kv_heads=,head_dim=,rope=");
     sub_->add_option("--split", split_, "none (one GPU), layer (layer ranges) or tensor (heads/FFN columns)")
@@ -58,7 +59,9 @@ class TpCommand : public Command {
     sub_->add_flag("--no-roofline", no_roofline_, "Skip measuring the copy rate for decode's memory roofline");
     sub_->add_option("--seed", o_.seed, "Seed of the generated weights, context and inputs")->capture_default_str();
     sub_->add_flag("--estimate", estimate_only_, "Print the memory needed per GPU and exit (no GPU needed)");
-    sub_->add_option("--format", o_.format, "Output format")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+    sub_->add_option("--format", o_.format, "Output format")
+        ->check(CLI::IsMember({"table", "json"}))
+        ->capture_default_str();
   }
   CLI::App* subcommand() const override { return sub_; }
 
@@ -105,8 +108,7 @@ class TpCommand : public Command {
     }
     if (o_.phase != "prefill") {
       workload::PhaseResult r;
-      if (workload::runDecode(*model, o_.decode, nullptr, &r, &reason) != tpsSuccess)
-        return fail(kExitRuntime, reason);
+      if (workload::runDecode(*model, o_.decode, nullptr, &r, &reason) != tpsSuccess) return fail(kExitRuntime, reason);
       for (size_t i = 0; i < copy_gbps.size(); ++i) {
         const double ms = need[i].weights / (copy_gbps[i] * 1e9) * 1e3;
         if (ms > r.roofline_ms_per_step) r.roofline_ms_per_step = ms, r.copy_gbps = copy_gbps[i];
@@ -125,20 +127,19 @@ class TpCommand : public Command {
     o_.config = *c;
     o_.split = *workload::parseSplitMode(split_);
     o_.devices = parseDeviceList(devices_, "--devices");
-    if (o_.devices.empty()) o_.devices = o_.split == workload::SplitMode::kNone ? std::vector<int>{0} : std::vector<int>{0, 1};
+    if (o_.devices.empty())
+      o_.devices = o_.split == workload::SplitMode::kNone ? std::vector<int>{0} : std::vector<int>{0, 1};
     if (o_.decode.tokens_per_step < 1)
       throw UsageError(fmt::format("--tokens-per-step must be at least 1 (got {})", o_.decode.tokens_per_step));
     if (!(o_.decode.accept >= 0.0 && o_.decode.accept <= 1.0))
       throw UsageError(fmt::format("--accept must lie in [0, 1] (got {})", o_.decode.accept));
-    if (o_.prefill.prompt < 1 || o_.prefill.ubatch < 1)
-      throw UsageError("--prompt and --ubatch must be at least 1");
+    if (o_.prefill.prompt < 1 || o_.prefill.ubatch < 1) throw UsageError("--prompt and --ubatch must be at least 1");
     if (o_.decode.tokens < 1) throw UsageError("--tokens must be at least 1");
     if (o_.decode.ctx < 0) throw UsageError("--ctx must be 0 or more");
     if (o_.split != workload::SplitMode::kTensor && o_.backend != "auto")
       throw UsageError("--backend applies to --split tensor only");
     o_.decode.graph = !no_graph_;
-    const std::string bad =
-        workload::validateConfig(o_.config, o_.split, static_cast<int>(o_.devices.size()));
+    const std::string bad = workload::validateConfig(o_.config, o_.split, static_cast<int>(o_.devices.size()));
     if (!bad.empty()) throw UsageError(bad);
   }
 

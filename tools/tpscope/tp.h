@@ -2,9 +2,8 @@
 // tp.h - `tpscope tp`: the synthetic tensor-parallel transformer, prefill and decode, in one split mode.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

@@ -26,8 +26,8 @@ workload::RunShape runShape(const TpOptions& o) {
   workload::RunShape s;
   const bool prefill = o.phase != "decode", decode = o.phase != "prefill";
   s.ctx_capacity = std::max(prefill ? o.prefill.prompt : 0, decode ? o.decode.ctx + o.decode.tokens_per_step : 0);
-  s.max_tokens = std::max(prefill ? std::min(o.prefill.ubatch, o.prefill.prompt) : 0,
-                          decode ? o.decode.tokens_per_step : 0);
+  s.max_tokens =
+      std::max(prefill ? std::min(o.prefill.ubatch, o.prefill.prompt) : 0, decode ? o.decode.tokens_per_step : 0);
   return s;
 }
 
@@ -35,11 +35,12 @@ std::string formatTpTable(const TpOptions& o, const std::vector<workload::GpuMem
                           const std::vector<workload::PhaseResult>& results) {
   const workload::ModelConfig& c = o.config;
   std::string s = fmt::format("# tpscope tp {} (git {})\n", TPSCOPE_VERSION_STRING, TPSCOPE_GIT_SHA);
-  s += fmt::format("# preset {}: hidden {}, ffn {}, {} layers, {}/{} heads x {}, rope {} | split {} on GPU {} | "
-                   "backend {} | seed {}\n",
-                   c.preset, c.hidden, c.ffn, c.layers, c.q_heads, c.kv_heads, c.head_dim, c.rope ? "on" : "off",
-                   workload::splitModeName(o.split), deviceText(o.devices),
-                   o.split == workload::SplitMode::kTensor ? o.backend : "-", o.seed);
+  s += fmt::format(
+      "# preset {}: hidden {}, ffn {}, {} layers, {}/{} heads x {}, rope {} | split {} on GPU {} | "
+      "backend {} | seed {}\n",
+      c.preset, c.hidden, c.ffn, c.layers, c.q_heads, c.kv_heads, c.head_dim, c.rope ? "on" : "off",
+      workload::splitModeName(o.split), deviceText(o.devices),
+      o.split == workload::SplitMode::kTensor ? o.backend : "-", o.seed);
   s += fmt::format("# weights {:.2f} GiB bf16 (bytes streamed per forward)\n",
                    workload::weightBytesPerForward(c) / kGiB);
   for (size_t i = 0; i < estimate.size(); ++i)
@@ -48,13 +49,14 @@ std::string formatTpTable(const TpOptions& o, const std::vector<workload::GpuMem
                      estimate[i].kv_cache / kGiB, estimate[i].activations / kGiB);
   s += "# timer: host steady clock from first enqueue to synchronize of every GPU, after 1 untimed warm-up\n";
   if (o.phase != "prefill")
-    s += fmt::format("# decode: context {}, {} token(s) verified per step, acceptance {:.2f} -> {:.2f} emitted per step\n",
-                     o.decode.ctx, o.decode.tokens_per_step, o.decode.accept, workload::emittedPerStep(o.decode));
+    s += fmt::format(
+        "# decode: context {}, {} token(s) verified per step, acceptance {:.2f} -> {:.2f} emitted per step\n",
+        o.decode.ctx, o.decode.tokens_per_step, o.decode.accept, workload::emittedPerStep(o.decode));
   s += fmt::format("{:<8} {:>9} {:>7} {:>9} {:>11} {:>10} {:>11} {:>5} {:>10} {:>14}\n", "phase", "tokens", "steps",
                    "tok/fwd", "time(ms)", "ms/step", "tokens/s", "graph", "allreduces", "ar_bytes/GPU");
   for (const workload::PhaseResult& r : results)
-    s += fmt::format("{:<8} {:>9.0f} {:>7} {:>9} {:>11.2f} {:>10.3f} {:>11.1f} {:>5} {:>10} {:>14}\n", r.phase, r.tokens,
-                     r.steps, r.tokens_per_forward, r.seconds * 1e3, r.ms_per_step, r.tokens_per_s,
+    s += fmt::format("{:<8} {:>9.0f} {:>7} {:>9} {:>11.2f} {:>10.3f} {:>11.1f} {:>5} {:>10} {:>14}\n", r.phase,
+                     r.tokens, r.steps, r.tokens_per_forward, r.seconds * 1e3, r.ms_per_step, r.tokens_per_s,
                      r.graph ? "yes" : "no", r.allreduce_calls, r.allreduce_bytes);
   for (const workload::PhaseResult& r : results) {
     if (!r.graph_note.empty()) s += fmt::format("# {} ran eagerly: {}\n", r.phase, r.graph_note);
@@ -62,10 +64,10 @@ std::string formatTpTable(const TpOptions& o, const std::vector<workload::GpuMem
       s += fmt::format("# {} without its AllReduces: {:.3f} ms per step; AllReduce share of a step {:.1f} %\n", r.phase,
                        r.ms_per_step_without_allreduce, 100.0 * r.allreduce_share);
     if (r.roofline_ms_per_step > 0)
-      s += fmt::format("# {} roofline: weights per GPU / copy rate {:.0f} GB/s = {:.3f} ms per step; measured {:.3f} "
-                       "ms = {:.1f} % of the roofline\n",
-                       r.phase, r.copy_gbps, r.roofline_ms_per_step, r.ms_per_step,
-                       100.0 * r.roofline_ms_per_step / r.ms_per_step);
+      s += fmt::format(
+          "# {} roofline: weights per GPU / copy rate {:.0f} GB/s = {:.3f} ms per step; measured {:.3f} "
+          "ms = {:.1f} % of the roofline\n",
+          r.phase, r.copy_gbps, r.roofline_ms_per_step, r.ms_per_step, 100.0 * r.roofline_ms_per_step / r.ms_per_step);
   }
   return s;
 }
@@ -98,8 +100,8 @@ nlohmann::json tpDocument(const TpOptions& o, const std::vector<workload::GpuMem
                    {"ms_per_step_without_allreduce", r.ms_per_step_without_allreduce > 0
                                                          ? nlohmann::json(r.ms_per_step_without_allreduce)
                                                          : nlohmann::json(nullptr)},
-                   {"allreduce_share", r.ms_per_step_without_allreduce > 0 ? nlohmann::json(r.allreduce_share)
-                                                                          : nlohmann::json(nullptr)},
+                   {"allreduce_share",
+                    r.ms_per_step_without_allreduce > 0 ? nlohmann::json(r.allreduce_share) : nlohmann::json(nullptr)},
                    {"copy_gbps", r.copy_gbps > 0 ? nlohmann::json(r.copy_gbps) : nlohmann::json(nullptr)},
                    {"roofline_ms_per_step",
                     r.roofline_ms_per_step > 0 ? nlohmann::json(r.roofline_ms_per_step) : nlohmann::json(nullptr)},
