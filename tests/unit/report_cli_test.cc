@@ -58,12 +58,15 @@ TEST_F(ReportCli, CorruptManifestIsARuntimeError) {
   EXPECT_NE(r.err.find("manifest.json is not valid JSON"), std::string::npos) << r.err;
 }
 
-// The python `tpscope report --plots` will use: TPSCOPE_PYTHON, else python3 on PATH.
+// The python `tpscope report --plots` will use: TPSCOPE_PYTHON, else python3 on PATH, else /usr/bin/python3
+// (the first that imports matplotlib).
+bool imports(const std::string& py) { return std::system((py + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0; }
 std::string python() {
   const char* p = std::getenv("TPSCOPE_PYTHON");
-  return p && *p ? p : "python3";
+  if (p && *p) return p;
+  return imports("python3") ? "python3" : "/usr/bin/python3";
 }
-bool haveMatplotlib() { return std::system((python() + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0; }
+bool haveMatplotlib() { return imports(python()); }
 
 TEST_F(ReportCli, PlotsArePngsWhenMatplotlibIsThere) {
   if (!haveMatplotlib())
@@ -86,12 +89,12 @@ TEST_F(ReportCli, PlotsArePngsWhenMatplotlibIsThere) {
 }
 
 TEST_F(ReportCli, PlotsSaySoWhenMatplotlibIsMissing) {
-  // A python3 on PATH that has no matplotlib: the tables still print, stderr says why no plots.
+  // A python without matplotlib: the tables still print, stderr says why no plots.
   const std::string bin = dir_ + "/fakebin";
   std::filesystem::create_directories(bin);
   std::ofstream(bin + "/python3") << "#!/bin/sh\nexit 1\n";
   std::filesystem::permissions(bin + "/python3", std::filesystem::perms::owner_all);
-  const CliResult r = runTpscope("report " + dir_ + " --plots", "TPSCOPE_PYTHON= PATH=" + bin + ":$PATH");
+  const CliResult r = runTpscope("report " + dir_ + " --plots", "TPSCOPE_PYTHON=" + bin + "/python3");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("## Per arm"), std::string::npos);
   EXPECT_NE(r.err.find("plots skipped: python3 with matplotlib is not available"), std::string::npos) << r.err;

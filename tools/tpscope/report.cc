@@ -59,9 +59,19 @@ class ReportCommand : public Command {
       std::cerr << "tpscope: plots skipped: scripts/plot_report.py not found (set TPSCOPE_PLOT_SCRIPT)\n";
       return kExitOk;
     }
+    // TPSCOPE_PYTHON when set; else python3 on PATH, then the system's (a pyenv or venv python3 on PATH
+    // often lacks the python3-matplotlib that scripts/setup installs for /usr/bin/python3).
     const char* py_env = std::getenv("TPSCOPE_PYTHON");
-    const std::string python = shellQuote(py_env && *py_env ? py_env : "python3");
-    if (std::system((python + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) != 0) {
+    std::vector<std::string> candidates;
+    if (py_env && *py_env) candidates = {py_env};
+    else candidates = {"python3", "/usr/bin/python3"};
+    std::string python;
+    for (const std::string& c : candidates)
+      if (std::system((shellQuote(c) + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0) {
+        python = shellQuote(c);
+        break;
+      }
+    if (python.empty()) {
       std::cerr << "tpscope: plots skipped: python3 with matplotlib is not available (install python3-matplotlib, "
                    "or point TPSCOPE_PYTHON at a python that has it)\n";
       return kExitOk;
