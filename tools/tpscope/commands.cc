@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // commands.cc - the list of subcommands, in the order `tpscope --help` shows them.
+#include "arms.h"
 #include "bench_allreduce.h"
 #include "cli.h"
 #include "meter.h"
@@ -15,6 +16,7 @@ std::vector<std::unique_ptr<Command>> registerCommands(CLI::App& app) {
   commands.push_back(makeMeterCommand(app));
   commands.push_back(makeBenchAllReduceCommand(app));
   commands.push_back(makeTpCommand(app));
+  commands.push_back(makeArmsCommand(app));
   commands.push_back(makeReportCommand(app));
   return commands;
 }

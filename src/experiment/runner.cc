@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: Apache-2.0
+// runner.cc - guards, quiescing with retries, phases under the meter, the run folder, the report.
+#include "experiment/runner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <sstream>
+#include <thread>
+
+#include "experiment/report.h"
+
+namespace tpscope::experiment {
+
+namespace {
+
+std::string isoNow() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::vector<int> parseInts(const std::string& csv) {
+  std::vector<int> v;
+  std::stringstream ss(csv);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) v.push_back(std::stoi(item));
+  return v;
+}
+
+void say(const RunnerConfig& c, const std::string& line) {
+  if (c.progress) *c.progress << line << "\n" << std::flush;
+}
+
+// The highest idle rate any counter showed, for the progress line.
+double highestIdle(const QuiesceRecord& q) {
+  double m = 0;
+  for (const auto& gpu : q.idle_mbps)
+    for (const auto& v : gpu)
+      if (v) m = std::max(m, *v);
+  return m;
+}
+
+}  // namespace
+
+ExperimentSpec quickSpec(ExperimentSpec spec) {
+  SharedSettings& s = spec.shared;
+  s.repetitions = std::min(s.repetitions, 2);
+  s.idle_seconds = std::min(s.idle_seconds, 2.0);
+  s.prompt_tokens = std::min(s.prompt_tokens, 1024);
+  s.decode_tokens = std::min(s.decode_tokens, 64);
+  s.context = std::min(s.context, 4096);
+  return spec;
+}
+
+RunOutcome runExperiment(const RunnerConfig& c) {
+  RunOutcome out;
+  const ExperimentSpec& spec = c.spec;
+  if (!c.make_phases) {
+    out.message = "no workload to run the arms with";
+    return out;
+  }
+
+  // 1. Guards, before anything runs.
+  const std::vector<EffectiveSettings> arms = effectiveSettings(spec, c.decide);
+  if (const std::vector<Difference> diffs = undeclaredDifferences(arms); !diffs.empty()) {
+    out.status = RunOutcome::Status::kRefused;
+    out.message = "the arms differ in settings no arm declares; nothing was run\n" + formatDifferences(diffs);
+    return out;
+  }
+  if (const std::vector<Refusal> refused = checkAvailability(arms, c.box); !refused.empty()) {
+    out.status = RunOutcome::Status::kRefused;
+    out.message = "arms this build or box cannot run; nothing was run\n";
+    for (const Refusal& r : refused) out.message += fmt::format("arm {}: {}\n", r.arm, r.reason);
+    return out;
+  }
+
+  // 2. The run folder: the manifest first.
+  Manifest m;
+  m.spec_path = spec.source;
+  m.spec_toml = spec.text;
+  m.experiment = spec.name;
+  for (const ArmSpec& a : spec.arms) m.arms.push_back(a.name);
+  m.phases = spec.shared.phases;
+  m.effective = arms;
+  m.versions = c.versions;
+  m.topology = c.topology;
+  m.machine = c.machine;
+  m.start_time = isoNow();
+  std::unique_ptr<RunWriter> writer;
+  try {
+    writer = std::make_unique<RunWriter>(c.out_dir, m);
+  } catch (const std::exception& e) {
+    out.message = e.what();
+    return out;
+  }
+
+  const MeterFactory start_meter = c.start_meter ? c.start_meter : MeterFactory(&Meter::start);
+  const QuiesceFn quiesce =
+      c.quiesce ? c.quiesce
+                : QuiesceFn([](Meter& mt, const QuiesceOptions& o, QuiesceRecord* r) { return mt.quiesce(o, r); });
+  const SharedSettings& sh = spec.shared;
+  QuiesceOptions qo;
+  qo.idle_ms = static_cast<int64_t>(sh.idle_seconds * 1000 + 0.5);
+  qo.threshold_mbps = sh.baseline_threshold_mbps;
+  qo.check_processes = c.check_processes;
+
+  // 3. Per arm, per repetition.
+  for (const EffectiveSettings& arm : arms) {
+    const std::vector<int> devices = parseInts(arm.value("devices"));
+    std::unique_ptr<ArmPhases> phases = c.make_phases(arm);
+    if (!phases) {
+      out.message = "arm " + arm.arm + ": no workload for it";
+      return out;
+    }
+    say(c, fmt::format("arm {}: preparing ({} split on GPU {}, backend {})", arm.arm, arm.value("split"),
+                       arm.value("devices"), arm.value("allreduce_backend")));
+    std::vector<Setting> decisions;
+    std::string reason;
+    if (phases->prepare(arm, &decisions, &reason) != tpsSuccess) {
+      out.message = "arm " + arm.arm + ": " + reason;
+      return out;
+    }
+    // A decision the workload makes now must be the one the guards saw (trap 1 again).
+    for (const Setting& d : decisions)
+      if (const Setting* s = arm.find(d.key); s && s->value != d.value) {
+        out.message = fmt::format("arm {}: the workload decided {} = {} where the guards saw {}; the arms would no "
+                                  "longer be one condition apart",
+                                  arm.arm, d.key, d.value, s->value);
+        return out;
+      }
+
+    for (int rep = 0; rep < sh.repetitions; ++rep) {
+      bool done = false;
+      for (int attempt = 0; attempt <= sh.baseline_retries && !done; ++attempt) {
+        ++out.attempts;
+        MeterOptions mo;
+        mo.devices = devices;
+        mo.period_us = static_cast<int64_t>(sh.meter_period_ms * 1000 + 0.5);
+        mo.method = MeterMethod::kBoth;  // the dmon figure beside the counters, same windows
+        std::unique_ptr<Meter> meter;
+        if (start_meter(mo, &meter, &reason) != tpsSuccess) {
+          out.message = "arm " + arm.arm + ": the meter did not start: " + reason;
+          return out;
+        }
+        const std::string tag = fmt::format("arm {} rep {}/{}{}", arm.arm, rep + 1, sh.repetitions,
+                                            attempt ? fmt::format(" (retry {})", attempt) : "");
+        say(c, fmt::format("{}: quiescing {:g} s ...", tag, sh.idle_seconds));
+        RepetitionResult r;
+        r.arm = arm.arm;
+        r.repetition = rep;
+        r.attempt = attempt;
+        r.devices.clear();
+        for (const MeterGpu& g : meter->gpus()) r.devices.push_back(g.index);
+        if (quiesce(*meter, qo, &r.quiesce) != tpsSuccess) {
+          out.message = "arm " + arm.arm + ": quiescing failed: " + r.quiesce.reason;
+          return out;
+        }
+        if (!r.quiesce.passed) {
+          r.valid = false;
+          meter->stop();
+          writer->append(r);
+          ++out.failed_attempts;
+          say(c, fmt::format("{}: baseline failed ({}){}", tag, r.quiesce.reason,
+                             attempt < sh.baseline_retries ? "; retrying" : "; reported as failed"));
+          continue;
+        }
+        std::vector<PhaseOutcome> outcomes;
+        if (phases->runPhases(sh.phases, &outcomes, &reason) != tpsSuccess) {
+          out.message = fmt::format("{}: {}", tag, reason);
+          return out;
+        }
+        for (const PhaseOutcome& o : outcomes) meter->addWindow(o.phase, o.start_ns, o.end_ns);
+        meter->stop();
+        const std::vector<MeterWindow> windows = meter->windows();
+        std::string summary;
+        for (const PhaseOutcome& o : outcomes) {
+          std::vector<GpuTraffic> traffic;
+          for (const MeterWindow& w : windows)
+            if (w.name == o.phase && w.start_ns == o.start_ns && w.end_ns == o.end_ns) {
+              traffic = trafficFromWindow(w, meter->gpus());
+              break;
+            }
+          r.phases.push_back(makePhaseResult(o, traffic));
+          summary += fmt::format(" {} {:.1f} tok/s", o.phase, r.phases.back().tok_s);
+        }
+        r.valid = true;
+        writer->append(r);
+        writer->append(rowsFromSamples(arm.arm, rep, meter->samples(), meter->gpus()));
+        say(c, fmt::format("{}: baseline {:.0f} MB/s max ...{}", tag, highestIdle(r.quiesce), summary));
+        done = true;
+      }
+      if (!done) ++out.failed_repetitions;
+    }
+  }
+  writer.reset();  // flush and close before reading back
+
+  // 4. The report, from the folder as written.
+  try {
+    out.report_markdown = formatMarkdown(buildReport(readRun(c.out_dir)));
+  } catch (const std::exception& e) {
+    out.message = std::string("the run folder cannot be read back: ") + e.what();
+    return out;
+  }
+  out.status = RunOutcome::Status::kDone;
+  return out;
+}
+
+namespace {
+
+class FakeArmPhases : public ArmPhases {
+ public:
+  FakeArmPhases(const EffectiveSettings& arm, double seconds) : arm_(arm), seconds_(seconds) {}
+  tpsResult_t prepare(const EffectiveSettings&, std::vector<Setting>*, std::string*) override { return tpsSuccess; }
+  tpsResult_t runPhases(const std::vector<std::string>& phases, std::vector<PhaseOutcome>* out,
+                        std::string*) override {
+    const int gpus = std::max<int>(1, static_cast<int>(parseInts(arm_.value("devices")).size()));
+    const bool tensor = arm_.value("split") == "tensor";
+    const int layers = 32;
+    for (const std::string& p : phases) {
+      PhaseOutcome o;
+      o.phase = p;
+      const bool prefill = p == "prefill";
+      o.tokens = std::stoll(arm_.value(prefill ? "prompt_tokens" : "decode_tokens"));
+      o.steps = prefill ? std::max<int64_t>(1, o.tokens / 512) : o.tokens;
+      o.start_ns = Meter::now();
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds_));
+      o.end_ns = Meter::now();
+      if (tensor) {
+        PathCalls pc;
+        pc.path = arm_.value("allreduce_backend") == "host" ? "host-kernel" : arm_.value("allreduce_backend");
+        pc.calls = static_cast<uint64_t>(o.steps) * 2 * layers;
+        pc.payload_bytes = pc.calls * 8192;
+        pc.tx_bytes.assign(gpus, pc.payload_bytes);
+        pc.rx_bytes.assign(gpus, pc.payload_bytes);
+        o.allreduce.push_back(pc);
+      }
+      out->push_back(o);
+    }
+    return tpsSuccess;
+  }
+
+ private:
+  EffectiveSettings arm_;
+  double seconds_;
+};
+
+}  // namespace
+
+std::unique_ptr<ArmPhases> makeFakeArmPhases(const EffectiveSettings& arm, double seconds_per_phase) {
+  return std::make_unique<FakeArmPhases>(arm, seconds_per_phase);
+}
+
+}  // namespace tpscope::experiment

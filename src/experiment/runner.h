@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// runner.h - `tpscope arms`: guards first, then per arm, per repetition: quiesce, run the phases with
+// the meter marking each phase window, record everything to the run folder; at the end the report.
+//
+// Nothing here needs a GPU: the workload comes in through an ArmPhases factory (the GPU one is
+// workload_phases.h; tests and TPSCOPE_ARMS_FAKE=1 use makeFakeArmPhases) and the meter through a
+// factory (Meter::start; with TPSCOPE_METER_FAKE=1 two scripted GPUs).
+//
+// One meter per repetition attempt, on the arm's devices: its quiesce() is the attempt's baseline,
+// its samples are the attempt's samples.jsonl rows, its windows the phases' traffic. An attempt whose
+// baseline fails is recorded (valid = false) and retried up to spec baseline_retries times; after
+// that the repetition is reported as failed and the run goes on. None is silently dropped.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "experiment/arm_phases.h"
+#include "experiment/guards.h"
+#include "experiment/record.h"
+#include "experiment/spec.h"
+#include "tpscope/meter.h"
+
+namespace tpscope::experiment {
+
+using PhasesFactory = std::function<std::unique_ptr<ArmPhases>(const EffectiveSettings&)>;
+using MeterFactory = std::function<tpsResult_t(const MeterOptions&, std::unique_ptr<Meter>*, std::string*)>;
+// How one baseline is taken; the default is Meter::quiesce. Tests wrap it to script failures.
+using QuiesceFn = std::function<tpsResult_t(Meter&, const QuiesceOptions&, QuiesceRecord*)>;
+
+struct RunnerConfig {
+  ExperimentSpec spec;
+  Availability box;
+  AutoDecider decide;          // the automatic decisions the guards see (may be empty)
+  PhasesFactory make_phases;   // required
+  MeterFactory start_meter;    // empty: Meter::start
+  QuiesceFn quiesce;           // empty: Meter::quiesce
+  bool check_processes = true; // QuiesceOptions::check_processes
+  std::string out_dir;         // the run folder (created)
+  nlohmann::json versions = nlohmann::json::object();
+  nlohmann::json topology = nlohmann::json::object();
+  nlohmann::json machine = nlohmann::json::object();
+  std::ostream* progress = nullptr;  // progress lines; nullptr: none
+};
+
+struct RunOutcome {
+  enum class Status { kDone, kRefused, kFailed };
+  Status status = Status::kFailed;
+  // kRefused: the difference table or one line per refused arm; kFailed: one sentence.
+  std::string message;
+  std::string report_markdown;  // kDone: the report of the run folder
+  int attempts = 0, failed_attempts = 0, failed_repetitions = 0;
+};
+
+// Runs the experiment. Never throws for run-time problems: they come back as kFailed.
+RunOutcome runExperiment(const RunnerConfig& config);
+
+// `--quick`: at most 2 repetitions, 2 s idle, 1024 prompt tokens, 64 decode tokens, 4096 context.
+ExperimentSpec quickSpec(ExperimentSpec spec);
+
+// A workload that needs no GPU: each phase sleeps `seconds_per_phase` and reports made-up tokens
+// (prefill: prompt_tokens; decode: decode_tokens) and, for tensor split, AllReduce calls.
+std::unique_ptr<ArmPhases> makeFakeArmPhases(const EffectiveSettings& arm, double seconds_per_phase = 0.02);
+
+}  // namespace tpscope::experiment

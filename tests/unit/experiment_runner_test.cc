@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: Apache-2.0
+// The runner end to end on fake phases and the fake meter: run folder, report, retried baselines,
+// and the guards refusing before any arm runs.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "experiment/report.h"
+#include "experiment/runner.h"
+#include "experiment_fixture.h"
+
+namespace tpscope::testing {
+namespace {
+
+using namespace tpscope::experiment;
+
+// 2 arms x 2 repetitions, 0.2 s idle. The fake meter's GPU 0 idles at 2000 MB/s over NVLink, so the
+// threshold sits above that: the baseline passes unless a test scripts it to fail.
+const char* kSpec = R"(
+[experiment]
+name = "tiny-two"
+preset = "tiny"
+prompt_tokens = 64
+decode_tokens = 16
+context = 256
+repetitions = 2
+idle_seconds = 0.2
+baseline_threshold_mbps = 5000
+baseline_retries = 1
+meter_period_ms = 2
+
+[[arm]]
+name = "A"
+devices = [0]
+split = "none"
+
+[[arm]]
+name = "B"
+devices = [0, 1]
+split = "layer"
+)";
+
+class Runner : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* was = std::getenv("TPSCOPE_METER_FAKE");
+    had_fake_ = was != nullptr;
+    if (was) fake_was_ = was;
+    setenv("TPSCOPE_METER_FAKE", "1", 1);
+    dir_ = tempDir("runner");
+    c_.spec = parseSpec(kSpec, "tiny-two.toml");
+    c_.box.gpu_count = 2;
+    c_.box.backends = {"host"};
+    c_.box.backend_reasons = {{"nccl", "NCCL did not load (libnccl.so.2 not found)"}};
+    c_.box.split_modes = {"none", "layer", "tensor"};
+    c_.check_processes = false;
+    c_.out_dir = dir_;
+    c_.progress = &progress_;
+    c_.make_phases = [this](const EffectiveSettings& arm) {
+      ++phases_made_;
+      return makeFakeArmPhases(arm, 0.01);
+    };
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+    if (had_fake_) setenv("TPSCOPE_METER_FAKE", fake_was_.c_str(), 1);
+    else unsetenv("TPSCOPE_METER_FAKE");
+  }
+  bool had_fake_ = false;
+  std::string fake_was_;
+  std::string dir_;
+  RunnerConfig c_;
+  std::ostringstream progress_;
+  int phases_made_ = 0;
+};
+
+TEST_F(Runner, WritesTheRunFolderAndRendersTheReport) {
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(o.attempts, 4);
+  EXPECT_EQ(o.failed_attempts, 0);
+  for (const char* f : {"manifest.json", "results.jsonl", "samples.jsonl"})
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/" + f)) << f;
+  const RunRecord run = readRun(dir_);
+  EXPECT_EQ(run.manifest.experiment, "tiny-two");
+  EXPECT_EQ(run.manifest.arms, (std::vector<std::string>{"A", "B"}));
+  EXPECT_EQ(run.manifest.effective.size(), 2u);
+  EXPECT_NE(run.manifest.spec_toml.find("tiny-two"), std::string::npos);
+  ASSERT_EQ(run.repetitions.size(), 4u);
+  for (const RepetitionResult& r : run.repetitions) {
+    EXPECT_TRUE(r.valid);
+    EXPECT_TRUE(r.quiesce.passed);
+    ASSERT_EQ(r.phases.size(), 2u);
+    EXPECT_EQ(r.phases[0].phase, "prefill");
+    EXPECT_EQ(r.phases[1].phase, "decode");
+    EXPECT_GT(r.phases[1].tok_s, 0);
+    EXPECT_EQ(r.phases[0].gpus.size(), r.arm == "A" ? 1u : 2u);  // the arm's devices only
+  }
+  EXPECT_FALSE(run.samples.empty());
+  const Report rep = buildReport(run);
+  EXPECT_EQ(rep.arms.size(), 2u);
+  EXPECT_EQ(rep.arms[1].valid_repetitions, 2);
+  EXPECT_NE(o.report_markdown.find("tiny-two"), std::string::npos) << o.report_markdown;
+  EXPECT_EQ(o.report_markdown, formatMarkdown(rep));
+  const std::string p = progress_.str();
+  EXPECT_NE(p.find("arm B rep 2/2: quiescing 0.2 s"), std::string::npos) << p;
+  EXPECT_NE(p.find("decode "), std::string::npos) << p;
+  EXPECT_NE(p.find(" tok/s"), std::string::npos) << p;
+}
+
+TEST_F(Runner, FailedBaselineIsRetriedAndRecorded) {
+  int calls = 0;
+  // Arm A's first repetition fails its first baseline; arm B's second repetition fails every try.
+  c_.quiesce = [&calls](Meter& m, const QuiesceOptions& o, QuiesceRecord* r) {
+    const tpsResult_t rc = m.quiesce(o, r);
+    ++calls;
+    // Call order: A r1 (fail, retry pass), A r2, B r1, B r2 (fail, fail).
+    if (calls == 1 || calls == 5 || calls == 6) {
+      r->passed = false;
+      r->reason = "scripted: another process on GPU 1";
+    }
+    return rc;
+  };
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(calls, 6);
+  EXPECT_EQ(o.attempts, 6);
+  EXPECT_EQ(o.failed_attempts, 3);
+  EXPECT_EQ(o.failed_repetitions, 1);
+  const RunRecord run = readRun(dir_);
+  ASSERT_EQ(run.repetitions.size(), 6u);  // every attempt, failed ones included
+  EXPECT_EQ(run.repetitions[0].arm, "A");
+  EXPECT_FALSE(run.repetitions[0].valid);
+  EXPECT_EQ(run.repetitions[0].attempt, 0);
+  EXPECT_TRUE(run.repetitions[0].phases.empty());  // nothing ran on a failed baseline
+  EXPECT_EQ(run.repetitions[0].quiesce.reason, "scripted: another process on GPU 1");
+  EXPECT_TRUE(run.repetitions[1].valid);
+  EXPECT_EQ(run.repetitions[1].repetition, 0);
+  EXPECT_EQ(run.repetitions[1].attempt, 1);
+  EXPECT_FALSE(run.repetitions[4].valid);
+  EXPECT_FALSE(run.repetitions[5].valid);
+  EXPECT_EQ(run.repetitions[5].attempt, 1);
+  const Report rep = buildReport(run);
+  EXPECT_EQ(rep.failed.size(), 3u);
+  EXPECT_EQ(rep.arms[0].valid_repetitions, 2);
+  EXPECT_EQ(rep.arms[1].valid_repetitions, 1);
+  EXPECT_NE(progress_.str().find("baseline failed"), std::string::npos);
+  EXPECT_NE(progress_.str().find("retrying"), std::string::npos);
+  EXPECT_NE(progress_.str().find("reported as failed"), std::string::npos);
+}
+
+TEST_F(Runner, UndeclaredDifferenceIsRefusedBeforeAnyArmRuns) {
+  // The study's trap 1: an automatic decision that comes out differently per arm.
+  c_.decide = [](const EffectiveSettings& e) {
+    return std::vector<Setting>{{"cuda_graph", e.arm == "A" ? "on" : "off", SettingSource::kAuto}};
+  };
+  const RunOutcome o = runExperiment(c_);
+  EXPECT_EQ(o.status, RunOutcome::Status::kRefused);
+  EXPECT_NE(o.message.find("cuda_graph"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("on"), std::string::npos);
+  EXPECT_NE(o.message.find("off"), std::string::npos);
+  EXPECT_NE(o.message.find("nothing was run"), std::string::npos);
+  EXPECT_EQ(phases_made_, 0);
+  EXPECT_EQ(o.attempts, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+  EXPECT_EQ(progress_.str(), "");
+}
+
+TEST_F(Runner, UnavailableBackendIsRefusedBeforeAnyArmRuns) {
+  c_.spec = parseSpec(std::string(kSpec) + "\n[[arm]]\nname = \"C\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
+                                           "backend = \"nccl\"\n",
+                      "tiny-three.toml");
+  const RunOutcome o = runExperiment(c_);
+  EXPECT_EQ(o.status, RunOutcome::Status::kRefused);
+  EXPECT_NE(o.message.find("arm C"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("nccl"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("libnccl.so.2 not found"), std::string::npos) << o.message;
+  EXPECT_EQ(phases_made_, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+}
+
+TEST_F(Runner, WorkloadDecisionThatDiffersFromTheGuardsStopsTheRun) {
+  class Deciding : public ArmPhases {
+   public:
+    tpsResult_t prepare(const EffectiveSettings&, std::vector<Setting>* d, std::string*) override {
+      *d = {{"cuda_graph", "off", SettingSource::kAuto}};
+      return tpsSuccess;
+    }
+    tpsResult_t runPhases(const std::vector<std::string>&, std::vector<PhaseOutcome>*, std::string*) override {
+      return tpsSuccess;
+    }
+  };
+  c_.decide = [](const EffectiveSettings&) {
+    return std::vector<Setting>{{"cuda_graph", "on", SettingSource::kAuto}};
+  };
+  c_.make_phases = [](const EffectiveSettings&) { return std::make_unique<Deciding>(); };
+  const RunOutcome o = runExperiment(c_);
+  EXPECT_EQ(o.status, RunOutcome::Status::kFailed);
+  EXPECT_NE(o.message.find("cuda_graph = off"), std::string::npos) << o.message;
+}
+
+TEST(RunnerQuick, ShrinksTheSharedSettingsOnly) {
+  const ExperimentSpec s = quickSpec(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/four-arms.toml"));
+  EXPECT_EQ(s.shared.repetitions, 2);
+  EXPECT_EQ(s.shared.idle_seconds, 2);
+  EXPECT_EQ(s.shared.prompt_tokens, 1024);
+  EXPECT_EQ(s.shared.decode_tokens, 64);
+  EXPECT_EQ(s.shared.context, 4096);
+  EXPECT_EQ(s.arms.size(), 4u);
+  EXPECT_TRUE(undeclaredDifferences(effectiveSettings(s)).empty());
+}
+
+}  // namespace
+}  // namespace tpscope::testing

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+// arms.cc - `tpscope arms SPEC.toml [--out RUN_DIR] [--quick]`.
+//
+// Without GPUs it says so and exits 1. Tests: TPSCOPE_ARMS_FAKE=1 together with TPSCOPE_METER_FAKE=1
+// runs the arms on a fake workload (makeFakeArmPhases) and the meter's two scripted GPUs.
+#include "arms.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include "allreduce/paths.h"
+#include "experiment/runner.h"
+#include "experiment/spec.h"
+#include "experiment/workload_phases.h"
+#include "topo.h"
+#include "topology/topology.h"
+#include "workload/model_config.h"
+
+namespace tpscope::cli {
+
+namespace {
+
+bool envIs(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
+}
+
+std::string defaultRunDir(const std::string& experiment) {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
+  return "runs/" + experiment + "-" + buf;
+}
+
+class ArmsCommand : public Command {
+ public:
+  explicit ArmsCommand(CLI::App& app) {
+    sub_ = app.add_subcommand("arms", "Run an experiment spec (arms x repetitions, quiesced and metered) and report");
+    sub_->add_option("SPEC", spec_path_, "Experiment spec (TOML), e.g. examples/four-arms.toml")->required();
+    sub_->add_option("--out", out_, "Run folder to write (default: runs/NAME-YYYYMMDD-HHMMSS)");
+    sub_->add_flag("--quick", quick_, "Fast run: at most 2 repetitions, 2 s idle, 1024 prompt and 64 decode tokens");
+  }
+  CLI::App* subcommand() const override { return sub_; }
+
+  int run() override {
+    experiment::ExperimentSpec spec;
+    try {
+      spec = experiment::loadSpec(spec_path_);
+    } catch (const experiment::SpecError& e) {
+      return fail(kExitUsage, e.what());
+    }
+    if (quick_) spec = experiment::quickSpec(spec);
+
+    experiment::RunnerConfig c;
+    c.spec = spec;
+    c.out_dir = out_.empty() ? defaultRunDir(spec.name) : out_;
+    c.progress = &std::cerr;
+    c.versions = {{"tpscope", tpsGetVersion()}, {"git_sha", tpsGetGitRevision()}};
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    c.machine = {{"hostname", host}};
+    c.box.split_modes = {"none", "layer", "tensor"};
+    c.box.presets = {"tiny", "8b", "32b"};
+
+    const bool fake = envIs("TPSCOPE_ARMS_FAKE", "1");
+    if (fake) {
+      if (!envIs("TPSCOPE_METER_FAKE", "1"))
+        return fail(kExitUsage, "TPSCOPE_ARMS_FAKE=1 needs TPSCOPE_METER_FAKE=1 (the fake workload runs on no GPU)");
+      c.box.gpu_count = 2;
+      c.box.backends = {"host", "p2p", "nccl"};
+      c.versions["workload"] = "fake (TPSCOPE_ARMS_FAKE=1)";
+      c.make_phases = [](const experiment::EffectiveSettings& arm) { return experiment::makeFakeArmPhases(arm); };
+    } else {
+      int count = 0;
+      std::string why;
+      if (cudaDeviceCount(&count, &why) != tpsSuccess || count == 0)
+        return fail(kExitRuntime, "tpscope arms needs GPUs and this machine has none visible (" +
+                                      (why.empty() ? std::string("no GPU") : why) +
+                                      "); `tpscope report` renders a recorded run folder anywhere");
+      c.box.gpu_count = count;
+      Topology topo;
+      if (queryTopology({}, &topo, &why) == tpsSuccess) {
+        const BackendsBuilt built = backendsBuilt();
+        const std::vector<PathStatus> paths = evaluatePaths(topo, built);
+        for (const PathStatus& p : paths) {
+          const std::string backend = p.id.rfind("p2p", 0) == 0 ? "p2p" : p.id;
+          if (p.state == PathState::kAvailable) {
+            if (std::find(c.box.backends.begin(), c.box.backends.end(), backend) == c.box.backends.end())
+              c.box.backends.push_back(backend);
+          } else if (!c.box.backend_reasons.count(backend)) {
+            c.box.backend_reasons[backend] = p.reason;
+          }
+        }
+        for (const std::string& b : c.box.backends) c.box.backend_reasons.erase(b);
+        c.topology =
+            topologyDocument(topo, paths, built.nccl_version ? ncclVersionString(*built.nccl_version) : "");
+      } else {
+        c.box.backends = {"host"};
+      }
+      c.decide = experiment::workloadDecisions;
+      c.make_phases = [](const experiment::EffectiveSettings&) { return experiment::makeWorkloadArmPhases(); };
+    }
+
+    std::cerr << fmt::format("tpscope arms: {} ({} arm{}), run folder {}\n", spec.name, spec.arms.size(),
+                             spec.arms.size() == 1 ? "" : "s", c.out_dir);
+    const experiment::RunOutcome o = experiment::runExperiment(c);
+    switch (o.status) {
+      case experiment::RunOutcome::Status::kDone:
+        std::cout << o.report_markdown;
+        std::cout.flush();
+        std::cerr << fmt::format("tpscope arms: {} attempts, {} failed baselines, {} failed repetitions; run folder {}\n",
+                                 o.attempts, o.failed_attempts, o.failed_repetitions, c.out_dir);
+        return kExitOk;
+      case experiment::RunOutcome::Status::kRefused: {
+        // The table (or the refused arms) first, then the one-line error.
+        const size_t nl = o.message.find('\n');
+        std::cerr << o.message.substr(nl == std::string::npos ? o.message.size() : nl + 1);
+        return fail(kExitRuntime, o.message.substr(0, nl));
+      }
+      case experiment::RunOutcome::Status::kFailed:
+      default:
+        return fail(kExitRuntime, o.message);
+    }
+  }
+
+ private:
+  CLI::App* sub_ = nullptr;
+  std::string spec_path_, out_;
+  bool quick_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> makeArmsCommand(CLI::App& app) { return std::make_unique<ArmsCommand>(app); }
+
+}  // namespace tpscope::cli
