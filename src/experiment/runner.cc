@@ -129,9 +129,10 @@ RunOutcome runExperiment(const RunnerConfig& c) {
     // A decision the workload makes now must be the one the guards saw (trap 1 again).
     for (const Setting& d : decisions)
       if (const Setting* s = arm.find(d.key); s && s->value != d.value) {
-        out.message = fmt::format("arm {}: the workload decided {} = {} where the guards saw {}; the arms would no "
-                                  "longer be one condition apart",
-                                  arm.arm, d.key, d.value, s->value);
+        out.message = fmt::format(
+            "arm {}: the workload decided {} = {} where the guards saw {}; the arms would no "
+            "longer be one condition apart",
+            arm.arm, d.key, d.value, s->value);
         return out;
       }
 
@@ -217,8 +218,7 @@ class FakeArmPhases : public ArmPhases {
  public:
   FakeArmPhases(const EffectiveSettings& arm, double seconds) : arm_(arm), seconds_(seconds) {}
   tpsResult_t prepare(const EffectiveSettings&, std::vector<Setting>*, std::string*) override { return tpsSuccess; }
-  tpsResult_t runPhases(const std::vector<std::string>& phases, std::vector<PhaseOutcome>* out,
-                        std::string*) override {
+  tpsResult_t runPhases(const std::vector<std::string>& phases, std::vector<PhaseOutcome>* out, std::string*) override {
     const int gpus = std::max<int>(1, static_cast<int>(parseInts(arm_.value("devices")).size()));
     const bool tensor = arm_.value("split") == "tensor";
     const int layers = 32;

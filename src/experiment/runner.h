@@ -35,12 +35,12 @@ using QuiesceFn = std::function<tpsResult_t(Meter&, const QuiesceOptions&, Quies
 struct RunnerConfig {
   ExperimentSpec spec;
   Availability box;
-  AutoDecider decide;          // the automatic decisions the guards see (may be empty)
-  PhasesFactory make_phases;   // required
-  MeterFactory start_meter;    // empty: Meter::start
-  QuiesceFn quiesce;           // empty: Meter::quiesce
-  bool check_processes = true; // QuiesceOptions::check_processes
-  std::string out_dir;         // the run folder (created)
+  AutoDecider decide;           // the automatic decisions the guards see (may be empty)
+  PhasesFactory make_phases;    // required
+  MeterFactory start_meter;     // empty: Meter::start
+  QuiesceFn quiesce;            // empty: Meter::quiesce
+  bool check_processes = true;  // QuiesceOptions::check_processes
+  std::string out_dir;          // the run folder (created)
   nlohmann::json versions = nlohmann::json::object();
   nlohmann::json topology = nlohmann::json::object();
   nlohmann::json machine = nlohmann::json::object();

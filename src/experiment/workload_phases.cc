@@ -139,7 +139,8 @@ class WorkloadArmPhases : public ArmPhases {
 }  // namespace
 
 std::vector<Setting> workloadDecisions(const EffectiveSettings&) {
-  return {{"cuda_graph", "on", SettingSource::kAuto}, {"prefill_ubatch", std::to_string(kUbatch), SettingSource::kAuto}};
+  return {{"cuda_graph", "on", SettingSource::kAuto},
+          {"prefill_ubatch", std::to_string(kUbatch), SettingSource::kAuto}};
 }
 
 std::unique_ptr<ArmPhases> makeWorkloadArmPhases() { return std::make_unique<WorkloadArmPhases>(); }

@@ -47,8 +47,7 @@ class ArmsCli : public ::testing::Test {
 
 TEST_F(ArmsCli, FakeRunWritesTheFolderAndPrintsTheReport) {
   const std::string run = dir_ + "/run";
-  const CliResult r =
-      runTpscope("arms " + spec_ + " --out " + run, "TPSCOPE_ARMS_FAKE=1 TPSCOPE_METER_FAKE=1");
+  const CliResult r = runTpscope("arms " + spec_ + " --out " + run, "TPSCOPE_ARMS_FAKE=1 TPSCOPE_METER_FAKE=1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("cli-two"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("arm B rep 2/2: quiescing 0.2 s"), std::string::npos) << r.err;

@@ -65,8 +65,10 @@ class Runner : public ::testing::Test {
   }
   void TearDown() override {
     std::filesystem::remove_all(dir_);
-    if (had_fake_) setenv("TPSCOPE_METER_FAKE", fake_was_.c_str(), 1);
-    else unsetenv("TPSCOPE_METER_FAKE");
+    if (had_fake_)
+      setenv("TPSCOPE_METER_FAKE", fake_was_.c_str(), 1);
+    else
+      unsetenv("TPSCOPE_METER_FAKE");
   }
   bool had_fake_ = false;
   std::string fake_was_;
@@ -169,8 +171,9 @@ TEST_F(Runner, UndeclaredDifferenceIsRefusedBeforeAnyArmRuns) {
 }
 
 TEST_F(Runner, UnavailableBackendIsRefusedBeforeAnyArmRuns) {
-  c_.spec = parseSpec(std::string(kSpec) + "\n[[arm]]\nname = \"C\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
-                                           "backend = \"nccl\"\n",
+  c_.spec = parseSpec(std::string(kSpec) +
+                          "\n[[arm]]\nname = \"C\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
+                          "backend = \"nccl\"\n",
                       "tiny-three.toml");
   const RunOutcome o = runExperiment(c_);
   EXPECT_EQ(o.status, RunOutcome::Status::kRefused);
@@ -192,9 +195,7 @@ TEST_F(Runner, WorkloadDecisionThatDiffersFromTheGuardsStopsTheRun) {
       return tpsSuccess;
     }
   };
-  c_.decide = [](const EffectiveSettings&) {
-    return std::vector<Setting>{{"cuda_graph", "on", SettingSource::kAuto}};
-  };
+  c_.decide = [](const EffectiveSettings&) { return std::vector<Setting>{{"cuda_graph", "on", SettingSource::kAuto}}; };
   c_.make_phases = [](const EffectiveSettings&) { return std::make_unique<Deciding>(); };
   const RunOutcome o = runExperiment(c_);
   EXPECT_EQ(o.status, RunOutcome::Status::kFailed);

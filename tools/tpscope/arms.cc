@@ -100,8 +100,7 @@ class ArmsCommand : public Command {
           }
         }
         for (const std::string& b : c.box.backends) c.box.backend_reasons.erase(b);
-        c.topology =
-            topologyDocument(topo, paths, built.nccl_version ? ncclVersionString(*built.nccl_version) : "");
+        c.topology = topologyDocument(topo, paths, built.nccl_version ? ncclVersionString(*built.nccl_version) : "");
       } else {
         c.box.backends = {"host"};
       }
@@ -116,8 +115,9 @@ class ArmsCommand : public Command {
       case experiment::RunOutcome::Status::kDone:
         std::cout << o.report_markdown;
         std::cout.flush();
-        std::cerr << fmt::format("tpscope arms: {} attempts, {} failed baselines, {} failed repetitions; run folder {}\n",
-                                 o.attempts, o.failed_attempts, o.failed_repetitions, c.out_dir);
+        std::cerr << fmt::format(
+            "tpscope arms: {} attempts, {} failed baselines, {} failed repetitions; run folder {}\n", o.attempts,
+            o.failed_attempts, o.failed_repetitions, c.out_dir);
         return kExitOk;
       case experiment::RunOutcome::Status::kRefused: {
         // The table (or the refused arms) first, then the one-line error.
