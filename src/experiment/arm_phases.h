@@ -33,6 +33,10 @@ class ArmPhases {
   // Builds the model for these effective settings (allocations, communicator, graphs), so failures
   // happen before any measurement. Also returns its automatic decisions (AutoDecider's contract).
   virtual tpsResult_t prepare(const EffectiveSettings& arm, std::vector<Setting>* decisions, std::string* reason) = 0;
+  // The meter of the coming repetition (nullptr after it). A workload that marks its own phase
+  // windows on it (begin/end around the synchronised edges) reports those edges in PhaseOutcome;
+  // the runner adds a window only for a phase the workload did not mark.
+  virtual void useMeter(Meter* /*meter*/) {}
   // Runs `phases` once, in order, with a synchronised edge between them.
   virtual tpsResult_t runPhases(const std::vector<std::string>& phases, std::vector<PhaseOutcome>* out,
                                 std::string* reason) = 0;

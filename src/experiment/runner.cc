@@ -172,11 +172,20 @@ RunOutcome runExperiment(const RunnerConfig& c) {
           continue;
         }
         std::vector<PhaseOutcome> outcomes;
-        if (phases->runPhases(sh.phases, &outcomes, &reason) != tpsSuccess) {
+        phases->useMeter(meter.get());
+        const tpsResult_t ran = phases->runPhases(sh.phases, &outcomes, &reason);
+        phases->useMeter(nullptr);
+        if (ran != tpsSuccess) {
           out.message = fmt::format("{}: {}", tag, reason);
           return out;
         }
-        for (const PhaseOutcome& o : outcomes) meter->addWindow(o.phase, o.start_ns, o.end_ns);
+        auto marked = [&meter](const PhaseOutcome& o) {
+          for (const MeterWindow& w : meter->windows())
+            if (w.name == o.phase && w.start_ns == o.start_ns && w.end_ns == o.end_ns) return true;
+          return false;
+        };
+        for (const PhaseOutcome& o : outcomes)
+          if (!marked(o)) meter->addWindow(o.phase, o.start_ns, o.end_ns);
         meter->stop();
         const std::vector<MeterWindow> windows = meter->windows();
         std::string summary;
@@ -228,9 +237,22 @@ class FakeArmPhases : public ArmPhases {
       const bool prefill = p == "prefill";
       o.tokens = std::stoll(arm_.value(prefill ? "prompt_tokens" : "decode_tokens"));
       o.steps = prefill ? std::max<int64_t>(1, o.tokens / 512) : o.tokens;
-      o.start_ns = Meter::now();
-      std::this_thread::sleep_for(std::chrono::duration<double>(seconds_));
-      o.end_ns = Meter::now();
+      if (meter_) {
+        // Mark the window on the meter as the GPU workload does, and report its edges.
+        (void)meter_->begin(p);
+        std::this_thread::sleep_for(std::chrono::duration<double>(seconds_));
+        (void)meter_->end(p);
+        const std::vector<MeterWindow> ws = meter_->windows();
+        for (auto w = ws.rbegin(); w != ws.rend(); ++w)
+          if (w->name == p) {
+            o.start_ns = w->start_ns, o.end_ns = w->end_ns;
+            break;
+          }
+      } else {
+        o.start_ns = Meter::now();
+        std::this_thread::sleep_for(std::chrono::duration<double>(seconds_));
+        o.end_ns = Meter::now();
+      }
       if (tensor) {
         PathCalls pc;
         pc.path = arm_.value("allreduce_backend") == "host" ? "host-kernel" : arm_.value("allreduce_backend");
@@ -245,7 +267,10 @@ class FakeArmPhases : public ArmPhases {
     return tpsSuccess;
   }
 
+  void useMeter(Meter* meter) override { meter_ = meter; }
+
  private:
+  Meter* meter_ = nullptr;
   EffectiveSettings arm_;
   double seconds_;
 };

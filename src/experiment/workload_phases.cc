@@ -106,31 +106,60 @@ class WorkloadArmPhases : public ArmPhases {
       return tpsInvalidUsage;
     }
     for (const std::string& p : phases) {
-      tpsStats_t before{}, after{};
-      const bool stats = model_->comm() && tpsCommGetStats(model_->comm(), &before) == tpsSuccess;
+      if (p != "prefill" && p != "decode") {
+        *reason = "unknown phase \"" + p + "\"";
+        return tpsInvalidArgument;
+      }
       workload::PhaseResult r;
-      tpsResult_t rc = p == "prefill"  ? workload::runPrefill(*model_, prefill_, nullptr, &r, reason)
-                       : p == "decode" ? workload::runDecode(*model_, decode_, nullptr, &r, reason)
-                                       : tpsInvalidArgument;
-      if (rc == tpsInvalidArgument && p != "prefill" && p != "decode") *reason = "unknown phase \"" + p + "\"";
+      const int64_t called = Meter::now();
+      // The workload marks the timed window on the meter (begin/end around synchronised edges) and
+      // resets the library's statistics right before it.
+      tpsResult_t rc = p == "prefill" ? workload::runPrefill(*model_, prefill_, meter_, &r, reason)
+                                      : workload::runDecode(*model_, decode_, meter_, &r, reason);
       if (rc != tpsSuccess) return rc;
-      // The workload times the phase after an untimed warm-up and returns its length, not its edges;
-      // the timed window ends when the call returns (streams synchronised), so it starts r.seconds
-      // earlier. (An API that returns both edges would make this exact: see the report.)
-      const int64_t end = Meter::now();
+      const int64_t returned = Meter::now();
       PhaseOutcome o;
       o.phase = p;
-      o.end_ns = end;
-      o.start_ns = end - static_cast<int64_t>(r.seconds * 1e9);
+      // The window the workload marked; without a meter: the timed length ending when the call returned.
+      o.end_ns = returned;
+      o.start_ns = returned - static_cast<int64_t>(r.seconds * 1e9);
+      if (meter_) {
+        const std::vector<MeterWindow> ws = meter_->windows();
+        for (auto w = ws.rbegin(); w != ws.rend(); ++w)
+          if (w->name == p && w->start_ns >= called && w->end_ns <= returned) {
+            o.start_ns = w->start_ns, o.end_ns = w->end_ns;
+            break;
+          }
+      }
       o.tokens = static_cast<int64_t>(r.tokens + 0.5);
       o.steps = r.steps;
-      if (stats && tpsCommGetStats(model_->comm(), &after) == tpsSuccess) o.allreduce = statsDifference(before, after);
+      tpsStats_t after{};
+      if (model_->comm() && tpsCommGetStats(model_->comm(), &after) == tpsSuccess) {
+        tpsStats_t zero{};
+        zero.ndev = after.ndev;
+        o.allreduce = statsDifference(zero, after);
+        // A decode graph is counted once at capture: scale the paths to the calls the steps made.
+        uint64_t counted = 0;
+        for (const PathCalls& pc : o.allreduce) counted += pc.calls;
+        if (counted > 0 && r.allreduce_calls > 0 && counted != r.allreduce_calls) {
+          const double k = static_cast<double>(r.allreduce_calls) / static_cast<double>(counted);
+          for (PathCalls& pc : o.allreduce) {
+            pc.calls = static_cast<uint64_t>(pc.calls * k + 0.5);
+            pc.payload_bytes = static_cast<uint64_t>(pc.payload_bytes * k + 0.5);
+            for (uint64_t& b : pc.tx_bytes) b = static_cast<uint64_t>(b * k + 0.5);
+            for (uint64_t& b : pc.rx_bytes) b = static_cast<uint64_t>(b * k + 0.5);
+          }
+        }
+      }
       out->push_back(o);
     }
     return tpsSuccess;
   }
 
+  void useMeter(Meter* meter) override { meter_ = meter; }
+
  private:
+  Meter* meter_ = nullptr;
   std::unique_ptr<workload::Model> model_;
   workload::PrefillOptions prefill_;
   workload::DecodeOptions decode_;

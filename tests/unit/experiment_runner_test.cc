@@ -101,6 +101,7 @@ TEST_F(Runner, WritesTheRunFolderAndRendersTheReport) {
     EXPECT_EQ(r.phases[0].gpus.size(), r.arm == "A" ? 1u : 2u);  // the arm's devices only
   }
   EXPECT_FALSE(run.samples.empty());
+  EXPECT_GT(run.repetitions[0].phases[0].gpus[0].samples, 0);  // the window the phases marked on the meter
   const Report rep = buildReport(run);
   EXPECT_EQ(rep.arms.size(), 2u);
   EXPECT_EQ(rep.arms[1].valid_repetitions, 2);
