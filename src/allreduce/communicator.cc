@@ -48,7 +48,8 @@ tpsResult_t checkAsync(tpsComm* c) {
 }
 
 tpsResult_t validateCall(tpsComm* c, void* const* bufs, size_t count, tpsDataType_t dtype, const tpsStream_t* streams) {
-  TPS_EXPECT(bufs != nullptr && streams != nullptr, tpsInvalidArgument, "tpsAllReduce: bufs and streams must not be NULL");
+  TPS_EXPECT(bufs != nullptr && streams != nullptr, tpsInvalidArgument,
+             "tpsAllReduce: bufs and streams must not be NULL");
   TPS_EXPECT(count > 0, tpsInvalidArgument, "tpsAllReduce: count is 0");
   TPS_EXPECT(validDtype(dtype), tpsInvalidArgument, "tpsAllReduce: unsupported dtype {}", static_cast<int>(dtype));
   TPS_EXPECT(count <= SIZE_MAX / tpsDataTypeSize(dtype), tpsInvalidArgument, "tpsAllReduce: count {} overflows", count);
@@ -128,7 +129,8 @@ extern "C" tpsResult_t tpsConfigInit(tpsConfig_t* config) {
 }
 
 extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devices, const tpsConfig_t* config) {
-  TPS_EXPECT(comm != nullptr && devices != nullptr, tpsInvalidArgument, "tpsCommCreate: comm and devices must not be NULL");
+  TPS_EXPECT(comm != nullptr && devices != nullptr, tpsInvalidArgument,
+             "tpsCommCreate: comm and devices must not be NULL");
   *comm = nullptr;
   TPS_EXPECT(ndev >= 2 && ndev <= TPS_MAX_DEVICES, tpsInvalidArgument,
              "tpsCommCreate: ndev is {}; a communicator spans 2 to {} GPUs", ndev, TPS_MAX_DEVICES);
@@ -182,7 +184,8 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommCreate: NCCL could not start; auto continues without it");
     c->avail.nccl = r == tpsSuccess;
   }
-  TPS_EXPECT(c->avail.host || c->avail.nccl || c->backends[tpsBackendP2p], tpsUnavailable, "tpsCommCreate: no backend can run on these GPUs");
+  TPS_EXPECT(c->avail.host || c->avail.nccl || c->backends[tpsBackendP2p], tpsUnavailable,
+             "tpsCommCreate: no backend can run on these GPUs");
   *comm = c.release();
   return tpsSuccess;
 }

@@ -6,8 +6,6 @@
 // (each GPU moves 2(N-1)/N of the message instead of N-1 times it). Two-shot runs in pieces of at most
 // kTwoShotPiece bytes, each one launch; a remainder that does not split into N whole vectors goes
 // through one-shot. Both are capturable: the only state is device memory.
-#include "allreduce/p2p.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -15,19 +13,20 @@
 #include <cstring>
 
 #include "allreduce/async_status.h"
+#include "allreduce/p2p.h"
 #include "allreduce/p2p_kernels.cuh"
 #include "common/checks.h"
-#include "common/param.h"
 #include "common/cuda_raii.h"
+#include "common/param.h"
 
 namespace tpscope::detail {
 
 namespace {
 
-constexpr size_t kOneShotMax = 1u << 20;       // one-shot receive slot per (slot, peer)
-constexpr size_t kTwoShotPiece = 64u << 20;    // bytes per GPU per two-shot launch
+constexpr size_t kOneShotMax = 1u << 20;     // one-shot receive slot per (slot, peer)
+constexpr size_t kTwoShotPiece = 64u << 20;  // bytes per GPU per two-shot launch
 constexpr int kOneShotBlocks = 16;
-constexpr size_t kLLMax = 256u << 10;          // LL one-shot up to this many bytes per GPU
+constexpr size_t kLLMax = 256u << 10;  // LL one-shot up to this many bytes per GPU
 // LL grid: fixed per communicator (each block keeps its own sequence number). 16 x 512 measured 3.85 us
 // at 8 KiB under graphs on 2xH200; the environment overrides both for tuning.
 TPS_PARAM_INT(P2pLLBlocks, "TPSCOPE_P2P_LL_BLOCKS", 16)
@@ -58,10 +57,14 @@ class P2pBackend final : public Backend {
   }
   tpsResult_t allReduce(const CallArgs& a) override {
     switch (a.dtype) {
-      case tpsFloat32: return run<float>(a);
-      case tpsFloat16: return run<__half>(a);
-      case tpsBfloat16: return run<__nv_bfloat16>(a);
-      default: return tpsInvalidArgument;
+      case tpsFloat32:
+        return run<float>(a);
+      case tpsFloat16:
+        return run<__half>(a);
+      case tpsBfloat16:
+        return run<__nv_bfloat16>(a);
+      default:
+        return tpsInvalidArgument;
     }
   }
   tpsResult_t asyncError() const override { return status_.error(static_cast<int>(devices_.size())); }
@@ -130,8 +133,10 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
       TPS_EXPECT(ok, tpsUnavailable, "p2p backend: GPU {} has no peer access to GPU {}", a, b);
       DeviceGuard g(a);
       cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
-      if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
-      else TPS_CUDA_CHECK(e);
+      if (e == cudaErrorPeerAccessAlreadyEnabled)
+        (void)cudaGetLastError();
+      else
+        TPS_CUDA_CHECK(e);
     }
   TPS_CHECK(status_.create());
   TPS_CHECK(initAlgo(&one_, kOneShotBlocks, kOneShotMax));

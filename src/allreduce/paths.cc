@@ -2,9 +2,8 @@
 // paths.cc - AllReduce path availability from topology and build.
 #include "allreduce/paths.h"
 
-#include <nccl.h>
-
 #include <fmt/format.h>
+#include <nccl.h>
 
 namespace tpscope {
 
@@ -30,9 +29,9 @@ std::string ncclVersionString(int code) {
 
 BackendsBuilt backendsBuilt() {
   BackendsBuilt b;
-  b.host = true;   // src/allreduce/host_staged.cu
-  b.p2p = true;    // src/allreduce/p2p.cu
-  b.nccl = true;   // src/allreduce/nccl.cc
+  b.host = true;  // src/allreduce/host_staged.cu
+  b.p2p = true;   // src/allreduce/p2p.cu
+  b.nccl = true;  // src/allreduce/nccl.cc
   int v = 0;
   if (ncclGetVersion(&v) == ncclSuccess && v > 0) b.nccl_version = v;
   return b;
@@ -40,9 +39,12 @@ BackendsBuilt backendsBuilt() {
 
 const char* pathStateName(PathState s) {
   switch (s) {
-    case PathState::kAvailable: return "available";
-    case PathState::kUnavailable: return "unavailable";
-    case PathState::kNotBuilt: return "not built";
+    case PathState::kAvailable:
+      return "available";
+    case PathState::kUnavailable:
+      return "unavailable";
+    case PathState::kNotBuilt:
+      return "not built";
   }
   return "?";
 }
@@ -124,7 +126,8 @@ std::vector<PathStatus> evaluatePaths(const Topology& topo, const BackendsBuilt&
       why = "not used: NVLink joins every pair, so peer traffic takes NVLink";
     else {
       ok = true;
-      why = any_nvlink ? "peer access over PCIe for the pairs without NVLink" : "peer access over PCIe between every pair";
+      why = any_nvlink ? "peer access over PCIe for the pairs without NVLink"
+                       : "peer access over PCIe between every pair";
     }
     out.push_back(make("p2p_pcie", "p2p over PCIe", ok, built.p2p, why));
   }
@@ -144,8 +147,11 @@ std::vector<PathStatus> evaluatePaths(const Topology& topo, const BackendsBuilt&
 nlohmann::json toJson(const std::vector<PathStatus>& paths) {
   nlohmann::json a = nlohmann::json::array();
   for (const PathStatus& p : paths)
-    a.push_back({{"id", p.id}, {"label", p.label}, {"state", pathStateName(p.state)},
-                 {"available", p.state == PathState::kAvailable}, {"reason", p.reason}});
+    a.push_back({{"id", p.id},
+                 {"label", p.label},
+                 {"state", pathStateName(p.state)},
+                 {"available", p.state == PathState::kAvailable},
+                 {"reason", p.reason}});
   return a;
 }
 

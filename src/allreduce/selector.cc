@@ -5,8 +5,10 @@
 namespace tpscope::detail {
 
 bool parseBackendName(std::string_view text, tpsBackend_t* out) {
-  static const struct { const char* name; tpsBackend_t b; } kNames[] = {
-      {"auto", tpsBackendAuto}, {"host", tpsBackendHost}, {"p2p", tpsBackendP2p}, {"nccl", tpsBackendNccl}};
+  static const struct {
+    const char* name;
+    tpsBackend_t b;
+  } kNames[] = {{"auto", tpsBackendAuto}, {"host", tpsBackendHost}, {"p2p", tpsBackendP2p}, {"nccl", tpsBackendNccl}};
   for (const auto& n : kNames)
     if (text == n.name) {
       *out = n.b;

@@ -2,10 +2,9 @@
 // tuning.cc - host backend tunables from defaults, tuning file, environment and config.
 #include "allreduce/tuning.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/checks.h"
 #include "common/param.h"

@@ -14,11 +14,11 @@
 namespace tpscope::detail {
 
 struct HostTuning {
-  size_t copy_threshold;   // bytes per GPU at or above which the copy-engine path runs
-  size_t chunk_bytes;      // copy-engine chunk
-  int blocks;              // kernel-path blocks per GPU
+  size_t copy_threshold;  // bytes per GPU at or above which the copy-engine path runs
+  size_t chunk_bytes;     // copy-engine chunk
+  int blocks;             // kernel-path blocks per GPU
   unsigned spin_timeout_ms;
-  std::string source;      // where the values came from, for logs and reports
+  std::string source;  // where the values came from, for logs and reports
 };
 
 // Resolves the tunables for a communicator from every source. Returns tpsInvalidArgument (with a

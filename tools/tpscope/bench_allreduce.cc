@@ -99,8 +99,9 @@ class BenchAllReduceCommand : public Command {
     sub_->add_option("--devices", devices_, "GPU indices, comma-separated (instead of -g)")->excludes(g);
     sub_->add_option("--backend", backends_, "host, p2p, nccl, auto, comma-separated, or all")->capture_default_str();
     sub_->add_flag("--graph", o_.graph, "Time CUDA-graph launches of -n captured calls");
-    sub_->add_flag("!--no-meter", o_.meter,
-                   "Do not meter each size's bytes per call on PCIe and NVLink (the meter runs by default, eager only)");
+    sub_->add_flag(
+        "!--no-meter", o_.meter,
+        "Do not meter each size's bytes per call on PCIe and NVLink (the meter runs by default, eager only)");
     sub_->add_option("--graph-replays", o_.graph_replays, "Timed launches of each graph")
         ->check(CLI::Range(1, 100000))
         ->capture_default_str();

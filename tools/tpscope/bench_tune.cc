@@ -7,12 +7,12 @@
 #include "bench_tune.h"
 
 #include <cuda_runtime_api.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "allreduce/tuning.h"
 #include "tpscope/tpscope.h"
@@ -113,7 +113,8 @@ double concurrentCopyRate(const std::vector<int>& devs, bool d2h, bool h2d) {
     }
     for (size_t r = 0; r < devs.size(); ++r) {
       cudaSetDevice(devs[r]);
-      ok = ok && cudaStreamSynchronize(sides[r].s_out) == cudaSuccess && cudaStreamSynchronize(sides[r].s_in) == cudaSuccess;
+      ok = ok && cudaStreamSynchronize(sides[r].s_out) == cudaSuccess &&
+           cudaStreamSynchronize(sides[r].s_in) == cudaSuccess;
     }
     if (rep >= 0) times[rep] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -145,8 +146,10 @@ double pinnedCopyRateGBps(int device, bool to_host, size_t bytes, int reps) {
       cudaEventCreate(&e1) == cudaSuccess) {
     for (int i = 0; i <= reps; ++i) {  // the first copy warms up and is not counted
       cudaEventRecord(e0, s);
-      if (to_host) cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, s);
-      else cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s);
+      if (to_host)
+        cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, s);
+      else
+        cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s);
       cudaEventRecord(e1, s);
       float ms = 0;
       if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) break;
@@ -182,7 +185,8 @@ int runHostTune(const std::vector<int>& devices, std::FILE* out, TuneResult* res
                concurrentCopyRate(devices, false, true), concurrentCopyRate(devices, true, true));
 
   // 1. Copy-engine chunk, at 64 MiB with the copy-engine path forced.
-  std::fprintf(out, "# tune: copy-engine chunk at 64 MiB bf16 (copy path forced)\n#   chunk(B)   time(us)   algbw(GB/s)\n");
+  std::fprintf(out,
+               "# tune: copy-engine chunk at 64 MiB bf16 (copy path forced)\n#   chunk(B)   time(us)   algbw(GB/s)\n");
   size_t best_chunk = 0;
   double best_t = 1e30;
   for (size_t chunk : {size_t{1} << 20, size_t{2} << 20, size_t{4} << 20, size_t{8} << 20, size_t{16} << 20}) {
@@ -221,8 +225,9 @@ int runHostTune(const std::vector<int>& devices, std::FILE* out, TuneResult* res
   result->path = detail::tuneFilePath();
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(result->path).parent_path(), ec);
-  nlohmann::json j = {{"host_copy_threshold", threshold}, {"host_chunk_bytes", best_chunk}, {"host_blocks", best_blocks},
-                      {"pinned_d2h_gbps", d2h}, {"pinned_h2d_gbps", h2d}, {"devices", devices}};
+  nlohmann::json j = {{"host_copy_threshold", threshold}, {"host_chunk_bytes", best_chunk},
+                      {"host_blocks", best_blocks},       {"pinned_d2h_gbps", d2h},
+                      {"pinned_h2d_gbps", h2d},           {"devices", devices}};
   std::ofstream f(result->path);
   if (!(f << j.dump(2) << "\n")) {
     std::fprintf(stderr, "tpscope: error: cannot write the tuning file %s\n", result->path.c_str());

@@ -37,7 +37,9 @@ class TopoCommand : public Command {
   explicit TopoCommand(CLI::App& app) {
     sub_ = app.add_subcommand("topo", "Devices, links, P2P matrix, ceilings, and which AllReduce paths work and why");
     sub_->add_option("-i,--id", devices_, "GPU indices to show, comma-separated (default: all)");
-    sub_->add_option("--format", format_, "Output format")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+    sub_->add_option("--format", format_, "Output format")
+        ->check(CLI::IsMember({"table", "json"}))
+        ->capture_default_str();
   }
   CLI::App* subcommand() const override { return sub_; }
 
@@ -88,8 +90,8 @@ std::string formatTopologyTable(const Topology& topo, const std::vector<PathStat
   if (!topo.nvml_available) s += fmt::format("# NVML unavailable: {}; link fields show N/A\n", topo.nvml_reason);
   s += "# Ceilings are per direction: PCIe from max generation x max width, NVLink links up x link rate.\n";
   s += fmt::format("{:>3}  {:<26} {:<13} {:>10}  {:<9} {:<9} {:>12}  {:>6} {:>12} {:>14}  {:>3}  {}\n", "GPU", "Name",
-                   "Bus Id", "Memory", "PCIe now", "PCIe max", "PCIe ceil", "NVLink", "Link rate", "NVLink ceil",
-                   "CEs", "Host atomics");
+                   "Bus Id", "Memory", "PCIe now", "PCIe max", "PCIe ceil", "NVLink", "Link rate", "NVLink ceil", "CEs",
+                   "Host atomics");
   for (const GpuInfo& g : topo.gpus) {
     s += fmt::format("{:>3}  {:<26} {:<13} {:>6.1f} GiB  {:<9} {:<9} {:>12}  {:>6} {:>12} {:>14}  {:>3}  {}\n", g.index,
                      g.name.substr(0, 26), g.bus_id, g.memory_bytes / double(1ull << 30),
@@ -105,18 +107,19 @@ std::string formatTopologyTable(const Topology& topo, const std::vector<PathStat
     for (const auto& row : topo.pairs) {
       s += fmt::format("{:<6}", fmt::format("GPU{}", row.front().from));
       for (const PairInfo& p : row) {
-        std::string cell = p.from == p.to ? "X" : fmt::format("{} {}/{}", linkLabel(p), p.p2p_access ? "OK" : "--",
-                                                              p.p2p_atomics ? "OK" : "--");
+        std::string cell = p.from == p.to ? "X"
+                                          : fmt::format("{} {}/{}", linkLabel(p), p.p2p_access ? "OK" : "--",
+                                                        p.p2p_atomics ? "OK" : "--");
         s += fmt::format(" {:>12}", cell);
       }
       s += "\n";
     }
-    s += "# NV# = NVLink links joining the pair; PIX/PXB = PCIe switch(es); PHB = host bridge; NODE/SYS = across host\n";
+    s +=
+        "# NV# = NVLink links joining the pair; PIX/PXB = PCIe switch(es); PHB = host bridge; NODE/SYS = across host\n";
     s += "# bridges / NUMA nodes. The pair of OK/-- reads: P2P access / P2P atomics.\n";
   }
   s += "\n# AllReduce paths\n";
-  for (const PathStatus& p : paths)
-    s += fmt::format("  {:<16} {:<12} {}\n", p.label, pathStateName(p.state), p.reason);
+  for (const PathStatus& p : paths) s += fmt::format("  {:<16} {:<12} {}\n", p.label, pathStateName(p.state), p.reason);
   return s;
 }
 
