@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 
 import matplotlib
 
@@ -47,6 +48,17 @@ def rates(rows, key):
     return out
 
 
+def finish(fig, report):
+    """Lays the figure out; a recording (report["recording"]) is named above the panels."""
+    text = report.get("recording") or ""
+    if not text:
+        fig.tight_layout()
+        return
+    lines = textwrap.wrap(text, 110)
+    fig.suptitle("\n".join(lines), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.13 * len(lines) + 0.05) / fig.get_figheight()))
+
+
 def plot_traffic(report, samples, out):
     arms = [a["arm"] for a in report["arms"]]
     fig, axes = plt.subplots(len(arms), 1, figsize=(10, 2.6 * max(1, len(arms))), squeeze=False)
@@ -72,7 +84,7 @@ def plot_traffic(report, samples, out):
         seen = dict(zip(labels, handles))
         ax.legend(seen.values(), seen.keys(), fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("seconds from the first phase")
-    fig.tight_layout()
+    finish(fig, report)
     path = os.path.join(out, "traffic.png")
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -100,7 +112,7 @@ def plot_arms(report, out):
                     hi.append(0)
             ax.bar(names, vals, yerr=[lo, hi], capsize=3, color="#5b8fc9")
             ax.set_title(f"{phase}: {label}", fontsize=10)
-    fig.tight_layout()
+    finish(fig, report)
     path = os.path.join(out, "arms.png")
     fig.savefig(path, dpi=100)
     plt.close(fig)

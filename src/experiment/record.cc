@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <filesystem>
 #include <sstream>
 
@@ -267,6 +268,14 @@ RunRecord readRun(const std::string& dir) {
     throw RecordError(fmt::format("{} is not valid JSON ({})", mpath, e.what()));
   }
   run.manifest = manifestFromJson(mj);
+  if (std::ifstream rf(dir + "/recording.txt"); rf && run.manifest.recording.empty()) {
+    std::string line;
+    std::getline(rf, line);
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    const std::string date = run.manifest.start_time.substr(0, 10);  // ISO 8601: YYYY-MM-DD
+    if (!line.empty())
+      run.manifest.recording = fmt::format("Recorded run: {}on {}", date.empty() ? "" : date + " ", line);
+  }
   readJsonl(dir + "/results.jsonl", true, [&](const json& j) { run.repetitions.push_back(repetitionFromJson(j)); });
   readJsonl(dir + "/samples.jsonl", false, [&](const json& j) { run.samples.push_back(sampleFromJson(j)); });
   return run;

@@ -7,6 +7,9 @@
 //                           step, AllReduce calls and bytes per path (the library's accounting), meter
 //                           windows per GPU (rx/tx bytes and MB/s, samples, the dmon figure)
 //   RUN_DIR/samples.jsonl   one line per counter read: arm, repetition, GPU, time, cumulative bytes
+//   RUN_DIR/recording.txt   optional, only in a shipped recording (examples/recorded/): one line naming
+//                           the machine and command it was made with. It lives beside the data so that
+//                           a new recording replaces the three files above by a plain copy.
 //
 // Keys are snake_case with the unit in the key; a value the GPU could not give is null, never 0.
 // Attempts whose baseline failed are recorded too (valid = false): none is silently dropped.
@@ -39,7 +42,8 @@ struct Manifest {
   nlohmann::json topology = nlohmann::json::object();  // `tpscope topo --format json`
   nlohmann::json machine = nlohmann::json::object();   // hostname, kernel, cpu
   std::string start_time;                              // ISO 8601 UTC
-  std::string recording;  // non-empty for a shipped recording: "recorded 2026-11-29 on 2xH200 (...)"
+  // Non-empty for a shipped recording, printed as is: "Recorded run: 2026-11-29 on 2x NVIDIA H200 ...".
+  std::string recording;
 };
 
 // One GPU in one phase window of one repetition.
@@ -124,7 +128,8 @@ class RunWriter {
 };
 
 // Reads a run folder. Throws RecordError: a missing folder or manifest, corrupt JSON (with the line),
-// an unknown format.
+// an unknown format. When the manifest has no `recording` and RUN_DIR/recording.txt exists, `recording`
+// becomes "Recorded run: DATE on LINE" (DATE from start_time, LINE the file's first line).
 RunRecord readRun(const std::string& dir);
 
 // Fills a phase's traffic from the meter's window for it: PCIe and NVLink cells per GPU.

@@ -332,7 +332,7 @@ Report buildReport(const RunRecord& run) {
 
 std::string formatMarkdown(const Report& r) {
   std::string s = fmt::format("# Experiment {}\n\n", r.experiment);
-  if (!r.recording.empty()) s += fmt::format("> Recording: {}\n\n", r.recording);
+  if (!r.recording.empty()) s += fmt::format("> {}\n\n", r.recording);
   s += fmt::format(
       "Started {}{}. Per repetition: mean inside the phase window (bytes / duration). Across "
       "repetitions: median (min–max). MB/s = 10^6 bytes/s, PCIe counters, per card.\n\n",

@@ -212,7 +212,8 @@ RunOutcome runExperiment(const RunnerConfig& c) {
 
   // 4. The report, from the folder as written.
   try {
-    out.report_markdown = formatMarkdown(buildReport(readRun(c.out_dir)));
+    out.report = buildReport(readRun(c.out_dir));
+    out.report_markdown = formatMarkdown(out.report);
   } catch (const std::exception& e) {
     out.message = std::string("the run folder cannot be read back: ") + e.what();
     return out;

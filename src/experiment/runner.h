@@ -22,6 +22,7 @@
 #include "experiment/arm_phases.h"
 #include "experiment/guards.h"
 #include "experiment/record.h"
+#include "experiment/report.h"
 #include "experiment/spec.h"
 #include "tpscope/meter.h"
 
@@ -52,7 +53,8 @@ struct RunOutcome {
   Status status = Status::kFailed;
   // kRefused: the difference table or one line per refused arm; kFailed: one sentence.
   std::string message;
-  std::string report_markdown;  // kDone: the report of the run folder
+  Report report;                // kDone: the report of the run folder (for plots)
+  std::string report_markdown;  // kDone: formatMarkdown(report)
   int attempts = 0, failed_attempts = 0, failed_repetitions = 0;
 };
 

@@ -8,6 +8,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -107,7 +108,8 @@ struct Reader {
 
 const char* kSharedKeys =
     "name, preset, prompt_tokens, decode_tokens, context, phases, repetitions, idle_seconds, "
-    "baseline_threshold_mbps, baseline_retries, meter_period_ms, devices, split, backend, tokens_per_step, acceptance";
+    "baseline_threshold_mbps, baseline_retries, meter_period_ms, recorded_run, devices, split, backend, "
+    "tokens_per_step, acceptance";
 const char* kArmKeys = "name, devices, split, backend, tokens_per_step, acceptance";
 
 void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec) {
@@ -135,7 +137,10 @@ void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec) {
       s.baseline_retries = r.integer(v, key, 0, 100);
     else if (key == "meter_period_ms")
       s.meter_period_ms = r.number(v, key, 0.1, 50);
-    else if (key == "phases") {
+    else if (key == "recorded_run") {
+      spec->recorded_run = r.string(v, key);
+      if (spec->recorded_run.empty()) r.error(v, "'recorded_run' is empty: name a run folder or leave the key out");
+    } else if (key == "phases") {
       const toml::array* a = v.as_array();
       if (!a || a->empty()) r.error(v, "'phases' must be a non-empty list, e.g. [\"prefill\", \"decode\"]");
       s.phases.clear();
@@ -235,7 +240,10 @@ ExperimentSpec loadSpec(const std::string& path) {
   if (!f) throw SpecError(path, 0, "cannot read the spec file");
   std::stringstream ss;
   ss << f.rdbuf();
-  return parseSpec(ss.str(), path);
+  ExperimentSpec spec = parseSpec(ss.str(), path);
+  if (!spec.recorded_run.empty() && std::filesystem::path(spec.recorded_run).is_relative())
+    spec.recorded_run = (std::filesystem::path(path).parent_path() / spec.recorded_run).lexically_normal().string();
+  return spec;
 }
 
 }  // namespace tpscope::experiment

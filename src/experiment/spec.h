@@ -54,6 +54,10 @@ struct ExperimentSpec {
   std::string name;    // [experiment] name; default: the file's stem
   std::string source;  // file path (or "<string>") for messages
   std::string text;    // the TOML as read, kept verbatim in the run manifest
+  // [experiment] recorded_run: a run folder recorded from this spec on real GPUs, which `tpscope arms`
+  // renders instead on a machine without GPUs. As written by parseSpec; loadSpec resolves a relative
+  // path against the spec file's folder. "" when the spec names none.
+  std::string recorded_run;
   SharedSettings shared;
   std::vector<ArmSpec> arms;
 };
@@ -68,7 +72,7 @@ struct SpecError : std::runtime_error {
 // Parses and validates. Throws SpecError for malformed TOML, an unknown key, no arms, an arm with no
 // name, duplicate arm names, a value of the wrong type or out of range.
 ExperimentSpec parseSpec(const std::string& text, const std::string& source = "<string>");
-// Reads `path` and parses it; SpecError (line 0) when the file cannot be read.
+// Reads `path` and parses it; SpecError (line 0) when the file cannot be read. Resolves recorded_run.
 ExperimentSpec loadSpec(const std::string& path);
 
 }  // namespace tpscope::experiment

@@ -53,4 +53,20 @@ inline CliResult runTpscope(const std::string& args, const std::string& env = ""
 
 inline int lineCount(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
+// The python `tpscope report --plots` will use: TPSCOPE_PYTHON, else python3 on PATH, else /usr/bin/python3
+// (the first that imports matplotlib). Plot tests skip, with this reason, when it has no matplotlib.
+inline bool importsMatplotlib(const std::string& py) {
+  return std::system((py + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0;
+}
+inline std::string plotPython() {
+  const char* p = std::getenv("TPSCOPE_PYTHON");
+  if (p && *p) return p;
+  return importsMatplotlib("python3") ? "python3" : "/usr/bin/python3";
+}
+inline bool haveMatplotlib() { return importsMatplotlib(plotPython()); }
+inline std::string noMatplotlibReason() {
+  return plotPython() +
+         " has no matplotlib (scripts/setup installs python3-matplotlib; TPSCOPE_PYTHON picks another python)";
+}
+
 }  // namespace tpscope::testing

@@ -77,7 +77,7 @@ inline experiment::RunRecord writeStudyRun(const std::string& dir, bool failed_a
   m.versions = {{"tpscope", "0.1.0"}, {"git_sha", "synthetic"}};
   m.machine = {{"hostname", "study"}, {"description", "2x RTX 2080 Ti 22 GB, PCIe Gen3 x16"}};
   m.start_time = "2026-07-20T02:00:00Z";
-  m.recording = "synthetic, numbers from the seed study's tables (not a measurement)";
+  m.recording = "Synthetic run: numbers from the seed study's tables (not a measurement)";
   RunRecord run;
   run.manifest = m;
   RunWriter w(dir, m);

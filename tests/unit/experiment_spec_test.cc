@@ -51,6 +51,15 @@ TEST(ExperimentSpec, FourArmsExampleReproducesTheStudy) {
   EXPECT_EQ(*s.arms[3].delta.tokens_per_step, 4);
   EXPECT_DOUBLE_EQ(*s.arms[3].delta.acceptance, 0.6);
   EXPECT_GT(s.arms[3].line, s.arms[2].line);
+  // Its recording, resolved against the spec's folder, is shipped beside it.
+  EXPECT_EQ(s.recorded_run, std::string(TPSCOPE_SOURCE_DIR) + "/examples/recorded/h200x2-quick");
+}
+
+TEST(ExperimentSpec, RecordedRunIsAsWrittenUntilLoadResolvesIt) {
+  EXPECT_EQ(parseSpec(kArms).recorded_run, "");
+  EXPECT_EQ(parseSpec("[experiment]\nrecorded_run = \"rec/x\"\n" + kArms).recorded_run, "rec/x");
+  expectError("[experiment]\nrecorded_run = \"\"\n" + kArms, 2, "'recorded_run' is empty");
+  expectError("[experiment]\nrecorded_run = 3\n" + kArms, 2, "'recorded_run' must be a string");
 }
 
 TEST(ExperimentSpec, BackendsExampleParses) {

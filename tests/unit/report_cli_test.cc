@@ -58,21 +58,8 @@ TEST_F(ReportCli, CorruptManifestIsARuntimeError) {
   EXPECT_NE(r.err.find("manifest.json is not valid JSON"), std::string::npos) << r.err;
 }
 
-// The python `tpscope report --plots` will use: TPSCOPE_PYTHON, else python3 on PATH, else /usr/bin/python3
-// (the first that imports matplotlib).
-bool imports(const std::string& py) { return std::system((py + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0; }
-std::string python() {
-  const char* p = std::getenv("TPSCOPE_PYTHON");
-  if (p && *p) return p;
-  return imports("python3") ? "python3" : "/usr/bin/python3";
-}
-bool haveMatplotlib() { return imports(python()); }
-
 TEST_F(ReportCli, PlotsArePngsWhenMatplotlibIsThere) {
-  if (!haveMatplotlib())
-    GTEST_SKIP()
-        << python()
-        << " has no matplotlib (scripts/setup installs python3-matplotlib; TPSCOPE_PYTHON picks another python)";
+  if (!haveMatplotlib()) GTEST_SKIP() << noMatplotlibReason();
   const std::string plots = dir_ + "/plots";
   const CliResult r = runTpscope("report " + dir_ + " --plots --plot-dir " + plots);
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // arms.cc - `tpscope arms SPEC.toml [--out RUN_DIR] [--quick]`.
 //
-// Without GPUs it says so and exits 1. Tests: TPSCOPE_ARMS_FAKE=1 together with TPSCOPE_METER_FAKE=1
-// runs the arms on a fake workload (makeFakeArmPhases) and the meter's two scripted GPUs.
+// At the end: the report on stdout, plots in RUN_DIR/plots where python3 has matplotlib. Without GPUs it
+// says so in one line; when the spec names a recorded_run (examples/four-arms.toml does) it then renders
+// that recording and exits 0, so the README's first command shows real output anywhere; else it exits 1.
+// Tests: TPSCOPE_ARMS_FAKE=1 together with TPSCOPE_METER_FAKE=1 runs the arms on a fake workload
+// (makeFakeArmPhases) and the meter's two scripted GPUs.
 #include "arms.h"
 
 #include <fmt/format.h>
@@ -15,9 +18,12 @@
 #include <iostream>
 
 #include "allreduce/paths.h"
+#include "experiment/record.h"
+#include "experiment/report.h"
 #include "experiment/runner.h"
 #include "experiment/spec.h"
 #include "experiment/workload_phases.h"
+#include "report.h"
 #include "topo.h"
 #include "topology/topology.h"
 #include "workload/model_config.h"
@@ -81,10 +87,13 @@ class ArmsCommand : public Command {
     } else {
       int count = 0;
       std::string why;
-      if (cudaDeviceCount(&count, &why) != tpsSuccess || count == 0)
-        return fail(kExitRuntime, "tpscope arms needs GPUs and this machine has none visible (" +
-                                      (why.empty() ? std::string("no GPU") : why) +
-                                      "); `tpscope report` renders a recorded run folder anywhere");
+      if (cudaDeviceCount(&count, &why) != tpsSuccess || count == 0) {
+        if (why.empty()) why = "no GPU";
+        if (spec.recorded_run.empty())
+          return fail(kExitRuntime, "tpscope arms needs GPUs and this machine has none visible (" + why +
+                                        "); `tpscope report` renders a recorded run folder anywhere");
+        return showRecording(spec.recorded_run, why);
+      }
       c.box.gpu_count = count;
       Topology topo;
       if (queryTopology({}, &topo, &why) == tpsSuccess) {
@@ -118,7 +127,7 @@ class ArmsCommand : public Command {
         std::cerr << fmt::format(
             "tpscope arms: {} attempts, {} failed baselines, {} failed repetitions; run folder {}\n", o.attempts,
             o.failed_attempts, o.failed_repetitions, c.out_dir);
-        return kExitOk;
+        return writePlots(o.report, c.out_dir, c.out_dir + "/plots");
       case experiment::RunOutcome::Status::kRefused: {
         // The table (or the refused arms) first, then the one-line error.
         const size_t nl = o.message.find('\n');
@@ -132,6 +141,28 @@ class ArmsCommand : public Command {
   }
 
  private:
+  // No GPU here: the recording the spec names, rendered as `tpscope report` would, plots beside --out
+  // (default runs/recorded-NAME/plots, never inside the shipped folder).
+  int showRecording(const std::string& dir, const std::string& why) {
+    experiment::RunRecord run;
+    try {
+      run = experiment::readRun(dir);
+    } catch (const experiment::RecordError& e) {
+      return fail(kExitRuntime, fmt::format("tpscope arms needs GPUs and this machine has none visible ({}); the "
+                                            "spec's recorded_run cannot be shown either: {}",
+                                            why, e.what()));
+    }
+    std::cerr << fmt::format(
+        "tpscope arms: no GPU here: {}; nothing is measured, rendering the recorded run {} instead\n", why, dir);
+    const experiment::Report report = experiment::buildReport(run);
+    std::cout << experiment::formatMarkdown(report);
+    std::cout.flush();
+    std::filesystem::path name = std::filesystem::path(dir).lexically_normal();
+    if (name.filename().empty()) name = name.parent_path();
+    const std::string out = out_.empty() ? "runs/recorded-" + name.filename().string() : out_;
+    return writePlots(report, dir, out + "/plots");
+  }
+
   CLI::App* sub_ = nullptr;
   std::string spec_path_, out_;
   bool quick_ = false;

@@ -49,48 +49,10 @@ class ReportCommand : public Command {
     else
       std::cout << experiment::formatMarkdown(report);
     std::cout.flush();
-    return plots_ ? plot(report) : kExitOk;
+    return plots_ ? writePlots(report, run_dir_, plot_dir_.empty() ? run_dir_ + "/plots" : plot_dir_) : kExitOk;
   }
 
  private:
-  int plot(const experiment::Report& report) {
-    const std::string script = plotScriptPath();
-    if (script.empty()) {
-      std::cerr << "tpscope: plots skipped: scripts/plot_report.py not found (set TPSCOPE_PLOT_SCRIPT)\n";
-      return kExitOk;
-    }
-    // TPSCOPE_PYTHON when set; else python3 on PATH, then the system's (a pyenv or venv python3 on PATH
-    // often lacks the python3-matplotlib that scripts/setup installs for /usr/bin/python3).
-    const char* py_env = std::getenv("TPSCOPE_PYTHON");
-    std::vector<std::string> candidates;
-    if (py_env && *py_env) candidates = {py_env};
-    else candidates = {"python3", "/usr/bin/python3"};
-    std::string python;
-    for (const std::string& c : candidates)
-      if (std::system((shellQuote(c) + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0) {
-        python = shellQuote(c);
-        break;
-      }
-    if (python.empty()) {
-      std::cerr << "tpscope: plots skipped: python3 with matplotlib is not available (install python3-matplotlib, "
-                   "or point TPSCOPE_PYTHON at a python that has it)\n";
-      return kExitOk;
-    }
-    const std::string dir = plot_dir_.empty() ? run_dir_ + "/plots" : plot_dir_;
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    const std::string json_path = dir + "/report.json";
-    std::ofstream(json_path) << experiment::toJson(report).dump(2) << "\n";
-    if (!std::ofstream(json_path, std::ios::app)) return fail(kExitRuntime, "cannot write " + json_path);
-    const std::string cmd = python + " " + shellQuote(script) + " --report " + shellQuote(json_path) + " --samples " +
-                            shellQuote(run_dir_ + "/samples.jsonl") + " --out " + shellQuote(dir) + " 1>&2";
-    const int st = std::system(cmd.c_str());
-    if (st != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-      return fail(kExitRuntime, "scripts/plot_report.py failed (its message is above); the tables are printed");
-    std::cerr << "tpscope: plots written to " << dir << " (traffic.png, arms.png)\n";
-    return kExitOk;
-  }
-
   CLI::App* sub_ = nullptr;
   std::string run_dir_, format_ = "md", plot_dir_;
   bool plots_ = false;
@@ -112,6 +74,45 @@ std::string plotScriptPath() {
   if (std::filesystem::exists(built)) return built;
 #endif
   return "";
+}
+
+int writePlots(const experiment::Report& report, const std::string& run_dir, const std::string& plot_dir) {
+  const std::string script = plotScriptPath();
+  if (script.empty()) {
+    std::cerr << "tpscope: plots skipped: scripts/plot_report.py not found (set TPSCOPE_PLOT_SCRIPT)\n";
+    return kExitOk;
+  }
+  // TPSCOPE_PYTHON when set; else python3 on PATH, then the system's (a pyenv or venv python3 on PATH
+  // often lacks the python3-matplotlib that scripts/setup installs for /usr/bin/python3).
+  const char* py_env = std::getenv("TPSCOPE_PYTHON");
+  std::vector<std::string> candidates;
+  if (py_env && *py_env)
+    candidates = {py_env};
+  else
+    candidates = {"python3", "/usr/bin/python3"};
+  std::string python;
+  for (const std::string& c : candidates)
+    if (std::system((shellQuote(c) + " -c 'import matplotlib' >/dev/null 2>&1").c_str()) == 0) {
+      python = shellQuote(c);
+      break;
+    }
+  if (python.empty()) {
+    std::cerr << "tpscope: plots skipped: python3 with matplotlib is not available (install python3-matplotlib, "
+                 "or point TPSCOPE_PYTHON at a python that has it)\n";
+    return kExitOk;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(plot_dir, ec);
+  const std::string json_path = plot_dir + "/report.json";
+  std::ofstream(json_path) << experiment::toJson(report).dump(2) << "\n";
+  if (!std::ofstream(json_path, std::ios::app)) return fail(kExitRuntime, "cannot write " + json_path);
+  const std::string cmd = python + " " + shellQuote(script) + " --report " + shellQuote(json_path) + " --samples " +
+                          shellQuote(run_dir + "/samples.jsonl") + " --out " + shellQuote(plot_dir) + " 1>&2";
+  const int st = std::system(cmd.c_str());
+  if (st != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    return fail(kExitRuntime, "scripts/plot_report.py failed (its message is above); the tables are printed");
+  std::cerr << "tpscope: plots written to " << plot_dir << " (traffic.png, arms.png)\n";
+  return kExitOk;
 }
 
 std::unique_ptr<Command> makeReportCommand(CLI::App& app) { return std::make_unique<ReportCommand>(app); }
