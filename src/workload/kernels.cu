@@ -10,6 +10,7 @@
 #include <cfloat>
 
 #include "workload/kernels.h"
+#include "workload/pdl.cuh"
 
 namespace tpscope::workload {
 
@@ -47,6 +48,11 @@ __device__ __forceinline__ float warpSum(float v) {
   return v;
 }
 
+__device__ __forceinline__ float warpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // One block per row; blockDim.x is a multiple of 32, at most 1024.
 __global__ void rmsNormKernel(const bf16_t* x, const bf16_t* w, bf16_t* y, int width, float eps) {
   __shared__ float partial[32];
@@ -70,6 +76,75 @@ __global__ void rmsNormKernel(const bf16_t* x, const bf16_t* w, bf16_t* y, int w
   for (int i = threadIdx.x; i < width; i += blockDim.x) store(out + i, load(row + i) * inv * load(w + i));
 }
 
+// x (+)= p and y = RMSNorm(x) * w for one row per block, width % 8 == 0 and width <= 8 * kNormThreads *
+// kNormVec: each thread keeps its 16-byte pieces of the row in registers between the two passes. The
+// sum is rounded to bf16 before it is stored and normed, exactly as an add kernel followed by a norm
+// kernel would. p null: no add; w null: no norm (x += p only).
+constexpr int kNormThreads = 256, kNormVec = 4;
+
+__global__ void __launch_bounds__(kNormThreads)
+    addRmsNormKernel(bf16_t* x, const bf16_t* p, const bf16_t* w, bf16_t* y, int width, float eps) {
+  __shared__ float partial[kNormThreads / 32];
+  pdlTrigger();  // the next kernel is a GEMV: it may start loading its weights
+  const int vecs = width / 8;
+  uint4* xr = reinterpret_cast<uint4*>(x + static_cast<int64_t>(blockIdx.x) * width);
+  const uint4* pr = reinterpret_cast<const uint4*>(p + static_cast<int64_t>(blockIdx.x) * width);
+  uint4 v[kNormVec];
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kNormVec; ++i) {
+    const int at = threadIdx.x + i * kNormThreads;
+    if (at >= vecs) break;
+    v[i] = xr[at];
+    __nv_bfloat162* a = reinterpret_cast<__nv_bfloat162*>(&v[i]);
+    if (p) {
+      uint4 q = pr[at];
+      const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&q);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float2 fa = __bfloat1622float2(a[u]), fb = __bfloat1622float2(b[u]);
+        a[u] = __floats2bfloat162_rn(fa.x + fb.x, fa.y + fb.y);
+      }
+      xr[at] = v[i];
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float2 f = __bfloat1622float2(a[u]);
+      ss += f.x * f.x + f.y * f.y;
+    }
+  }
+  if (!w) return;
+  ss = warpSum(ss);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kNormThreads / 32; ++i) total += partial[i];
+  const float inv = rsqrtf(total / width + eps);
+  uint4* yr = reinterpret_cast<uint4*>(y + static_cast<int64_t>(blockIdx.x) * width);
+  const uint4* wr = reinterpret_cast<const uint4*>(w);
+#pragma unroll
+  for (int i = 0; i < kNormVec; ++i) {
+    const int at = threadIdx.x + i * kNormThreads;
+    if (at >= vecs) break;
+    uint4 q = wr[at], o;
+    const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&v[i]);
+    const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&q);
+    __nv_bfloat162* c = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float2 fa = __bfloat1622float2(a[u]), fb = __bfloat1622float2(b[u]);
+      c[u] = __floats2bfloat162_rn(fa.x * inv * fb.x, fa.y * inv * fb.y);
+    }
+    yr[at] = o;
+  }
+}
+
+bool vecNormApplies(const void* x, const void* p, const void* w, const void* y, int width) {
+  auto ok = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
+  return width % 8 == 0 && width <= 8 * kNormThreads * kNormVec && ok(x) && ok(p) && ok(w) && ok(y);
+}
+
 __global__ void addKernel(bf16_t* x, const bf16_t* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     store(x + i, load(x + i) + load(y + i));
@@ -84,31 +159,36 @@ __global__ void siluMulKernel(const bf16_t* gu, bf16_t* out, int tokens, int ffn
   }
 }
 
-// One block per token. RoPE rotates pairs (i, i + head_dim/2) of every Q and K head (GPT-NeoX
-// layout) by pos * 10000^(-2i/head_dim); then K and V go to the cache.
+// grid (tokens, ceil(heads x head_dim / 2 / 256)), 256 threads; one thread per pair (i, i + head_dim/2)
+// of one head of one token, over the Q, K and V heads of the QKV row. RoPE (GPT-NeoX layout) rotates
+// the Q and K pairs by pos * 10000^(-2i/head_dim) in place; the K and V pairs then go to the cache.
+// One pair per thread keeps every load independent (a loop over pairs would wait out each load).
 __global__ void ropeStoreKernel(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, AttnShape s) {
   const int t = blockIdx.x, pos = s.pos0 + t, d = s.head_dim, half = d / 2;
-  const int width = (s.q_heads + 2 * s.kv_heads) * d;
-  bf16_t* row = qkv + static_cast<int64_t>(t) * width;
-  if (s.rope) {
-    for (int p = threadIdx.x; p < (s.q_heads + s.kv_heads) * half; p += blockDim.x) {
-      const int head = p / half, i = p % half;
-      const float freq = powf(10000.0f, -2.0f * i / d);
-      float sn, cs;
-      sincosf(pos * freq, &sn, &cs);
-      bf16_t* h = row + head * d;
-      const float a = load(h + i), b = load(h + i + half);
-      store(h + i, a * cs - b * sn);
-      store(h + i + half, a * sn + b * cs);
-    }
-    __syncthreads();
+  const int p = blockIdx.y * blockDim.x + threadIdx.x;
+  if (p >= (s.q_heads + 2 * s.kv_heads) * half) return;
+  const int head = p / half, i = p % half;
+  bf16_t* h = qkv + static_cast<int64_t>(t) * (s.q_heads + 2 * s.kv_heads) * d + head * d;
+  float x0 = load(h + i), x1 = load(h + i + half);
+  if (s.rope && head < s.q_heads + s.kv_heads) {
+    // 10000^(-2i/d) as exp2, and the angle reduced to [-pi, pi] before the fast sincos: sincosf on
+    // a raw angle of thousands of radians takes the slow reduction path.
+    const float freq = exp2f(-2.0f * i / d * 13.287712379549449f);  // log2(10000)
+    float a = pos * freq;
+    a -= 6.283185307179586f * rintf(a * 0.15915494309189535f);
+    float sn, cs;
+    __sincosf(a, &sn, &cs);
+    const float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
+    store(h + i, r0);
+    store(h + i + half, r1);
+    x0 = __bfloat162float(__float2bfloat16(r0)), x1 = __bfloat162float(__float2bfloat16(r1));  // as stored
   }
-  for (int e = threadIdx.x; e < s.kv_heads * d; e += blockDim.x) {
-    const int head = e / d, i = e % d;
-    const int64_t at = (static_cast<int64_t>(head) * s.capacity + pos) * d + i;
-    k_cache[at] = row[(s.q_heads + head) * d + i];
-    v_cache[at] = row[(s.q_heads + s.kv_heads + head) * d + i];
-  }
+  if (head < s.q_heads) return;
+  const bool is_k = head < s.q_heads + s.kv_heads;
+  const int kvh = head - s.q_heads - (is_k ? 0 : s.kv_heads);
+  bf16_t* cache = (is_k ? k_cache : v_cache) + (static_cast<int64_t>(kvh) * s.capacity + pos) * d;
+  store(cache + i, x0);
+  store(cache + i + half, x1);
 }
 
 constexpr int kAttnWarps = 4;
@@ -169,23 +249,50 @@ __global__ void attnPartialKernel(const bf16_t* qkv, const bf16_t* k_cache, cons
   }
 }
 
-// grid (tokens, q_heads), head_dim threads: merges the splits' partials into the output.
+// grid (tokens, q_heads), head_dim threads: merges the splits' partials into the output. The splits'
+// (max, sum) pairs are read in parallel into shared memory first and the outputs with independent,
+// unrolled loads: a loop of dependent loads over the splits costs one memory latency per split.
+constexpr int kMaxCombineSplits = 256;  // attentionSplits and attentionDecodeSplits stay within it
+
 __global__ void attnCombineKernel(const float* partial, bf16_t* out, int q_heads, int d, int splits) {
+  __shared__ float weight[kMaxCombineSplits];
+  __shared__ float total;
+  pdlTrigger();  // the next kernel is the output projection's GEMV
   const int t = blockIdx.x, h = blockIdx.y, e = threadIdx.x;
   const float* p = partial + (static_cast<int64_t>(t) * q_heads + h) * splits * (d + 2);
-  float M = -FLT_MAX;
-  for (int s = 0; s < splits; ++s)
-    if (p[s * (d + 2) + 1] > 0) M = fmaxf(M, p[s * (d + 2)]);
-  float L = 0.0f, a = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const float* q = p + s * (d + 2);
-    if (q[1] > 0) {
-      const float f = __expf(q[0] - M);
-      L += q[1] * f;
-      a += q[2 + e] * f;
+  for (int s = e; s < splits; s += blockDim.x) weight[s] = p[s * (d + 2) + 1] > 0 ? p[s * (d + 2)] : -FLT_MAX;
+  __syncthreads();
+  if (e < 32) {  // one warp: the largest max, the weights exp(max_s - M), and L = sum of weighted sums
+    float M = -FLT_MAX;
+    for (int s = e; s < splits; s += 32) M = fmaxf(M, weight[s]);
+    M = warpMax(M);
+    float L = 0.0f;
+    for (int s = e; s < splits; s += 32) {
+      const float l = p[s * (d + 2) + 1];
+      const float w = l > 0 ? __expf(weight[s] - M) : 0.0f;
+      weight[s] = w;
+      L += l * w;
     }
+    L = warpSum(L);
+    if (e == 0) total = L;
   }
-  store(out + (static_cast<int64_t>(t) * q_heads + h) * d + e, a / L);
+  __syncthreads();
+  float a = 0.0f;
+#pragma unroll 8
+  for (int s = 0; s < splits; ++s) {
+    const float w = weight[s], v = p[s * (d + 2) + 2 + e];
+    a += w != 0.0f ? w * v : 0.0f;  // an empty split's outputs are never used
+  }
+  store(out + (static_cast<int64_t>(t) * q_heads + h) * d + e, a / total);
+}
+
+__global__ void spinKernel(uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
 }
 
 int gridFor(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 65535 * 4)); }
@@ -209,12 +316,22 @@ cudaError_t launchFillHash(bf16_t* dst, int rows, int cols, int ld_dst, int64_t 
 
 cudaError_t launchRmsNorm(const bf16_t* x, const bf16_t* w, bf16_t* y, int rows, int width, float eps,
                           cudaStream_t stream) {
-  rmsNormKernel<<<rows, 256, 0, stream>>>(x, w, y, width, eps);
+  if (vecNormApplies(x, nullptr, w, y, width))
+    addRmsNormKernel<<<rows, kNormThreads, 0, stream>>>(const_cast<bf16_t*>(x), nullptr, w, y, width, eps);
+  else
+    rmsNormKernel<<<rows, 256, 0, stream>>>(x, w, y, width, eps);
   return cudaGetLastError();
 }
 
-cudaError_t launchAdd(bf16_t* x, const bf16_t* y, int64_t n, cudaStream_t stream) {
-  addKernel<<<gridFor(n), 256, 0, stream>>>(x, y, n);
+cudaError_t launchAddRmsNorm(bf16_t* x, const bf16_t* p, const bf16_t* w, bf16_t* y, int rows, int width, float eps,
+                             cudaStream_t stream) {
+  if (vecNormApplies(x, p, w, y, width)) {
+    addRmsNormKernel<<<rows, kNormThreads, 0, stream>>>(x, p, w, y, width, eps);
+    return cudaGetLastError();
+  }
+  const int64_t n = static_cast<int64_t>(rows) * width;
+  addKernel<<<gridFor(n), 256, 0, stream>>>(x, p, n);
+  if (w) rmsNormKernel<<<rows, 256, 0, stream>>>(x, w, y, width, eps);
   return cudaGetLastError();
 }
 
@@ -224,17 +341,31 @@ cudaError_t launchSiluMul(const bf16_t* gu, bf16_t* out, int tokens, int ffn, cu
 }
 
 cudaError_t launchRopeAndStore(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, const AttnShape& s, cudaStream_t stream) {
-  ropeStoreKernel<<<s.tokens, 256, 0, stream>>>(qkv, k_cache, v_cache, s);
+  const int pairs = (s.q_heads + 2 * s.kv_heads) * (s.head_dim / 2);
+  ropeStoreKernel<<<dim3(s.tokens, (pairs + 255) / 256), 256, 0, stream>>>(qkv, k_cache, v_cache, s);
   return cudaGetLastError();
 }
 
 cudaError_t launchAttention(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, bf16_t* out,
                             float* partial, const AttnShape& s, cudaStream_t stream) {
+  if (attentionDecodeApplies(s)) {
+    const int splits = attentionDecodeSplits(s.kv_heads, s.pos0 + s.tokens);
+    if (cudaError_t e = launchAttentionDecode(qkv, k_cache, v_cache, partial, s, splits, stream); e != cudaSuccess)
+      return e;
+    attnCombineKernel<<<dim3(s.tokens, s.q_heads), s.head_dim, 0, stream>>>(partial, out, s.q_heads, s.head_dim,
+                                                                            splits);
+    return cudaGetLastError();
+  }
   const int splits = attentionSplits(s.tokens, s.q_heads, s.pos0 + s.tokens);
   attnPartialKernel<<<dim3(s.tokens, s.q_heads, splits), 32 * kAttnWarps, 0, stream>>>(qkv, k_cache, v_cache, partial,
                                                                                        s);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   attnCombineKernel<<<dim3(s.tokens, s.q_heads), s.head_dim, 0, stream>>>(partial, out, s.q_heads, s.head_dim, splits);
+  return cudaGetLastError();
+}
+
+cudaError_t launchSpin(uint64_t ns, cudaStream_t stream) {
+  spinKernel<<<1, 1, 0, stream>>>(ns);
   return cudaGetLastError();
 }
 

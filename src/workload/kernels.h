@@ -25,8 +25,10 @@ cudaError_t launchFillHash(bf16_t* dst, int rows, int cols, int ld_dst, int64_t 
 cudaError_t launchRmsNorm(const bf16_t* x, const bf16_t* w, bf16_t* y, int rows, int width, float eps,
                           cudaStream_t stream);
 
-// x[i] += y[i] for n elements (the residual add), in fp32 then rounded.
-cudaError_t launchAdd(bf16_t* x, const bf16_t* y, int64_t n, cudaStream_t stream);
+// x[rows][width] += p (bf16-rounded), then y = RMSNorm(x) * w; w null: the add alone. One kernel
+// where width % 8 == 0 and width <= 8192 (16-byte aligned rows), else an add and a norm kernel.
+cudaError_t launchAddRmsNorm(bf16_t* x, const bf16_t* p, const bf16_t* w, bf16_t* y, int rows, int width, float eps,
+                             cudaStream_t stream);
 
 // out[t][j] = silu(gu[t][j]) * gu[t][ffn + j]: gu holds gate|up side by side, row stride 2*ffn.
 cudaError_t launchSiluMul(const bf16_t* gu, bf16_t* out, int tokens, int ffn, cudaStream_t stream);
@@ -52,12 +54,41 @@ cudaError_t launchRopeAndStore(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, co
 cudaError_t launchAttention(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, bf16_t* out,
                             float* partial, const AttnShape& s, cudaStream_t stream);
 
+// Decode projections (gemv.cu): y[t][n] = sum_k w[n][k] * x[t][k] for 1..kGemvMaxTokens tokens, x
+// [tokens][k], y [tokens][n]; fp32 accumulation. gemvApplies says whether the shape and alignment
+// (k % 8 == 0, 16-byte aligned w and x) allow it; otherwise launchGemv returns cudaErrorInvalidValue.
+constexpr int kGemvMaxTokens = 8;
+bool gemvApplies(const bf16_t* w, const bf16_t* x, int k, int tokens);
+cudaError_t launchGemv(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k, int tokens, cudaStream_t stream);
+// The FFN's first projection with its activation: w is [2 * ffn][k] (gate rows, then up rows);
+// act[t][j] = silu(gate_j . x_t) * (up_j . x_t), with both dot products rounded to bf16 first.
+cudaError_t launchGemvSwiGlu(const bf16_t* w, const bf16_t* x, bf16_t* act, int ffn, int k, int tokens,
+                             cudaStream_t stream);
+
+// One thread that spins for `ns` nanoseconds of GPU time: holds a stream while the host enqueues the
+// work after it, so that work then runs back to back (the step profile's timing without launch gaps).
+cudaError_t launchSpin(uint64_t ns, cudaStream_t stream);
+
 // Key splits per query head (split-K over the cache so that a decode step fills the GPU).
 int attentionSplits(int tokens, int q_heads, int keys);
-// Scratch floats launchAttention needs for up to `tokens` query tokens: splits * tokens * q_heads is
-// at most 256 + tokens * q_heads (attentionSplits), each split holding head_dim + 2 floats.
+
+// The decode path (attention_decode.cu), taken by launchAttention when tokens x (q_heads / kv_heads)
+// <= kDecodeRows and head_dim is 32, 64 or 128: one block per (KV head, cache slice) reads each K/V
+// row once for its whole query group. It splits the cache into attentionDecodeSplits(...) slices.
+constexpr int kDecodeRows = 16;
+constexpr int kMaxDecodeSplits = 64;
+bool attentionDecodeApplies(const AttnShape& s);
+int attentionDecodeSplits(int kv_heads, int keys);
+cudaError_t launchAttentionDecode(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, float* partial,
+                                  const AttnShape& s, int splits, cudaStream_t stream);
+
+// Scratch floats launchAttention needs for up to `tokens` query tokens, each (token, head, split)
+// holding head_dim + 2 floats: the general path has splits * tokens * q_heads <= 256 + tokens * q_heads
+// (attentionSplits), the decode path at most kMaxDecodeSplits splits of kDecodeRows-bounded tokens.
 inline int64_t attentionScratchFloats(int tokens, int q_heads, int head_dim) {
-  return (256 + static_cast<int64_t>(tokens) * q_heads) * (head_dim + 2);
+  const int64_t general = 256 + static_cast<int64_t>(tokens) * q_heads;
+  const int64_t decode = static_cast<int64_t>(tokens < kDecodeRows ? tokens : kDecodeRows) * q_heads * kMaxDecodeSplits;
+  return (general > decode ? general : decode) * (head_dim + 2);
 }
 
 }  // namespace tpscope::workload

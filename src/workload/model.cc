@@ -132,8 +132,10 @@ tpsResult_t Model::allReduce(int tokens) {
     bufs[i] = shards_[i]->partial();
     streams[i] = shards_[i]->stream();
   }
-  return tpsAllReduceWith(comm_, options_.backend, bufs, static_cast<size_t>(tokens) * options_.config.hidden,
-                          tpsBfloat16, streams);
+  const size_t count = static_cast<size_t>(tokens) * options_.config.hidden;
+  TPS_CHECK(tpsAllReduceWith(comm_, options_.backend, bufs, count, tpsBfloat16, streams));
+  for (auto& s : shards_) TPS_CHECK(s->mark("allreduce"));
+  return tpsSuccess;
 }
 
 tpsResult_t Model::forwardTensor(int tokens, int pos0) {
@@ -141,12 +143,11 @@ tpsResult_t Model::forwardTensor(int tokens, int pos0) {
   for (int l = 0; l < options_.config.layers; ++l) {
     for (auto& s : shards_) TPS_CHECK(s->attentionBlock(l, tokens, pos0));
     TPS_CHECK(allReduce(tokens));
-    for (auto& s : shards_) TPS_CHECK(s->addPartial(tokens));
+    for (auto& s : shards_) TPS_CHECK(s->residual(l, tokens, Shard::kAfterAttention));
     for (auto& s : shards_) TPS_CHECK(s->ffnBlock(l, tokens));
     TPS_CHECK(allReduce(tokens));
-    for (auto& s : shards_) TPS_CHECK(s->addPartial(tokens));
+    for (auto& s : shards_) TPS_CHECK(s->residual(l, tokens, Shard::kAfterFfn));
   }
-  for (auto& s : shards_) TPS_CHECK(s->finalNorm(tokens));
   return tpsSuccess;
 }
 
@@ -156,22 +157,26 @@ tpsResult_t Model::forwardTensor(int tokens, int pos0) {
 tpsResult_t Model::forwardStage(size_t st, int tokens, int pos0) {
   Shard& s = *shards_[st];
   DeviceGuard on(s.device());
-  if (st > 0) TPS_CUDA_CHECK(cudaStreamWaitEvent(s.stream(), ready_[st], 0));
+  if (st > 0) {
+    TPS_CUDA_CHECK(cudaStreamWaitEvent(s.stream(), ready_[st], 0));
+    TPS_CHECK(s.mark("wait for previous stage"));
+  }
   for (int l = s.dims().first_layer; l < s.dims().last_layer; ++l) {
     TPS_CHECK(s.attentionBlock(l, tokens, pos0));
-    TPS_CHECK(s.addPartial(tokens));
+    TPS_CHECK(s.residual(l, tokens, Shard::kAfterAttention));
     TPS_CHECK(s.ffnBlock(l, tokens));
-    TPS_CHECK(s.addPartial(tokens));
+    TPS_CHECK(s.residual(l, tokens, Shard::kAfterFfn));  // the last stage's last layer: the final norm
   }
-  if (st + 1 == shards_.size()) {
-    TPS_CHECK(s.finalNorm(tokens));
-  } else {
+  if (st + 1 < shards_.size()) {
     Shard& next = *shards_[st + 1];
     // Inside a capture the fork event orders the graph after everything before it, and a wait on an
     // event recorded outside the capture is not allowed.
     if (!capturing_) TPS_CUDA_CHECK(cudaStreamWaitEvent(s.stream(), consumed_[st + 1], 0));
-    TPS_CUDA_CHECK(cudaMemcpyPeerAsync(next.x(), next.device(), s.x(), s.device(),
-                                       static_cast<size_t>(tokens) * options_.config.hidden * 2, s.stream()));
+    // cudaMemcpyAsync with unified addressing, not cudaMemcpyPeerAsync: a stream capture accepts it
+    // (as a memcpy node), so layer-split decode runs as a graph too.
+    TPS_CUDA_CHECK(cudaMemcpyAsync(next.x(), s.x(), static_cast<size_t>(tokens) * options_.config.hidden * 2,
+                                   cudaMemcpyDefault, s.stream()));
+    TPS_CHECK(s.mark("hand-off copy"));
     TPS_CUDA_CHECK(cudaEventRecord(ready_[st + 1], s.stream()));
   }
   // Not inside a capture: an event last recorded in a graph must not be waited on by eager work later.
@@ -275,6 +280,27 @@ tpsResult_t Model::captureForward(int tokens, int pos0, cudaGraphExec_t* exec, s
     *why = fmt::format("cudaGraphInstantiate: {}", cudaGetErrorName(e));
     return tpsCudaError;
   }
+  return tpsSuccess;
+}
+
+tpsResult_t Model::profileForward(int tokens, int pos0, std::vector<std::vector<OpTime>>* ops) {
+  TPS_CHECK(synchronize());
+  std::vector<std::unique_ptr<StepProfile>> profiles;
+  tpsResult_t r = tpsSuccess;
+  for (auto& s : shards_) {
+    DeviceGuard on(s->device());
+    profiles.push_back(std::make_unique<StepProfile>(s->device()));
+    s->setProfile(profiles.back().get());
+    // 20 ms hold: far longer than enqueuing a forward takes, so no op waits for its launch.
+    if (launchSpin(20'000'000, s->stream()) != cudaSuccess) r = tpsCudaError;
+    if (r == tpsSuccess) r = s->mark("start");
+  }
+  if (r == tpsSuccess) r = forward(tokens, pos0);
+  for (auto& s : shards_) s->setProfile(nullptr);
+  TPS_CHECK(r);
+  TPS_CHECK(synchronize());
+  ops->assign(shards_.size(), {});
+  for (size_t i = 0; i < shards_.size(); ++i) TPS_CHECK(profiles[i]->collect(&(*ops)[i]));
   return tpsSuccess;
 }
 

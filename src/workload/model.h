@@ -18,6 +18,7 @@
 
 #include "tpscope/tpscope.h"
 #include "workload/model_config.h"
+#include "workload/profile.h"
 
 namespace tpscope::workload {
 
@@ -53,6 +54,10 @@ class Model {
   // forward(tokens, pos0) captured as one CUDA graph over every GPU. *why says why not when it fails.
   tpsResult_t captureForward(int tokens, int pos0, cudaGraphExec_t* exec, std::string* why);
   tpsResult_t launch(cudaGraphExec_t exec);
+
+  // One eager forward(tokens, pos0) with every op timed on every GPU, after the GPUs were held by a
+  // spin kernel so that the ops run back to back (profile.h); (*ops)[i] is GPU position i's.
+  tpsResult_t profileForward(int tokens, int pos0, std::vector<std::vector<OpTime>>* ops);
 
   // Measurement aid: while set, `tensor` forwards skip their AllReduces (the result is wrong, the
   // compute is the same), so the step time without them shows the AllReduces' share of a step.

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/param.h"
+#include "workload/kernels.h"
 
 namespace tpscope::workload {
 
@@ -131,7 +132,8 @@ std::vector<GpuMemory> estimateMemory(const ModelConfig& c, SplitMode mode, int 
     // gate|up and the activated FFN.
     const uint64_t per_token = 3 * h + (l.q_heads + 2 * l.kv_heads) * d + l.q_heads * d + 3 * l.ffn;
     // The attention pass's fp32 split-K partials (kernels.h attentionScratchFloats).
-    const uint64_t scratch = (256 + m * l.q_heads) * (d + 2) * 4;
+    const uint64_t scratch =
+        static_cast<uint64_t>(attentionScratchFloats(static_cast<int>(m), l.q_heads, static_cast<int>(d))) * 4;
     g.activations = m * per_token * kBf16 + scratch + kCublasWorkspace + kFixedSlack;
   }
   return out;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "workload/model.h"
+#include "workload/profile.h"
 
 namespace tpscope {
 class Meter;
@@ -52,6 +53,9 @@ struct PhaseResult {
   // Decode in `tensor`: the step time with the AllReduces skipped (0: not measured), and the
   // AllReduces' share of a step, 1 - that / ms_per_step.
   double ms_per_step_without_allreduce = 0, allreduce_share = 0;
+  // `tpscope tp --profile`: one forward of this phase's shape timed op by op (Model::profileForward),
+  // per GPU position; empty when not asked for.
+  std::vector<std::vector<OpTime>> profile;
 };
 
 tpsResult_t runPrefill(Model& model, const PrefillOptions& o, Meter* meter, PhaseResult* out, std::string* reason);

@@ -7,12 +7,15 @@
 #include <cmath>
 
 #include "common/checks.h"
+#include "common/param.h"
 
 namespace tpscope::workload {
 
 namespace {
 
 enum LayerTensor : uint64_t { kAttnNorm = 0, kWq, kWk, kWv, kWo, kFfnNorm, kWgate, kWup, kWdown, kKCache, kVCache };
+
+TPS_PARAM_INT(TpGemv, "TPSCOPE_TP_GEMV", 1)
 
 uint64_t tensorId(int layer, LayerTensor t) { return static_cast<uint64_t>(layer) * kTensorsPerLayer + t; }
 
@@ -133,7 +136,7 @@ tpsResult_t Shard::fillInput(int tokens, int pos0) {
   DeviceGuard on(device_);
   const int h = config_.hidden;
   TPS_CUDA_CHECK(launchFillHash(x(), tokens, h, h, pos0, 0, h, seed_, kInputTensor, 1.0f, 0, stream()));
-  return tpsSuccess;
+  return mark("input");
 }
 
 tpsResult_t Shard::fillContext(int positions) {
@@ -155,8 +158,13 @@ tpsResult_t Shard::fillContext(int positions) {
   return tpsSuccess;
 }
 
-// y[tokens][n] = x[tokens][k] . w[n][k]^T, bf16 in and out, fp32 accumulate.
+// y[tokens][n] = x[tokens][k] . w[n][k]^T, bf16 in and out, fp32 accumulate. A few tokens (decode)
+// take the weight-streaming GEMV (gemv.cu); TPSCOPE_TP_GEMV=0 sends every shape to cuBLAS instead.
 tpsResult_t Shard::gemm(const bf16_t* w, const bf16_t* xin, bf16_t* y, int n, int k, int tokens) {
+  if (tpsParamTpGemv() != 0 && gemvApplies(w, xin, k, tokens)) {
+    TPS_CUDA_CHECK(launchGemv(w, xin, y, n, k, tokens, stream()));
+    return tpsSuccess;
+  }
   const float one = 1.0f, zero = 0.0f;
   TPS_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, tokens, k, &one, w, CUDA_R_16BF, k, xin,
                                 CUDA_R_16BF, k, &zero, y, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -168,8 +176,12 @@ tpsResult_t Shard::attentionBlock(int layer, int tokens, int pos0) {
   const LayerWeights& w = layers_[local(layer)];
   const int h = config_.hidden, d = config_.head_dim;
   const int qkv = (dims_.q_heads + 2 * dims_.kv_heads) * d;
-  TPS_CUDA_CHECK(launchRmsNorm(x(), w.attn_norm, xn_.as<bf16_t>(), tokens, h, config_.rms_eps, stream()));
+  if (layer == dims_.first_layer) {
+    TPS_CUDA_CHECK(launchRmsNorm(x(), w.attn_norm, xn_.as<bf16_t>(), tokens, h, config_.rms_eps, stream()));
+    TPS_CHECK(mark("rmsnorm"));
+  }
   TPS_CHECK(gemm(w.wqkv, xn_.as<bf16_t>(), qkv_.as<bf16_t>(), qkv, h, tokens));
+  TPS_CHECK(mark("proj qkv", uint64_t(qkv) * h * 2));
   AttnShape s;
   s.tokens = tokens, s.pos0 = pos0, s.q_heads = dims_.q_heads, s.kv_heads = dims_.kv_heads, s.head_dim = d;
   s.capacity = shape_.ctx_capacity, s.q_head_offset = dims_.q_head_off, s.kv_head_offset = dims_.kv_head_off;
@@ -180,32 +192,42 @@ tpsResult_t Shard::attentionBlock(int layer, int tokens, int pos0) {
   bf16_t* kc = k_cache_.as<bf16_t>() + at;
   bf16_t* vc = v_cache_.as<bf16_t>() + at;
   TPS_CUDA_CHECK(launchRopeAndStore(qkv_.as<bf16_t>(), kc, vc, s, stream()));
+  TPS_CHECK(mark("rope + kv store"));
   TPS_CUDA_CHECK(launchAttention(qkv_.as<bf16_t>(), kc, vc, attn_.as<bf16_t>(), scratch_.as<float>(), s, stream()));
+  TPS_CHECK(mark("attention"));
   TPS_CHECK(gemm(w.wo, attn_.as<bf16_t>(), partial(), h, dims_.q_heads * d, tokens));
-  return tpsSuccess;
+  return mark("proj o", uint64_t(h) * dims_.q_heads * d * 2);
 }
 
 tpsResult_t Shard::ffnBlock(int layer, int tokens) {
   DeviceGuard on(device_);
   const LayerWeights& w = layers_[local(layer)];
   const int h = config_.hidden, f = dims_.ffn;
-  TPS_CUDA_CHECK(launchRmsNorm(x(), w.ffn_norm, xn_.as<bf16_t>(), tokens, h, config_.rms_eps, stream()));
-  TPS_CHECK(gemm(w.wgu, xn_.as<bf16_t>(), gu_.as<bf16_t>(), 2 * f, h, tokens));
-  TPS_CUDA_CHECK(launchSiluMul(gu_.as<bf16_t>(), act_.as<bf16_t>(), tokens, f, stream()));
+  if (tpsParamTpGemv() != 0 && gemvApplies(w.wgu, xn_.as<bf16_t>(), h, tokens)) {
+    TPS_CUDA_CHECK(launchGemvSwiGlu(w.wgu, xn_.as<bf16_t>(), act_.as<bf16_t>(), f, h, tokens, stream()));
+    TPS_CHECK(mark("proj gate+up, silu * up", uint64_t(2) * f * h * 2));
+  } else {
+    TPS_CHECK(gemm(w.wgu, xn_.as<bf16_t>(), gu_.as<bf16_t>(), 2 * f, h, tokens));
+    TPS_CHECK(mark("proj gate+up", uint64_t(2) * f * h * 2));
+    TPS_CUDA_CHECK(launchSiluMul(gu_.as<bf16_t>(), act_.as<bf16_t>(), tokens, f, stream()));
+    TPS_CHECK(mark("silu * up"));
+  }
   TPS_CHECK(gemm(w.wdown, act_.as<bf16_t>(), partial(), h, f, tokens));
-  return tpsSuccess;
+  return mark("proj down", uint64_t(h) * f * 2);
 }
 
-tpsResult_t Shard::addPartial(int tokens) {
+tpsResult_t Shard::residual(int layer, int tokens, After after) {
   DeviceGuard on(device_);
-  TPS_CUDA_CHECK(launchAdd(x(), partial(), int64_t(tokens) * config_.hidden, stream()));
-  return tpsSuccess;
-}
-
-tpsResult_t Shard::finalNorm(int tokens) {
-  DeviceGuard on(device_);
-  TPS_CUDA_CHECK(launchRmsNorm(x(), final_norm_, xn_.as<bf16_t>(), tokens, config_.hidden, config_.rms_eps, stream()));
-  return tpsSuccess;
+  const bf16_t* norm = nullptr;
+  if (after == kAfterAttention)
+    norm = layers_[local(layer)].ffn_norm;
+  else if (layer + 1 < dims_.last_layer)
+    norm = layers_[local(layer + 1)].attn_norm;
+  else if (layer + 1 == config_.layers)
+    norm = final_norm_;
+  TPS_CUDA_CHECK(
+      launchAddRmsNorm(x(), partial(), norm, xn_.as<bf16_t>(), tokens, config_.hidden, config_.rms_eps, stream()));
+  return mark(norm ? "residual add + rmsnorm" : "residual add");
 }
 
 }  // namespace tpscope::workload

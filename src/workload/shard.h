@@ -15,6 +15,7 @@
 #include "common/cuda_raii.h"
 #include "workload/kernels.h"
 #include "workload/model_config.h"
+#include "workload/profile.h"
 
 namespace tpscope::workload {
 
@@ -36,14 +37,23 @@ class Shard {
   // Fills cache positions [0, positions) of every local layer with generated K and V: the context
   // a decode step attends to, without running a prefill first.
   tpsResult_t fillContext(int positions);
-  // partial = Wo . attention(RMSNorm(x)) for global layer `layer` (a partial sum in `tensor` split).
+  // partial = Wo . attention(xn) for global layer `layer` (a partial sum in `tensor` split). xn is
+  // RMSNorm(x), computed here for the shard's first layer and by residual() before every other.
   tpsResult_t attentionBlock(int layer, int tokens, int pos0);
-  // partial = Wdown . (silu(Wgate . RMSNorm(x)) * (Wup . RMSNorm(x))).
+  // partial = Wdown . (silu(Wgate . xn) * (Wup . xn)), xn from residual(layer, kAfterAttention).
   tpsResult_t ffnBlock(int layer, int tokens);
-  // x += partial (the residual add, after the AllReduce in `tensor` split).
-  tpsResult_t addPartial(int tokens);
-  // out = RMSNorm(x) with the final norm: the model's output hidden states.
-  tpsResult_t finalNorm(int tokens);
+  // x += partial (the residual add, after the AllReduce in `tensor` split), fused with the RMSNorm
+  // that comes next: the FFN norm after attention; after the FFN the next layer's attention norm, or
+  // the final norm after the model's last layer (xn is then the output), or none at a stage boundary.
+  enum After { kAfterAttention, kAfterFfn };
+  tpsResult_t residual(int layer, int tokens, After after);
+
+  // Step profile: while set, every op records an event after itself (profile.h). Not during a capture.
+  void setProfile(StepProfile* p) { profile_ = p; }
+  // Records the end of op `op` when a profile is set (also for ops the model enqueues on this stream).
+  tpsResult_t mark(const char* op, uint64_t bytes = 0) {
+    return profile_ ? profile_->mark(op, bytes, stream()) : tpsSuccess;
+  }
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_.get(); }
@@ -73,6 +83,7 @@ class Shard {
   DeviceBuffer x_, xn_, partial_, qkv_, attn_, gu_, act_, scratch_;
   std::vector<LayerWeights> layers_;
   bf16_t* final_norm_ = nullptr;
+  StepProfile* profile_ = nullptr;
 };
 
 // Tensor ids for the hash: per layer, and two outside the layers.

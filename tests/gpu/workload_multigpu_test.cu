@@ -72,6 +72,41 @@ TEST(WorkloadSplits, TensorDecodeGraphEqualsEager) {
   }
 }
 
+// A layer split's decode step captures as one graph (the hand-off is a memcpy node) and gives the
+// eager result bit for bit.
+TEST(WorkloadSplits, LayerDecodeGraphEqualsEager) {
+  TPS_REQUIRE_GPUS(2);
+  auto m = makeModel(testConfig("tiny"), SplitMode::kLayer, {0, 1});
+  ASSERT_TRUE(m);
+  const std::vector<float> eager = decodeOutput(*m, 64, 2);
+  cudaGraphExec_t exec = nullptr;
+  std::string why;
+  ASSERT_EQ(m->captureForward(2, 64, &exec, &why), tpsSuccess) << why;
+  ASSERT_EQ(m->launch(exec), tpsSuccess);
+  std::vector<float> graph;
+  ASSERT_EQ(m->readOutput(2, &graph), tpsSuccess);
+  (void)cudaGraphExecDestroy(exec);
+  EXPECT_EQ(eager, graph);
+}
+
+// The profile of a tensor-split forward shows the AllReduces on every GPU, two per layer.
+TEST(WorkloadSplits, TensorProfileShowsTheAllReduces) {
+  TPS_REQUIRE_GPUS(2);
+  const workload::ModelConfig c = testConfig("tiny");
+  auto m = makeModel(c, SplitMode::kTensor, {0, 1}, tpsBackendP2p);
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->fillContext(32), tpsSuccess);
+  std::vector<std::vector<workload::OpTime>> ops;
+  ASSERT_EQ(m->profileForward(1, 32, &ops), tpsSuccess);
+  ASSERT_EQ(ops.size(), 2u);
+  for (const auto& gpu : ops) {
+    int calls = -1;
+    for (const auto& t : gpu)
+      if (t.op == "allreduce") calls = t.calls;
+    EXPECT_EQ(calls, 2 * c.layers);
+  }
+}
+
 TEST(WorkloadSplits, TensorCountsTwoAllReducesPerLayer) {
   TPS_REQUIRE_GPUS(2);
   auto m = makeModel(testConfig("tiny"), SplitMode::kTensor, {0, 1}, tpsBackendNccl);

@@ -2,9 +2,15 @@
 // workload_test - the synthetic transformer on one GPU: it matches a double-precision host reference
 // (prefill in micro-batches and a decode step over a generated context), it is deterministic in its
 // seed, and a decode step run as a CUDA graph gives bit-identical results to the eager one.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <map>
+
 #include "gpu_test_util.h"
+#include "workload/kernels.h"
 #include "workload/phases.h"
 #include "workload_reference.h"
 #include "workload_test_util.h"
@@ -42,6 +48,23 @@ TEST(Workload, TinyDecodeMatchesTheHostReference) {
     const std::vector<double> want = ref.forward(3, 100, true);
     expectClose(std::vector<float>(want.begin(), want.end()), got,
                 std::string("tiny decode vs host reference, rope ") + (rope ? "on" : "off"));
+  }
+}
+
+// The decode attention kernel at the presets' head size (128) and at 64, and a step whose rows
+// exceed its limit (8 tokens x group 4 = 32 rows: the general kernel), against the reference.
+TEST(Workload, DecodeHeadSizesMatchTheHostReference) {
+  TPS_REQUIRE_GPUS(1);
+  for (auto [head_dim, tokens] : {std::pair{128, 1}, std::pair{128, 4}, std::pair{64, 2}, std::pair{32, 8}}) {
+    workload::ModelConfig c = testConfig("tiny");
+    c.head_dim = head_dim;
+    auto m = makeModel(c, SplitMode::kNone, {0}, tpsBackendAuto, 7, 512);
+    ASSERT_TRUE(m);
+    const std::vector<float> got = decodeOutput(*m, 300, tokens);  // 300 keys: 5 tiles, the last partial
+    ReferenceModel ref(c, 7);
+    const std::vector<double> want = ref.forward(tokens, 300, true);
+    expectClose(std::vector<float>(want.begin(), want.end()), got,
+                fmt::format("decode head_dim {} x {} token(s) vs host reference", head_dim, tokens));
   }
 }
 
@@ -89,6 +112,99 @@ TEST(Workload, PhasesReportTokensAndSteps) {
   EXPECT_DOUBLE_EQ(d.tokens, 30);
   EXPECT_TRUE(d.graph) << d.graph_note;
   EXPECT_GT(d.ms_per_step, 0);
+}
+
+// The decode GEMV against a double host reference: every token count it takes, a row count that is
+// not a multiple of its warps per block, and k that leaves a remainder after its unrolled loop.
+TEST(Workload, GemvMatchesTheHostReference) {
+  TPS_REQUIRE_GPUS(1);
+  const int n = 37, k = 8 * 133;
+  std::vector<uint16_t> w(size_t(n) * k), x(size_t(workload::kGemvMaxTokens) * k);
+  uint32_t state = 12345;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    const float v = static_cast<float>(state >> 8) / 16777216.0f - 0.5f;
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    return static_cast<uint16_t>(bits >> 16);  // bf16 by truncation: exactly representable
+  };
+  auto value = [](uint16_t b) {
+    const uint32_t bits = static_cast<uint32_t>(b) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return static_cast<double>(f);
+  };
+  for (auto& v : w) v = next();
+  for (auto& v : x) v = next();
+  workload::bf16_t *dw = nullptr, *dx = nullptr, *dy = nullptr;
+  ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dx, x.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dy, size_t(workload::kGemvMaxTokens) * n * 2), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  for (int tokens = 1; tokens <= workload::kGemvMaxTokens; ++tokens) {
+    ASSERT_TRUE(workload::gemvApplies(dw, dx, k, tokens));
+    ASSERT_EQ(workload::launchGemv(dw, dx, dy, n, k, tokens, nullptr), cudaSuccess);
+    std::vector<uint16_t> y(size_t(tokens) * n);
+    ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    double worst = 0;
+    for (int t = 0; t < tokens; ++t)
+      for (int r = 0; r < n; ++r) {
+        double want = 0;
+        for (int i = 0; i < k; ++i) want += value(w[size_t(r) * k + i]) * value(x[size_t(t) * k + i]);
+        const double got = value(y[size_t(t) * n + r]);
+        worst = std::max(worst, std::abs(got - want) / std::max(1.0, std::abs(want)));
+      }
+    EXPECT_LT(worst, 1.0 / 128) << tokens << " token(s)";  // bf16 output: 8 significant bits
+  }
+  // SwiGLU: w as [2 * ffn][k] with ffn = 18 (gate rows 0..17, up rows 18..35), against the reference.
+  const int ffn = n / 2;
+  for (int tokens : {1, 3, workload::kGemvMaxTokens}) {
+    ASSERT_EQ(workload::launchGemvSwiGlu(dw, dx, dy, ffn, k, tokens, nullptr), cudaSuccess);
+    std::vector<uint16_t> y(size_t(tokens) * ffn);
+    ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    double worst = 0;
+    for (int t = 0; t < tokens; ++t)
+      for (int j = 0; j < ffn; ++j) {
+        double g = 0, u = 0;
+        for (int i = 0; i < k; ++i) {
+          g += value(w[size_t(j) * k + i]) * value(x[size_t(t) * k + i]);
+          u += value(w[size_t(ffn + j) * k + i]) * value(x[size_t(t) * k + i]);
+        }
+        const double want = g / (1 + std::exp(-g)) * u;
+        worst = std::max(worst, std::abs(value(y[size_t(t) * ffn + j]) - want) / std::max(1.0, std::abs(want)));
+      }
+    EXPECT_LT(worst, 3.0 / 128) << "SwiGLU, " << tokens << " token(s)";  // three bf16 roundings
+  }
+  EXPECT_FALSE(workload::gemvApplies(dw, dx, k + 4, 1));  // k not a multiple of 8
+  EXPECT_FALSE(workload::gemvApplies(dw, dx, k, workload::kGemvMaxTokens + 1));
+  EXPECT_EQ(workload::launchGemv(dw, dx, dy, n, k, 0, nullptr), cudaErrorInvalidValue);
+  (void)cudaFree(dw), (void)cudaFree(dx), (void)cudaFree(dy);
+}
+
+// The step profile times every op of a forward: each per-layer op appears once per layer, the
+// projections carry their weight bytes, and the times are positive.
+TEST(Workload, ProfileTimesEveryOp) {
+  TPS_REQUIRE_GPUS(1);
+  const workload::ModelConfig c = testConfig("tiny");
+  auto m = makeModel(c, SplitMode::kNone, {0});
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->fillContext(64), tpsSuccess);
+  std::vector<std::vector<workload::OpTime>> ops;
+  ASSERT_EQ(m->profileForward(2, 64, &ops), tpsSuccess);
+  ASSERT_EQ(ops.size(), 1u);
+  std::map<std::string, workload::OpTime> by;
+  for (const auto& t : ops[0]) by[t.op] = t;
+  // Decode-sized: the GEMV with its SwiGLU epilogue, and every norm but the first fused with the residual add.
+  for (const char* op : {"proj qkv", "attention", "proj o", "proj gate+up, silu * up", "proj down"}) {
+    ASSERT_TRUE(by.count(op)) << op;
+    EXPECT_EQ(by[op].calls, c.layers) << op;
+    EXPECT_GT(by[op].us, 0) << op;
+  }
+  EXPECT_EQ(by["rmsnorm"].calls, 1);
+  EXPECT_EQ(by["residual add + rmsnorm"].calls, 2 * c.layers);
+  EXPECT_EQ(by["proj down"].bytes, uint64_t(c.layers) * c.hidden * c.ffn * 2);
+  EXPECT_EQ(by.count("allreduce"), 0u);
 }
 
 TEST(Workload, AModelThatDoesNotFitSaysSo) {

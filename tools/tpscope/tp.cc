@@ -57,6 +57,8 @@ class TpCommand : public Command {
         ->capture_default_str();
     sub_->add_flag("--no-graph", no_graph_, "Decode eagerly instead of as a CUDA graph");
     sub_->add_flag("--no-roofline", no_roofline_, "Skip measuring the copy rate for decode's memory roofline");
+    sub_->add_flag("--profile", profile_,
+                   "Also time one forward of each phase op by op on every GPU (eager, ops back to back)");
     sub_->add_option("--seed", o_.seed, "Seed of the generated weights, context and inputs")->capture_default_str();
     sub_->add_flag("--estimate", estimate_only_, "Print the memory needed per GPU and exit (no GPU needed)");
     sub_->add_option("--format", o_.format, "Output format")
@@ -104,11 +106,16 @@ class TpCommand : public Command {
       workload::PhaseResult r;
       if (workload::runPrefill(*model, o_.prefill, nullptr, &r, &reason) != tpsSuccess)
         return fail(kExitRuntime, reason);
+      if (profile_ &&
+          model->profileForward(std::min(o_.prefill.ubatch, o_.prefill.prompt), 0, &r.profile) != tpsSuccess)
+        return fail(kExitRuntime, "profiling a prefill forward failed (see the log)");
       results.push_back(r);
     }
     if (o_.phase != "prefill") {
       workload::PhaseResult r;
       if (workload::runDecode(*model, o_.decode, nullptr, &r, &reason) != tpsSuccess) return fail(kExitRuntime, reason);
+      if (profile_ && model->profileForward(o_.decode.tokens_per_step, o_.decode.ctx, &r.profile) != tpsSuccess)
+        return fail(kExitRuntime, "profiling a decode forward failed (see the log)");
       for (size_t i = 0; i < copy_gbps.size(); ++i) {
         const double ms = need[i].weights / (copy_gbps[i] * 1e9) * 1e3;
         if (ms > r.roofline_ms_per_step) r.roofline_ms_per_step = ms, r.copy_gbps = copy_gbps[i];
@@ -154,7 +161,7 @@ class TpCommand : public Command {
   CLI::App* sub_ = nullptr;
   TpOptions o_;
   std::string preset_ = "8b", dims_, split_ = "none", devices_;
-  bool no_graph_ = false, no_roofline_ = false, estimate_only_ = false;
+  bool no_graph_ = false, no_roofline_ = false, estimate_only_ = false, profile_ = false;
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 // tp_format.cc - `tpscope tp` table and JSON.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
 
 #include "tp.h"
@@ -18,6 +19,69 @@ std::string deviceText(const std::vector<int>& d) {
   std::string s;
   for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
   return s;
+}
+
+// The op-by-op table of one phase's profiled forward: a column group per GPU.
+std::string formatProfile(const workload::PhaseResult& r, const std::vector<int>& devices) {
+  const auto& gpus = r.profile;
+  std::string s = fmt::format(
+      "# {} profile: one forward of {} token(s), eager, ops back to back behind a spin kernel; per op the GPU "
+      "time summed over its calls (CUDA events); GB/s = weight bytes read / time\n",
+      r.phase, r.tokens_per_forward);
+  s += fmt::format("{:<24} {:>6}", "op", "calls");
+  for (size_t g = 0; g < gpus.size(); ++g)
+    s += fmt::format(" {:>11} {:>6} {:>6}", fmt::format("GPU{} us", g < devices.size() ? devices[g] : int(g)), "share",
+                     "GB/s");
+  s += "\n";
+  std::vector<double> total(gpus.size(), 0.0);
+  for (size_t g = 0; g < gpus.size(); ++g)
+    for (const workload::OpTime& t : gpus[g]) total[g] += t.us;
+  // Rows in GPU 0's order, then any op only a later GPU has (a layer split's hand-off).
+  std::vector<std::string> ops;
+  for (const auto& list : gpus)
+    for (const workload::OpTime& t : list)
+      if (std::find(ops.begin(), ops.end(), t.op) == ops.end()) ops.push_back(t.op);
+  for (const std::string& op : ops) {
+    int calls = 0;
+    std::string cells;
+    for (size_t g = 0; g < gpus.size(); ++g) {
+      const workload::OpTime* t = nullptr;
+      for (const workload::OpTime& x : gpus[g])
+        if (x.op == op) t = &x;
+      if (!t) {
+        cells += fmt::format(" {:>11} {:>6} {:>6}", "-", "-", "-");
+        continue;
+      }
+      calls = std::max(calls, t->calls);
+      cells += fmt::format(" {:>11.1f} {:>5.1f}% {:>6}", t->us, total[g] > 0 ? 100.0 * t->us / total[g] : 0.0,
+                           t->bytes && t->us > 0 ? fmt::format("{:.0f}", t->bytes / (t->us * 1e3)) : "-");
+    }
+    s += fmt::format("{:<24} {:>6}{}\n", op, calls, cells);
+  }
+  s += fmt::format("{:<24} {:>6}", "total", "");
+  for (double t : total) s += fmt::format(" {:>11.1f} {:>6} {:>6}", t, "", "");
+  s += "\n";
+  return s;
+}
+
+nlohmann::json profileJson(const workload::PhaseResult& r, const std::vector<int>& devices) {
+  if (r.profile.empty()) return nullptr;
+  nlohmann::json gpus = nlohmann::json::array();
+  for (size_t g = 0; g < r.profile.size(); ++g) {
+    nlohmann::json ops = nlohmann::json::array();
+    double total = 0;
+    for (const workload::OpTime& t : r.profile[g]) {
+      total += t.us;
+      ops.push_back({{"op", t.op},
+                     {"calls", t.calls},
+                     {"us", t.us},
+                     {"weight_bytes", t.bytes},
+                     {"gbps", t.bytes && t.us > 0 ? nlohmann::json(t.bytes / (t.us * 1e3)) : nlohmann::json(nullptr)}});
+    }
+    gpus.push_back(
+        {{"device", g < devices.size() ? devices[g] : static_cast<int>(g)}, {"total_us", total}, {"ops", ops}});
+  }
+  return gpus;
 }
 
 }  // namespace
@@ -69,6 +133,8 @@ std::string formatTpTable(const TpOptions& o, const std::vector<workload::GpuMem
           "ms = {:.1f} % of the roofline\n",
           r.phase, r.copy_gbps, r.roofline_ms_per_step, r.ms_per_step, 100.0 * r.roofline_ms_per_step / r.ms_per_step);
   }
+  for (const workload::PhaseResult& r : results)
+    if (!r.profile.empty()) s += "\n" + formatProfile(r, o.devices);
   return s;
 }
 
@@ -107,7 +173,8 @@ nlohmann::json tpDocument(const TpOptions& o, const std::vector<workload::GpuMem
                     r.roofline_ms_per_step > 0 ? nlohmann::json(r.roofline_ms_per_step) : nlohmann::json(nullptr)},
                    {"share_of_roofline", r.roofline_ms_per_step > 0 && r.ms_per_step > 0
                                              ? nlohmann::json(r.roofline_ms_per_step / r.ms_per_step)
-                                             : nlohmann::json(nullptr)}});
+                                             : nlohmann::json(nullptr)},
+                   {"profile", profileJson(r, o.devices)}});
   return {{"json_schema_version", 1},
           {"context",
            {{"version", TPSCOPE_VERSION_STRING},

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: Apache-2.0
+// attention_decode.cu - grouped-query attention for a decode step (a few query tokens, long context).
+//
+// One block per (KV head, slice of the cache): it stages 64 keys and values at a time in shared
+// memory with 16-byte loads, so each K/V row is read from memory once for all the query heads that
+// share it (the GQA group) and every token of the step, instead of once per query head. Scores go
+// through an online softmax per query row; the block leaves (max, sum, unnormalised output) per row
+// for attnCombineKernel, as the general kernel does. Rows = tokens x group <= kDecodeRows.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "workload/kernels.h"
+
+namespace tpscope::workload {
+
+namespace {
+
+constexpr int kTile = 64;      // keys per shared-memory tile
+constexpr int kThreads = 128;  // 4 warps
+
+__device__ __forceinline__ float bf(const bf16_t* p) {
+  return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p));
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    attnDecodeKernel(const bf16_t* __restrict__ qkv, const bf16_t* __restrict__ k_cache,
+                     const bf16_t* __restrict__ v_cache, float* __restrict__ partial, AttnShape s) {
+  constexpr int kKStride = D + 8;             // padded K rows: conflict-free 16-byte reads across rows
+  constexpr int kPairs = D / 2;               // V columns are handled in bf16 pairs
+  constexpr int kGroups = kThreads / kPairs;  // row groups in the V pass
+  constexpr int kRowsPerThread = (kDecodeRows + kGroups - 1) / kGroups;
+  __shared__ __align__(16) bf16_t ks[kTile * kKStride];
+  __shared__ __align__(16) bf16_t vs[kTile * D];
+  __shared__ float qs[kDecodeRows][D];
+  __shared__ float ss[kDecodeRows][kTile];
+  __shared__ float row_m[kDecodeRows], row_l[kDecodeRows], row_corr[kDecodeRows];
+
+  const int g = blockIdx.x, split = blockIdx.y, splits = gridDim.y, tid = threadIdx.x;
+  const int group = s.q_heads / s.kv_heads, rows = s.tokens * group;
+  const int width = (s.q_heads + 2 * s.kv_heads) * D;
+  const int total = s.pos0 + s.tokens;
+  const int tiles = (total + kTile - 1) / kTile;
+  const int chunk = (tiles + splits - 1) / splits * kTile;  // whole tiles per split
+  const int k0 = split * chunk, k1 = min(total, k0 + chunk);
+  const float scale = rsqrtf(static_cast<float>(D));
+
+  // Query rows r = t * group + j (query head g * group + j of token t), pre-scaled, as floats.
+  for (int i = tid; i < rows * D; i += kThreads) {
+    const int r = i / D, e = i % D, t = r / group, h = g * group + r % group;
+    qs[r][e] = bf(qkv + static_cast<int64_t>(t) * width + h * D + e) * scale;
+  }
+  if (tid < kDecodeRows) row_m[tid] = -INFINITY, row_l[tid] = 0.0f;
+  float acc[kRowsPerThread][2];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) acc[i][0] = acc[i][1] = 0.0f;
+  const int pair = tid % kPairs, rgroup = tid / kPairs;
+
+  const bf16_t* kb = k_cache + static_cast<int64_t>(g) * s.capacity * D;
+  const bf16_t* vb = v_cache + static_cast<int64_t>(g) * s.capacity * D;
+  // The next tile is loaded into registers while the current one is computed: every load of a tile
+  // is in flight at once, and the memory latency hides behind the previous tile's arithmetic.
+  constexpr int kPieces = kTile * (D / 8) / kThreads;  // 16-byte pieces of K (and of V) per thread
+  uint4 kreg[kPieces], vreg[kPieces];
+  auto fetch = [&](int base, int n) {
+#pragma unroll
+    for (int p = 0; p < kPieces; ++p) {
+      const int i = tid + p * kThreads, j = i / (D / 8), c = i % (D / 8);
+      if (j < n) {
+        kreg[p] = __ldcs(reinterpret_cast<const uint4*>(kb + static_cast<int64_t>(base + j) * D) + c);
+        vreg[p] = __ldcs(reinterpret_cast<const uint4*>(vb + static_cast<int64_t>(base + j) * D) + c);
+      }
+    }
+  };
+  if (k0 < k1) fetch(k0, min(kTile, k1 - k0));
+  for (int base = k0; base < k1; base += kTile) {
+    const int n = min(kTile, k1 - base);
+    __syncthreads();  // the previous tile's readers are done (and qs / row_m are written, first time)
+#pragma unroll
+    for (int p = 0; p < kPieces; ++p) {
+      const int i = tid + p * kThreads, j = i / (D / 8), c = i % (D / 8);
+      if (j < n) {
+        *reinterpret_cast<uint4*>(ks + j * kKStride + c * 8) = kreg[p];
+        *reinterpret_cast<uint4*>(vs + j * D + c * 8) = vreg[p];
+      }
+    }
+    __syncthreads();
+    if (base + kTile < k1) fetch(base + kTile, min(kTile, k1 - base - kTile));
+    // Scores: thread -> key j, rows r = tid / kTile, + 2, ...
+    {
+      const int j = tid % kTile;
+      for (int r = tid / kTile; r < rows; r += kThreads / kTile) {
+        float dot = -INFINITY;
+        if (j < n && base + j <= s.pos0 + r / group) {  // causal: token t sees positions <= pos0 + t
+          dot = 0.0f;
+          const bf16_t* kr = ks + j * kKStride;
+#pragma unroll
+          for (int c = 0; c < D / 8; ++c) {
+            const uint4 kv = *reinterpret_cast<const uint4*>(kr + c * 8);
+            const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kv);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+              const float2 f = __bfloat1622float2(k2[u]);
+              dot = fmaf(qs[r][c * 8 + 2 * u], f.x, dot);
+              dot = fmaf(qs[r][c * 8 + 2 * u + 1], f.y, dot);
+            }
+          }
+        }
+        ss[r][j] = dot;
+      }
+    }
+    __syncthreads();
+    // Online softmax: warp w owns rows w, w + 4, ...
+    {
+      const int warp = tid >> 5, lane = tid & 31;
+      for (int r = warp; r < rows; r += kThreads / 32) {
+        const float a = ss[r][lane], b = ss[r][lane + 32];
+        float mt = fmaxf(a, b);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+        const float m_old = row_m[r], m_new = fmaxf(m_old, mt);
+        float pa = 0.0f, pb = 0.0f, corr = 1.0f;
+        if (m_new != -INFINITY) {
+          pa = __expf(a - m_new), pb = __expf(b - m_new);
+          corr = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
+        }
+        ss[r][lane] = pa, ss[r][lane + 32] = pb;
+        float sum = pa + pb;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        __syncwarp();
+        if (lane == 0) row_l[r] = row_l[r] * corr + sum, row_m[r] = m_new, row_corr[r] = corr;
+      }
+    }
+    __syncthreads();
+    // Output: thread -> V column pair, rows r = rgroup, + kGroups, ...
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int r = rgroup + i * kGroups;
+      if (r >= rows) break;
+      float o0 = acc[i][0] * row_corr[r], o1 = acc[i][1] * row_corr[r];
+      for (int j = 0; j < n; ++j) {
+        const float p = ss[r][j];
+        const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vs + j * D + 2 * pair));
+        o0 = fmaf(p, v.x, o0);
+        o1 = fmaf(p, v.y, o1);
+      }
+      acc[i][0] = o0, acc[i][1] = o1;
+    }
+  }
+  __syncthreads();
+  // Partials in the general kernel's layout: [token][q head][split][max, sum, D outputs].
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int r = rgroup + i * kGroups;
+    if (r >= rows) break;
+    const int t = r / group, h = g * group + r % group;
+    float* out = partial + ((static_cast<int64_t>(t) * s.q_heads + h) * splits + split) * (D + 2);
+    out[2 + 2 * pair] = acc[i][0], out[3 + 2 * pair] = acc[i][1];
+    if (pair == 0) out[0] = row_m[r], out[1] = row_l[r];
+  }
+}
+
+}  // namespace
+
+int attentionDecodeSplits(int kv_heads, int keys) {
+  // About two waves of blocks on a 132-SM GPU, at least one tile of keys per split.
+  const int want = std::min((256 + kv_heads - 1) / kv_heads, kMaxDecodeSplits);
+  const int tiles = std::max(1, (keys + kTile - 1) / kTile);
+  const int per = (tiles + want - 1) / want;  // whole tiles per split, as the kernel divides them
+  return (tiles + per - 1) / per;
+}
+
+bool attentionDecodeApplies(const AttnShape& s) {
+  const int d = s.head_dim;
+  return (d == 32 || d == 64 || d == 128) && s.tokens * (s.q_heads / s.kv_heads) <= kDecodeRows;
+}
+
+cudaError_t launchAttentionDecode(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, float* partial,
+                                  const AttnShape& s, int splits, cudaStream_t stream) {
+  const dim3 grid(s.kv_heads, splits);
+  switch (s.head_dim) {
+    case 32:
+      attnDecodeKernel<32><<<grid, kThreads, 0, stream>>>(qkv, k_cache, v_cache, partial, s);
+      break;
+    case 64:
+      attnDecodeKernel<64><<<grid, kThreads, 0, stream>>>(qkv, k_cache, v_cache, partial, s);
+      break;
+    case 128:
+      attnDecodeKernel<128><<<grid, kThreads, 0, stream>>>(qkv, k_cache, v_cache, partial, s);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace tpscope::workload
