@@ -264,6 +264,7 @@ Report buildReport(const RunRecord& run) {
           nrx.push_back(g->nvlink_rx_mbps);
           ntx.push_back(g->nvlink_tx_mbps);
           cell.samples.push_back(g->samples);
+          cell.dmon_samples.push_back(g->dmon_samples);
           if (g->ceiling_mbps) cell.ceiling_mbps = g->ceiling_mbps;
           if (!p->allreduce.empty() && p->seconds() > 0) {
             double lr = 0, lt = 0;
@@ -396,13 +397,24 @@ std::string formatMarkdown(const Report& r) {
          "overhead, 8–17% on PCIe).\n";
   }
   // dmon beside counters.
-  s += "\n## Counters beside the dmon method (rx MB/s)\n\n| arm | phase | GPU | counters | dmon |\n"
-       "| --- | --- | ---: | --- | --- |\n";
-  for (const ReportCell& c : r.cells)
-    s += fmt::format("| {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu, spread(c.rx_mbps, mbps),
-                     spread(c.dmon_rx_mbps, mbps));
-  s += "\nThe dmon method averages the driver's ~20 ms throughput snapshots taken inside the window; the counters "
-       "give exact bytes.\n";
+  s += "\n## Counters beside the dmon method (rx MB/s)\n\n| arm | phase | GPU | counters | dmon | dmon samples per rep "
+       "|\n"
+       "| --- | --- | ---: | --- | --- | --- |\n";
+  bool blind = false;
+  for (const ReportCell& c : r.cells) {
+    std::string n;
+    for (size_t i = 0; i < c.dmon_samples.size(); ++i) n += (i ? ", " : "") + std::to_string(c.dmon_samples[i]);
+    const bool none = !c.dmon_rx_mbps;
+    blind = blind || none;
+    s += fmt::format("| {} | {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu, spread(c.rx_mbps, mbps),
+                     none ? std::string("no sample") : spread(c.dmon_rx_mbps, mbps), n.empty() ? "-" : n);
+  }
+  s += "\nThe dmon method takes the driver's 20 ms throughput snapshot once per second, as `nvidia-smi dmon` does, "
+       "and averages the snapshots that fall inside the window; the counters give exact bytes.";
+  if (blind)
+    s += " \"no sample\": the window is shorter than the 1 s cadence and no reading fell inside it, so that method "
+         "cannot see the phase at all.";
+  s += "\n";
   s += "\n## What this means\n\n";
   for (const std::string& m : r.meaning) s += "- " + m + "\n";
   if (!r.failed.empty()) {

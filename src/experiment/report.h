@@ -25,7 +25,8 @@ struct ReportCell {
   std::optional<MeterSpread> rx_mbps, tx_mbps;            // PCIe counters
   std::optional<MeterSpread> dmon_rx_mbps, dmon_tx_mbps;  // the dmon method, same windows
   std::optional<MeterSpread> nvlink_rx_mbps, nvlink_tx_mbps;
-  std::vector<int> samples;  // PCIe reads inside the window, per repetition
+  std::vector<int> samples;       // PCIe reads inside the window, per repetition
+  std::vector<int> dmon_samples;  // dmon-method snapshots inside the window, per repetition
   std::optional<double> ceiling_mbps;
   std::optional<double> share_of_ceiling;      // max(rx, tx median) / ceiling
   std::optional<MeterSpread> library_rx_mbps;  // the AllReduce library's rx bytes / duration

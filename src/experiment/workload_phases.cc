@@ -133,22 +133,16 @@ class WorkloadArmPhases : public ArmPhases {
       }
       o.tokens = static_cast<int64_t>(r.tokens + 0.5);
       o.steps = r.steps;
-      tpsStats_t after{};
-      if (model_->comm() && tpsCommGetStats(model_->comm(), &after) == tpsSuccess) {
+      if (model_->comm()) {
+        // The workload's statistics for its window; a decode graph's are one step's, scaled here.
         tpsStats_t zero{};
-        zero.ndev = after.ndev;
-        o.allreduce = statsDifference(zero, after);
-        // A decode graph is counted once at capture: scale the paths to the calls the steps made.
-        uint64_t counted = 0;
-        for (const PathCalls& pc : o.allreduce) counted += pc.calls;
-        if (counted > 0 && r.allreduce_calls > 0 && counted != r.allreduce_calls) {
-          const double k = static_cast<double>(r.allreduce_calls) / static_cast<double>(counted);
-          for (PathCalls& pc : o.allreduce) {
-            pc.calls = static_cast<uint64_t>(pc.calls * k + 0.5);
-            pc.payload_bytes = static_cast<uint64_t>(pc.payload_bytes * k + 0.5);
-            for (uint64_t& b : pc.tx_bytes) b = static_cast<uint64_t>(b * k + 0.5);
-            for (uint64_t& b : pc.rx_bytes) b = static_cast<uint64_t>(b * k + 0.5);
-          }
+        zero.ndev = r.allreduce_stats.ndev;
+        o.allreduce = statsDifference(zero, r.allreduce_stats);
+        const uint64_t k = static_cast<uint64_t>(std::max(r.stats_scale, 1));
+        for (PathCalls& pc : o.allreduce) {
+          pc.calls *= k, pc.payload_bytes *= k;
+          for (uint64_t& b : pc.tx_bytes) b *= k;
+          for (uint64_t& b : pc.rx_bytes) b *= k;
         }
       }
       out->push_back(o);

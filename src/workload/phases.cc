@@ -66,6 +66,7 @@ tpsResult_t runPrefill(Model& model, const PrefillOptions& o, Meter* meter, Phas
   if (e != tpsSuccess) return fail(e, reason, "prefill failed (see the log)");
   const Traffic t = traffic(model);
   r.allreduce_calls = t.calls, r.allreduce_bytes = t.bytes;
+  if (model.comm()) (void)tpsCommGetStats(model.comm(), &r.allreduce_stats);
   r.seconds = t1 - t0;
   r.tokens_per_s = o.prompt / r.seconds;
   r.ms_per_step = 1e3 * r.seconds / r.steps;
@@ -116,6 +117,7 @@ tpsResult_t runDecode(Model& model, const DecodeOptions& o, Meter* meter, PhaseR
     std::string why;
     if (model.captureForward(o.tokens_per_step, o.ctx, &exec, &why) == tpsSuccess) {
       per_step = traffic(model);  // what the capture enqueued: one step's AllReduces
+      if (model.comm()) (void)tpsCommGetStats(model.comm(), &r.allreduce_stats);
       r.graph = true;
       if (model.launch(exec) != tpsSuccess || model.synchronize() != tpsSuccess) {
         (void)cudaGraphExecDestroy(exec);
@@ -135,9 +137,11 @@ tpsResult_t runDecode(Model& model, const DecodeOptions& o, Meter* meter, PhaseR
   if (e != tpsSuccess) return fail(e, reason, "decode failed (see the log)");
   if (r.graph) {
     r.allreduce_calls = per_step.calls * r.steps, r.allreduce_bytes = per_step.bytes * r.steps;
+    r.stats_scale = r.steps;
   } else {
     const Traffic t = traffic(model);
     r.allreduce_calls = t.calls, r.allreduce_bytes = t.bytes;
+    if (model.comm()) (void)tpsCommGetStats(model.comm(), &r.allreduce_stats);
   }
   r.seconds = seconds;
   r.tokens_per_s = r.tokens / r.seconds;

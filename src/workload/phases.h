@@ -53,6 +53,10 @@ struct PhaseResult {
   // Decode in `tensor`: the step time with the AllReduces skipped (0: not measured), and the
   // AllReduces' share of a step, 1 - that / ms_per_step.
   double ms_per_step_without_allreduce = 0, allreduce_share = 0;
+  // The library's statistics for the timed window (tensor split; zero otherwise). A decode graph is
+  // counted once, at capture: then these are one step's, and stats_scale is the steps replayed.
+  tpsStats_t allreduce_stats{};
+  int stats_scale = 1;
   // `tpscope tp --profile`: one forward of this phase's shape timed op by op (Model::profileForward),
   // per GPU position; empty when not asked for.
   std::vector<std::vector<OpTime>> profile;
