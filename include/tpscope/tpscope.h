@@ -47,7 +47,10 @@ typedef struct CUstream_st* tpsStream_t;
 /* Element types. Sums are computed in float and rounded once to the element type. */
 typedef enum { tpsFloat32 = 0, tpsFloat16 = 1, tpsBfloat16 = 2, tpsNumDataTypes = 3 } tpsDataType_t;
 
-/* Backends. tpsBackendAuto takes TPSCOPE_ALLREDUCE (host|p2p|nccl|auto) when set, else chooses per call. */
+/* Backends. tpsBackendAuto takes TPSCOPE_ALLREDUCE (host|p2p|nccl|auto) when set, else chooses per call by
+ * size: the backend the tune file's "auto" table names (measured on this box by `tpscope bench allreduce
+ * --tune`; TPSCOPE_TUNE_FILE, default ~/.cache/tpscope/tune.json), else p2p where every pair of GPUs has
+ * peer access, else NCCL where every pair has peer access, else host. `tpscope topo` shows the choice. */
 typedef enum {
   tpsBackendAuto = 0,
   tpsBackendHost = 1, /* staged through pinned host memory: works on any box */

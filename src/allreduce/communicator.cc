@@ -8,8 +8,11 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <vector>
 
+#include "allreduce/auto_table.h"
 #include "allreduce/backend.h"
 #include "allreduce/host_staged.h"
 #include "allreduce/nccl.h"
@@ -26,6 +29,7 @@ struct tpsComm {
   std::vector<int> devices;
   tpsBackend_t requested = tpsBackendAuto;
   Availability avail;
+  std::optional<AutoTable> auto_table;  // the tune file's measured choice for this box, when there is one
   std::array<std::unique_ptr<Backend>, tpsNumBackends> backends;
   std::mutex stats_mutex;  // stats may be read from another thread than the one calling tpsAllReduce
   tpsStats_t stats{};
@@ -119,6 +123,27 @@ bool allPeerAccess(const std::vector<int>& devs) {
   return true;
 }
 
+// The tune file's "auto" table, when it was measured on a box like this one (the fingerprint needs the
+// topology, so it is queried only when the file has a table). Logs once what auto will do.
+void loadAutoChoice(tpsComm* c) {
+  AutoTableLoad load = loadAutoTable(tuneFilePath(), [&] {
+    Topology topo;
+    std::string reason;
+    return queryTopology(c->devices, &topo, &reason) == tpsSuccess ? boxFingerprint(topo) : "unknown (" + reason + ")";
+  });
+  if (!load.table) return;
+  c->auto_table = std::move(load.table);
+  std::array<bool, tpsNumBackends> said{};
+  for (const AutoRange& r : c->auto_table->ranges)
+    if (!isAvailable(c->avail, r.backend) && !std::exchange(said[r.backend], true))
+      TPS_LOG_INFO(
+          "auto: the tune file names {} for some sizes, which is not available in this communicator; the "
+          "built-in default takes those sizes",
+          tpsBackendName(r.backend));
+  TPS_LOG_INFO("auto: {} (tune file {}, measured {})", describeRanges(c->auto_table->ranges), c->auto_table->path,
+               c->auto_table->measured);
+}
+
 }  // namespace
 
 extern "C" tpsResult_t tpsConfigInit(tpsConfig_t* config) {
@@ -169,9 +194,8 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
   if (requested == tpsBackendP2p || (want_all && c->avail.all_peer_access)) {
     tpsResult_t r = createP2pBackend(devs, tuning, &c->backends[tpsBackendP2p]);
     if (r != tpsSuccess && !want_all) return r;
-    // `auto` does not pick p2p yet: its crossovers against NCCL are measured by AllReduce part 2's
-    // tuning. Until then p2p runs only when asked for (config, TPSCOPE_ALLREDUCE, tpsAllReduceWith).
-    c->avail.p2p = false;
+    if (r != tpsSuccess) TPS_LOG_WARN("tpsCommCreate: the p2p backend could not start; auto continues without it");
+    c->avail.p2p = r == tpsSuccess;
   }
   if (want_all || requested == tpsBackendHost) {
     tpsResult_t r = createHostStagedBackend(devs, tuning, &c->backends[tpsBackendHost]);
@@ -184,8 +208,9 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommCreate: NCCL could not start; auto continues without it");
     c->avail.nccl = r == tpsSuccess;
   }
-  TPS_EXPECT(c->avail.host || c->avail.nccl || c->backends[tpsBackendP2p], tpsUnavailable,
+  TPS_EXPECT(c->avail.host || c->avail.nccl || c->avail.p2p, tpsUnavailable,
              "tpsCommCreate: no backend can run on these GPUs");
+  if (want_all) loadAutoChoice(c.get());
   *comm = c.release();
   return tpsSuccess;
 }
@@ -208,7 +233,7 @@ extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, vo
   TPS_CHECK(validateCall(comm, bufs, count, dtype, streams));
   const size_t bytes = count * tpsDataTypeSize(dtype);
   tpsBackend_t which = backend != tpsBackendAuto ? backend : comm->requested;
-  if (which == tpsBackendAuto) which = chooseAuto(comm->avail, bytes);
+  if (which == tpsBackendAuto) which = chooseAuto(comm->avail, bytes, comm->auto_table ? &*comm->auto_table : nullptr);
   Backend* b = which == tpsBackendAuto ? nullptr : comm->backends[which].get();
   TPS_EXPECT(b != nullptr, tpsUnavailable, "tpsAllReduce: backend {} is not available in this communicator",
              tpsBackendName(which));

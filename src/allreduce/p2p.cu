@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // p2p.cu - backend `p2p`, host side: peer access, receive buffers, flags, and the per-call launches.
 //
-// One-shot below kOneShotMax bytes per GPU (fewest round trips: one flag exchange; up to kLLMax the
-// flags travel inside the data, so not even that), two-shot above
-// (each GPU moves 2(N-1)/N of the message instead of N-1 times it). Two-shot runs in pieces of at most
+// Which algorithm runs for a call is p2pAlgoFor() in p2p_algo.h (LL one-shot, one-shot, two-shot by
+// size and alignment; `tpscope topo` shows the same rule). Two-shot runs in pieces of at most
 // kTwoShotPiece bytes, each one launch; a remainder that does not split into N whole vectors goes
 // through one-shot. Both are capturable: the only state is device memory.
 #include <cuda_bf16.h>
@@ -14,6 +13,7 @@
 
 #include "allreduce/async_status.h"
 #include "allreduce/p2p.h"
+#include "allreduce/p2p_algo.h"
 #include "allreduce/p2p_kernels.cuh"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
@@ -23,10 +23,10 @@ namespace tpscope::detail {
 
 namespace {
 
-constexpr size_t kOneShotMax = 1u << 20;     // one-shot receive slot per (slot, peer)
+constexpr size_t kOneShotMax = kP2pOneShotMax;
 constexpr size_t kTwoShotPiece = 64u << 20;  // bytes per GPU per two-shot launch
 constexpr int kOneShotBlocks = 16;
-constexpr size_t kLLMax = 256u << 10;  // LL one-shot up to this many bytes per GPU
+constexpr size_t kLLMax = kP2pLLMax;
 // LL grid: fixed per communicator (each block keeps its own sequence number). 16 x 512 measured 3.85 us
 // at 8 KiB under graphs on 2xH200; the environment overrides both for tuning.
 TPS_PARAM_INT(P2pLLBlocks, "TPSCOPE_P2P_LL_BLOCKS", 16)
@@ -214,13 +214,13 @@ tpsResult_t P2pBackend::oneShot(const CallArgs& a, size_t off, size_t count, boo
 template <typename T>
 tpsResult_t P2pBackend::run(const CallArgs& a) {
   const size_t n = devices_.size();
-  bool aligned = true;
-  for (size_t r = 0; r < n; ++r) aligned = aligned && reinterpret_cast<uintptr_t>(a.bufs[r]) % 16 == 0;
-  // Decode sizes: the LL one-shot (flags in the data), when every buffer is 8-byte aligned and the
-  // message is whole 8-byte words.
-  bool ll = a.bytes() <= kLLMax && a.bytes() % 8 == 0;
-  for (size_t r = 0; r < n; ++r) ll = ll && reinterpret_cast<uintptr_t>(a.bufs[r]) % 8 == 0;
-  if (ll) {
+  bool aligned8 = true, aligned = true;
+  for (size_t r = 0; r < n; ++r) {
+    aligned8 = aligned8 && reinterpret_cast<uintptr_t>(a.bufs[r]) % 8 == 0;
+    aligned = aligned && reinterpret_cast<uintptr_t>(a.bufs[r]) % 16 == 0;
+  }
+  const P2pAlgo algo = p2pAlgoFor(a.bytes(), aligned8, aligned);
+  if (algo == P2pAlgo::kLL) {
     for (size_t r = 0; r < n; ++r) {
       DeviceGuard g(devices_[r]);
       p2pOneShotLL<T><<<ll_blocks_, ll_threads_, 0, a.streams[r]>>>(ll_[r], static_cast<T*>(a.bufs[r]), a.count);
@@ -229,7 +229,7 @@ tpsResult_t P2pBackend::run(const CallArgs& a) {
     return tpsSuccess;
   }
   // Misaligned buffers (rare: an offset into an allocation) take the scalar one-shot for everything.
-  if (!aligned || pathFor(a.bytes()) == tpsPathP2pOneShot) return oneShot<T>(a, 0, a.count, aligned);
+  if (algo == P2pAlgo::kOneShot) return oneShot<T>(a, 0, a.count, aligned);
   const size_t unit = n * Vec<T>::kElems;  // two-shot needs N whole vectors per piece
   const size_t piece_max = kTwoShotPiece / sizeof(T) / unit * unit;
   const size_t body = a.count / unit * unit;

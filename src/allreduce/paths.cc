@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include "allreduce/auto_table.h"
+#include "allreduce/p2p_algo.h"
+
 namespace tpscope {
 
 namespace {
@@ -153,6 +156,73 @@ nlohmann::json toJson(const std::vector<PathStatus>& paths) {
                  {"available", p.state == PathState::kAvailable},
                  {"reason", p.reason}});
   return a;
+}
+
+const std::vector<uint64_t>& autoSizeClasses() {
+  static const std::vector<uint64_t> kSizes{8u << 10, 64u << 10, 256u << 10, 1u << 20, 16u << 20, 256u << 20, 1u << 30};
+  return kSizes;
+}
+
+AutoSummary autoPicks(const Topology& topo, const std::vector<PathStatus>& paths, const detail::AutoTable* table,
+                      const std::string& why_no_table, size_t host_copy_threshold) {
+  auto available = [&](const char* id) {
+    for (const PathStatus& p : paths)
+      if (p.id == id) return p.state == PathState::kAvailable;
+    return false;
+  };
+  // The communicator's availability, predicted: p2p is created exactly when every pair has peer access
+  // (which the p2p paths' states already require), host and NCCL when their paths are available.
+  detail::Availability a;
+  a.host = available("host");
+  a.p2p = available("p2p_nvlink") || available("p2p_pcie");
+  a.nccl = available("nccl");
+  a.all_peer_access = topo.gpus.size() >= 2;
+  for (const auto& row : topo.pairs)
+    for (const PairInfo& p : row) a.all_peer_access = a.all_peer_access && (p.from == p.to || p.p2p_access);
+
+  AutoSummary s;
+  s.fingerprint = detail::boxFingerprint(topo);
+  if (table)
+    s.tune_file = fmt::format("tune file {}, measured {}", table->path, table->measured);
+  else
+    s.note = why_no_table;
+  for (uint64_t bytes : autoSizeClasses()) {
+    AutoPick pick;
+    pick.bytes = bytes;
+    bool from_table = false;
+    pick.backend = detail::chooseAuto(a, bytes, table, &from_table);
+    switch (pick.backend) {
+      case tpsBackendP2p:
+        pick.algorithm = detail::p2pAlgoName(detail::p2pAlgoFor(bytes));
+        break;
+      case tpsBackendHost:
+        pick.algorithm = bytes >= host_copy_threshold ? "copy engines" : "kernel";  // host_staged.cu pathFor()
+        break;
+      case tpsBackendNccl:
+        pick.algorithm = "NCCL's choice";
+        break;
+      default:
+        pick.algorithm = "-";
+    }
+    pick.source = from_table ? s.tune_file : std::string("built-in default");
+    s.picks.push_back(std::move(pick));
+  }
+  return s;
+}
+
+nlohmann::json toJson(const AutoSummary& summary) {
+  nlohmann::json picks = nlohmann::json::array();
+  for (const AutoPick& p : summary.picks)
+    picks.push_back(
+        {{"size_bytes", p.bytes},
+         {"backend", p.backend == tpsBackendAuto ? nlohmann::json(nullptr) : nlohmann::json(tpsBackendName(p.backend))},
+         {"algorithm", p.algorithm},
+         {"source", p.source}});
+  auto orNull = [](const std::string& v) { return v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  return {{"fingerprint", summary.fingerprint},
+          {"note", orNull(summary.note)},
+          {"tune_file", orNull(summary.tune_file)},
+          {"picks", picks}};
 }
 
 }  // namespace tpscope

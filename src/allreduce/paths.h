@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/selector.h"
 #include "topology/topology.h"
 
 namespace tpscope {
@@ -45,5 +46,32 @@ std::string ncclVersionString(int code);
 std::vector<PathStatus> evaluatePaths(const Topology& topo, const BackendsBuilt& built);
 const char* pathStateName(PathState s);  // "available", "unavailable", "not built"
 nlohmann::json toJson(const std::vector<PathStatus>& paths);
+
+// What `auto` picks for one call size, and from where.
+struct AutoPick {
+  uint64_t bytes = 0;                     // per GPU
+  tpsBackend_t backend = tpsBackendAuto;  // tpsBackendAuto: nothing can run
+  std::string algorithm;                  // p2p: "LL one-shot" | "one-shot" | "two-shot"; host: "kernel" |
+                                          // "copy engines"; nccl: "NCCL's choice"; "-" when nothing runs
+  std::string source;                     // "built-in default" | "tune file PATH, measured DATE"
+};
+
+// `auto` for a set of GPUs, as `tpscope topo` shows it.
+struct AutoSummary {
+  std::string fingerprint;  // this box, as a tune file records it (detail::boxFingerprint)
+  std::string note;         // why no tune file table applies ("no tune file at ..."); empty when one does
+  std::string tune_file;    // "tune file PATH, measured DATE" when one does; empty otherwise
+  std::vector<AutoPick> picks;
+};
+
+// The call sizes `tpscope topo` shows: 8 KiB (decode) to 1 GiB.
+const std::vector<uint64_t>& autoSizeClasses();
+
+// What `auto` picks per size class on `topo`, without a communicator: availability from `paths` (the
+// peer-access matrix decides p2p), the choice from the selector (selector.h) with `table` (may be null,
+// already matched to this box) and `why_no_table` as the note; `host_copy_threshold` names the host path.
+AutoSummary autoPicks(const Topology& topo, const std::vector<PathStatus>& paths, const detail::AutoTable* table,
+                      const std::string& why_no_table, size_t host_copy_threshold);
+nlohmann::json toJson(const AutoSummary& summary);
 
 }  // namespace tpscope

@@ -33,14 +33,38 @@ tpsResult_t requestedBackend(tpsBackend_t config_backend, const char* env, tpsBa
   return tpsSuccess;
 }
 
-tpsBackend_t chooseAuto(const Availability& a, size_t /*bytes*/) {
-  // Crossover points by size arrive with the measured tuning of AllReduce part 2; until then the
-  // order below holds at every size on the boxes we measured (docs/PERFORMANCE.md).
+tpsBackend_t AutoTable::backendFor(size_t bytes) const {
+  for (const AutoRange& r : ranges)
+    if (!r.max_bytes || bytes <= *r.max_bytes) return r.backend;
+  return tpsBackendAuto;
+}
+
+bool isAvailable(const Availability& a, tpsBackend_t b) {
+  switch (b) {
+    case tpsBackendHost:
+      return a.host;
+    case tpsBackendP2p:
+      return a.p2p;
+    case tpsBackendNccl:
+      return a.nccl;
+    default:
+      return false;
+  }
+}
+
+tpsBackend_t defaultAuto(const Availability& a) {
   if (a.p2p && a.all_peer_access) return tpsBackendP2p;
   if (a.nccl && a.all_peer_access) return tpsBackendNccl;
   if (a.host) return tpsBackendHost;
   if (a.nccl) return tpsBackendNccl;
   return tpsBackendAuto;
+}
+
+tpsBackend_t chooseAuto(const Availability& a, size_t bytes, const AutoTable* table, bool* from_table) {
+  const tpsBackend_t measured = table ? table->backendFor(bytes) : tpsBackendAuto;
+  const bool use = isAvailable(a, measured);
+  if (from_table) *from_table = use;
+  return use ? measured : defaultAuto(a);
 }
 
 }  // namespace tpscope::detail

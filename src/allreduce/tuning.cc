@@ -2,9 +2,11 @@
 // tuning.cc - host backend tunables from defaults, tuning file, environment and config.
 #include "allreduce/tuning.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/checks.h"
 #include "common/param.h"
@@ -30,15 +32,32 @@ std::string tuneFilePath() {
   return std::string(home ? home : ".") + "/.cache/tpscope/tune.json";
 }
 
+namespace {
+
+// The tune file's value of `key` when it is a whole number in [lo, hi]; a WARN and nullopt when it is
+// there but is not (a hand-edited or truncated file falls back to the defaults, it never fails).
+std::optional<size_t> fileValue(const nlohmann::json& j, const char* key, size_t lo, size_t hi,
+                                const std::string& path) {
+  auto it = j.find(key);
+  if (it == j.end()) return std::nullopt;
+  if (it->is_number_unsigned() && it->get<size_t>() >= lo && it->get<size_t>() <= hi) return it->get<size_t>();
+  TPS_LOG_WARN("tuning file {}: {} is {}, not a whole number in {}..{}; using the built-in default", path, key,
+               it->dump(), lo, hi);
+  return std::nullopt;
+}
+
+}  // namespace
+
 tpsResult_t resolveHostTuning(const tpsConfig_t& config, HostTuning* out) {
   HostTuning t{kDefaultCopyThreshold, kDefaultChunkBytes, kDefaultBlocks, kDefaultSpinTimeoutMs, "built-in"};
   const std::string path = tuneFilePath();
   if (std::ifstream f(path); f) {
     nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
     if (j.is_object()) {
-      t.copy_threshold = j.value("host_copy_threshold", t.copy_threshold);
-      t.chunk_bytes = j.value("host_chunk_bytes", t.chunk_bytes);
-      t.blocks = j.value("host_blocks", t.blocks);
+      constexpr size_t kMax = SIZE_MAX;
+      if (auto v = fileValue(j, "host_copy_threshold", 1, kMax, path)) t.copy_threshold = *v;
+      if (auto v = fileValue(j, "host_chunk_bytes", 64u << 10, kMax, path)) t.chunk_bytes = *v;
+      if (auto v = fileValue(j, "host_blocks", 1, 64, path)) t.blocks = static_cast<int>(*v);
       t.source = "tune file " + path;
     } else {
       TPS_LOG_WARN("tuning file {} is not a JSON object; using built-in defaults", path);

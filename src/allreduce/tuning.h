@@ -3,7 +3,9 @@
 // environment and the caller's config, in increasing order of precedence.
 //
 // The tuning file is JSON written by `tpscope bench allreduce --tune` (keys: host_copy_threshold,
-// host_chunk_bytes, host_blocks); its path is TPSCOPE_TUNE_FILE or ~/.cache/tpscope/tune.json.
+// host_chunk_bytes, host_blocks; and "auto", the backend per size range, read by auto_table.h); its
+// path is TPSCOPE_TUNE_FILE or ~/.cache/tpscope/tune.json. A file value that is not a whole number in
+// range is a WARN and the built-in default for that key; a file that is not JSON, a WARN and every default.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +24,7 @@ struct HostTuning {
 };
 
 // Resolves the tunables for a communicator from every source. Returns tpsInvalidArgument (with a
-// WARN line) for values that cannot work: blocks outside 1..64, a chunk below 64 KiB.
+// WARN line) for environment or config values that cannot work: blocks outside 1..64, a chunk below 64 KiB.
 tpsResult_t resolveHostTuning(const tpsConfig_t& config, HostTuning* out);
 
 // The tuning file's path (it may not exist).

@@ -56,6 +56,59 @@ TEST(Selector, AutoPrefersDirectPathsThenStaging) {
   EXPECT_EQ(chooseAuto(a, 8192), tpsBackendAuto);
 }
 
+AutoTable p2pThenNccl() {
+  AutoTable t;
+  t.fingerprint = "2xNVIDIA GeForce RTX 4090 PIX";
+  t.ranges = {{size_t{1} << 20, tpsBackendP2p}, {std::nullopt, tpsBackendNccl}};
+  return t;
+}
+
+TEST(Selector, AutoUsesTheMeasuredTableWhereItApplies) {
+  Availability a;
+  a.host = a.p2p = a.nccl = a.all_peer_access = true;
+  const AutoTable t = p2pThenNccl();
+  bool from_table = false;
+  EXPECT_EQ(chooseAuto(a, 8192, &t, &from_table), tpsBackendP2p);
+  EXPECT_TRUE(from_table);
+  EXPECT_EQ(chooseAuto(a, 1u << 20, &t, &from_table), tpsBackendP2p);
+  EXPECT_EQ(chooseAuto(a, (1u << 20) + 2, &t, &from_table), tpsBackendNccl);  // the built-in default says p2p
+  EXPECT_TRUE(from_table);
+  EXPECT_EQ(chooseAuto(a, (1u << 20) + 2, nullptr, &from_table), tpsBackendP2p);
+  EXPECT_FALSE(from_table);
+}
+
+TEST(Selector, ATableNamingAnUnavailableBackendFallsBackToTheDefault) {
+  Availability a;
+  a.host = a.p2p = a.all_peer_access = true;  // NCCL did not start
+  const AutoTable t = p2pThenNccl();
+  bool from_table = true;
+  EXPECT_EQ(chooseAuto(a, 64u << 20, &t, &from_table), tpsBackendP2p);
+  EXPECT_FALSE(from_table);
+  EXPECT_EQ(chooseAuto(a, 8192, &t, &from_table), tpsBackendP2p);
+  EXPECT_TRUE(from_table);
+  a.p2p = false;  // p2p did not start either: the table applies nowhere
+  EXPECT_EQ(chooseAuto(a, 8192, &t, &from_table), tpsBackendHost);
+  EXPECT_FALSE(from_table);
+  AutoTable empty;
+  EXPECT_EQ(chooseAuto(a, 8192, &empty, &from_table), tpsBackendHost);
+  EXPECT_FALSE(from_table);
+}
+
+TEST(Selector, BuiltInDefaultsForNvlinkPcieP2pAndNoP2pBoxes) {
+  // NVLink and PCIe P2P boxes look alike to the selector: every pair has peer access, p2p is up.
+  Availability peer;
+  peer.host = peer.p2p = peer.nccl = peer.all_peer_access = true;
+  for (size_t bytes : {size_t{8} << 10, size_t{1} << 20, size_t{1} << 30})
+    EXPECT_EQ(chooseAuto(peer, bytes), tpsBackendP2p);
+  // No P2P: the communicator does not create p2p; staging beats NCCL over host memory (docs/PERFORMANCE.md).
+  Availability staged;
+  staged.host = staged.nccl = true;
+  for (size_t bytes : {size_t{8} << 10, size_t{1} << 20, size_t{1} << 30})
+    EXPECT_EQ(chooseAuto(staged, bytes), tpsBackendHost);
+  EXPECT_EQ(defaultAuto(Availability{}), tpsBackendAuto);
+  EXPECT_FALSE(isAvailable(peer, tpsBackendAuto));
+}
+
 TEST(Names, SizeClassesAndTypes) {
   EXPECT_EQ(tpsSizeClassOf(8192), 0);
   EXPECT_EQ(tpsSizeClassOf(64 << 10), 0);
@@ -95,6 +148,21 @@ TEST(Tuning, PrecedenceIsConfigOverEnvironmentOverFileOverDefaults) {
   cfg.host_blocks = 0;
   cfg.host_chunk_bytes = 1000;
   EXPECT_EQ(resolveHostTuning(cfg, &t), tpsInvalidArgument);
+  // A bad value in the file is a WARN and that key's default, never a failure or an exception.
+  std::ofstream(file) << R"({"host_copy_threshold": "4M", "host_chunk_bytes": 1000, "host_blocks": 100,
+                             "auto": {"fingerprint": 3}})";
+  tpsConfigInit(&cfg);
+  ASSERT_EQ(resolveHostTuning(cfg, &t), tpsSuccess);
+  EXPECT_EQ(t.copy_threshold, 4u << 20);
+  EXPECT_EQ(t.chunk_bytes, 4u << 20);
+  EXPECT_EQ(t.blocks, 32);
+  std::ofstream(file) << R"({"host_blocks": -3, "host_copy_threshold": 1.5})";
+  ASSERT_EQ(resolveHostTuning(cfg, &t), tpsSuccess);
+  EXPECT_EQ(t.blocks, 32);
+  EXPECT_EQ(t.copy_threshold, 4u << 20);
+  std::ofstream(file) << "{ not json";
+  ASSERT_EQ(resolveHostTuning(cfg, &t), tpsSuccess);
+  EXPECT_EQ(t.source, "built-in");
   std::remove(file.c_str());
 }
 

@@ -29,6 +29,7 @@ TEST(BenchCli, BadSizesAreUsageErrors) {
   expectUsageError("-f 0", "--stepfactor");
   expectUsageError("-f 2 -i 1M", "-i");
   expectUsageError("-f 1 -i 8 -b 8K -e 256M", "sizes");
+  expectUsageError("--tune -b 2G", "-b");  // --tune sweeps to 1G unless -e says otherwise
 }
 
 TEST(BenchCli, BadFlagsAreUsageErrors) {

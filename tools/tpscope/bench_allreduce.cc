@@ -4,8 +4,8 @@
 //
 // The pieces: bench_args (options and their checks), bench_runner (GPU timing), bench_check (-c 1),
 // bench_stats (path and bytes columns), bench_table (text and JSON). This file wires them together.
-// --tune runs bench_tune (the host backend's tunables) instead of the sweep; choosing between backends
-// (issue 5) can reuse runSweep() and the `fastest` column of timeRatios().
+// --tune runs bench_tune (the host backend's tunables), then bench_crossover (the fastest backend per
+// size, for `auto`) instead of the sweep.
 #include "bench_allreduce.h"
 
 #include <fmt/format.h>
@@ -19,8 +19,10 @@
 #include <functional>
 #include <limits>
 
+#include "allreduce/auto_table.h"
 #include "allreduce/paths.h"
 #include "bench_args.h"
+#include "bench_crossover.h"
 #include "bench_runner.h"
 #include "bench_table.h"
 #include "bench_tune.h"
@@ -76,9 +78,9 @@ class BenchAllReduceCommand : public Command {
   explicit BenchAllReduceCommand(CLI::App& app) {
     sub_ = benchGroup(app)->add_subcommand(
         "allreduce", "AllReduce sweep over sizes and backends, nccl-tests table (all_reduce_perf flags)");
-    sub_->add_option("-b,--minbytes", min_bytes_, "Smallest size, bytes per GPU (K/M/G suffixes)")
-        ->capture_default_str();
-    sub_->add_option("-e,--maxbytes", max_bytes_, "Largest size, bytes per GPU")->capture_default_str();
+    min_opt_ = sub_->add_option("-b,--minbytes", min_bytes_, "Smallest size, bytes per GPU (K/M/G suffixes)")
+                   ->capture_default_str();
+    max_opt_ = sub_->add_option("-e,--maxbytes", max_bytes_, "Largest size, bytes per GPU")->capture_default_str();
     factor_opt_ = sub_->add_option("-f,--stepfactor", factor_, "Multiply the size by this; 1: add -i")
                       ->check(CLI::Range(1, 1 << 20))
                       ->capture_default_str();
@@ -107,7 +109,8 @@ class BenchAllReduceCommand : public Command {
         ->capture_default_str();
     sub_->add_option("-J,--json", o_.json_path, "Also write the results as JSON to FILE");
     sub_->add_flag("--tune", tune_,
-                   "Instead of the sweep: measure the host backend's tunables here and write the tuning file");
+                   "Instead of the sweep: measure the host backend's tunables and the fastest backend per size "
+                   "(-b 8K -e 1G unless given) here, and write the tuning file that auto reads");
     sub_->add_option("--format", format_, "Output on stdout")
         ->check(CLI::IsMember({"table", "json"}))
         ->capture_default_str();
@@ -120,6 +123,8 @@ class BenchAllReduceCommand : public Command {
   BenchContext context(const Topology& topo) const;
 
   CLI::App* sub_ = nullptr;
+  CLI::Option* min_opt_ = nullptr;
+  CLI::Option* max_opt_ = nullptr;
   CLI::Option* factor_opt_ = nullptr;
   CLI::Option* step_opt_ = nullptr;
   BenchOptions o_;
@@ -174,6 +179,11 @@ BenchContext BenchAllReduceCommand::context(const Topology& topo) const {
 
 int BenchAllReduceCommand::run() {
   o_ = parseOptions();
+  if (tune_) {
+    // The crossovers span decode sizes to the largest tensor-parallel activations: 8K to 1G unless given.
+    if (min_opt_->count() == 0) o_.sweep.min_bytes = 8u << 10;
+    if (max_opt_->count() == 0) o_.sweep.max_bytes = 1u << 30;
+  }
   const std::vector<uint64_t> sizes = sizeSweep(o_.sweep);
   size_t max_bytes = 0;
   for (tpsDataType_t t : o_.dtypes) max_bytes = std::max(max_bytes, sweepCounts(sizes, t).back() * tpsDataTypeSize(t));
@@ -195,7 +205,8 @@ int BenchAllReduceCommand::run() {
   if (r != tpsSuccess) return fail(kExitRuntime, "cannot read the topology: " + reason);
   if (tune_) {
     TuneResult tuned;
-    return runHostTune(o_.devices, stdout, &tuned);
+    if (int rc = runHostTune(o_.devices, stdout, &tuned); rc != 0) return rc;
+    return runCrossoverTune(o_.devices, detail::boxFingerprint(topo), sizes, o_, tuned.path, utcNow(), stdout);
   }
   std::ofstream json_file;
   if (!o_.json_path.empty()) {

@@ -4,8 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstdio>
 
+#include "allreduce/auto_table.h"
+#include "allreduce/tuning.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::cli {
@@ -32,6 +35,17 @@ std::string pcieText(const std::optional<int>& gen, const std::optional<int>& wi
   return fmt::format("{} {}", orNA(gen, "Gen"), orNA(width, "x"));
 }
 
+// What `auto` would pick here, from the same tune file and host tunables a communicator would read.
+AutoSummary autoSummary(const Topology& topo, const std::vector<PathStatus>& paths) {
+  tpsConfig_t cfg;
+  tpsConfigInit(&cfg);
+  detail::HostTuning host;
+  const size_t threshold = detail::resolveHostTuning(cfg, &host) == tpsSuccess ? host.copy_threshold : SIZE_MAX;
+  detail::AutoTableLoad load =
+      detail::loadAutoTable(detail::tuneFilePath(), [&] { return detail::boxFingerprint(topo); });
+  return autoPicks(topo, paths, load.table ? &*load.table : nullptr, load.why, threshold);
+}
+
 class TopoCommand : public Command {
  public:
   explicit TopoCommand(CLI::App& app) {
@@ -53,10 +67,11 @@ class TopoCommand : public Command {
     BackendsBuilt built = backendsBuilt();
     std::vector<PathStatus> paths = evaluatePaths(topo, built);
     std::string nccl = built.nccl_version ? ncclVersionString(*built.nccl_version) : "";
+    const AutoSummary autos = autoSummary(topo, paths);
     if (format_ == "json")
-      std::printf("%s\n", topologyDocument(topo, paths, nccl).dump(2).c_str());
+      std::printf("%s\n", topologyDocument(topo, paths, nccl, autos).dump(2).c_str());
     else
-      std::fputs(formatTopologyTable(topo, paths, nccl).c_str(), stdout);
+      std::fputs(formatTopologyTable(topo, paths, nccl, autos).c_str(), stdout);
     return kExitOk;
   }
 
@@ -79,8 +94,15 @@ nlohmann::json topologyDocument(const Topology& topo, const std::vector<PathStat
   return doc;
 }
 
+nlohmann::json topologyDocument(const Topology& topo, const std::vector<PathStatus>& paths,
+                                const std::string& nccl_version, const AutoSummary& autos) {
+  nlohmann::json doc = topologyDocument(topo, paths, nccl_version);
+  doc["allreduce_auto"] = toJson(autos);
+  return doc;
+}
+
 std::string formatTopologyTable(const Topology& topo, const std::vector<PathStatus>& paths,
-                                const std::string& nccl_version) {
+                                const std::string& nccl_version, const AutoSummary& autos) {
   std::string s;
   auto cudaVer = [](int v) { return v ? fmt::format("{}.{}", v / 1000, (v % 1000) / 10) : std::string("N/A"); };
   s += fmt::format("# tpscope topo: {} GPU{} | driver {} | CUDA driver {}, runtime {} | NCCL {}\n", topo.gpus.size(),
@@ -120,6 +142,15 @@ std::string formatTopologyTable(const Topology& topo, const std::vector<PathStat
   }
   s += "\n# AllReduce paths\n";
   for (const PathStatus& p : paths) s += fmt::format("  {:<16} {:<12} {}\n", p.label, pathStateName(p.state), p.reason);
+  s += fmt::format("# auto: what tpsAllReduce picks per call size (bytes per GPU) on this box, \"{}\"\n",
+                   autos.fingerprint);
+  if (!autos.note.empty()) s += fmt::format("# built-in defaults: {}\n", autos.note);
+  if (!autos.tune_file.empty()) s += fmt::format("# {}\n", autos.tune_file);
+  s += fmt::format("  {:<9} {:<8} {:<14} {}\n", "size", "backend", "algorithm", "from");
+  for (const AutoPick& a : autos.picks)
+    s += fmt::format("  {:<9} {:<8} {:<14} {}\n", detail::bytesLabel(a.bytes),
+                     a.backend == tpsBackendAuto ? "none" : tpsBackendName(a.backend), a.algorithm,
+                     a.source == autos.tune_file ? "tune file" : a.source);
   return s;
 }
 

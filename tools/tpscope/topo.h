@@ -14,11 +14,15 @@ namespace tpscope::cli {
 
 std::unique_ptr<Command> makeTopoCommand(CLI::App& app);
 
-// The table printed by `tpscope topo` (one screen). `nccl_version` is empty when NCCL is missing.
+// The table printed by `tpscope topo` (one screen). `nccl_version` is empty when NCCL is missing; `autos`
+// is what `auto` picks per size class (allreduce/paths.h: autoPicks()).
 std::string formatTopologyTable(const Topology& topo, const std::vector<PathStatus>& paths,
-                                const std::string& nccl_version);
-// The JSON document printed by `tpscope topo --format json`.
+                                const std::string& nccl_version, const AutoSummary& autos);
+// The JSON document printed by `tpscope topo --format json`; without `autos` (run records) it has no
+// "allreduce_auto" key.
 nlohmann::json topologyDocument(const Topology& topo, const std::vector<PathStatus>& paths,
                                 const std::string& nccl_version);
+nlohmann::json topologyDocument(const Topology& topo, const std::vector<PathStatus>& paths,
+                                const std::string& nccl_version, const AutoSummary& autos);
 
 }  // namespace tpscope::cli
