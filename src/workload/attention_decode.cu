@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "workload/kernels.h"
+#include "workload/pdl.cuh"
 
 namespace tpscope::workload {
 
@@ -47,17 +48,6 @@ __global__ void __launch_bounds__(kThreads)
   const int k0 = split * chunk, k1 = min(total, k0 + chunk);
   const float scale = rsqrtf(static_cast<float>(D));
 
-  // Query rows r = t * group + j (query head g * group + j of token t), pre-scaled, as floats.
-  for (int i = tid; i < rows * D; i += kThreads) {
-    const int r = i / D, e = i % D, t = r / group, h = g * group + r % group;
-    qs[r][e] = bf(qkv + static_cast<int64_t>(t) * width + h * D + e) * scale;
-  }
-  if (tid < kDecodeRows) row_m[tid] = -INFINITY, row_l[tid] = 0.0f;
-  float acc[kRowsPerThread][2];
-#pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) acc[i][0] = acc[i][1] = 0.0f;
-  const int pair = tid % kPairs, rgroup = tid / kPairs;
-
   const bf16_t* kb = k_cache + static_cast<int64_t>(g) * s.capacity * D;
   const bf16_t* vb = v_cache + static_cast<int64_t>(g) * s.capacity * D;
   // The next tile is loaded into registers while the current one is computed: every load of a tile
@@ -74,7 +64,24 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   };
-  if (k0 < k1) fetch(k0, min(kTile, k1 - k0));
+  // Launched after the RoPE kernel (pdl.cuh): the cache rows of earlier steps (positions below pos0)
+  // are constant during this step, so a first tile made of them is requested before the wait.
+  pdlTrigger();
+  const bool early = k0 < k1 && k0 + min(kTile, k1 - k0) <= s.pos0;
+  if (early) fetch(k0, min(kTile, k1 - k0));
+  pdlWait();
+  if (!early && k0 < k1) fetch(k0, min(kTile, k1 - k0));
+  // Query rows r = t * group + j (query head g * group + j of token t), pre-scaled, as floats.
+  for (int i = tid; i < rows * D; i += kThreads) {
+    const int r = i / D, e = i % D, t = r / group, h = g * group + r % group;
+    qs[r][e] = bf(qkv + static_cast<int64_t>(t) * width + h * D + e) * scale;
+  }
+  if (tid < kDecodeRows) row_m[tid] = -INFINITY, row_l[tid] = 0.0f;
+  float acc[kRowsPerThread][2];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) acc[i][0] = acc[i][1] = 0.0f;
+  const int pair = tid % kPairs, rgroup = tid / kPairs;
+
   for (int base = k0; base < k1; base += kTile) {
     const int n = min(kTile, k1 - base);
     __syncthreads();  // the previous tile's readers are done (and qs / row_m are written, first time)
@@ -166,8 +173,9 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 int attentionDecodeSplits(int kv_heads, int keys) {
-  // About two waves of blocks on a 132-SM GPU, at least one tile of keys per split.
-  const int want = std::min((256 + kv_heads - 1) / kv_heads, kMaxDecodeSplits);
+  // Up to ~1024 blocks (a block holds 46 KB of shared memory and 4 warps: about 4 per SM at once), at
+  // least one tile of keys per split.
+  const int want = std::min((1024 + kv_heads - 1) / kv_heads, kMaxDecodeSplits);
   const int tiles = std::max(1, (keys + kTile - 1) / kTile);
   const int per = (tiles + want - 1) / want;  // whole tiles per split, as the kernel divides them
   return (tiles + per - 1) / per;

@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(kNormThreads)
     addRmsNormKernel(bf16_t* x, const bf16_t* p, const bf16_t* w, bf16_t* y, int width, float eps) {
   __shared__ float partial[kNormThreads / 32];
   pdlTrigger();  // the next kernel is a GEMV: it may start loading its weights
+  pdlWait();     // x and p are the previous kernels' output
   const int vecs = width / 8;
   uint4* xr = reinterpret_cast<uint4*>(x + static_cast<int64_t>(blockIdx.x) * width);
   const uint4* pr = reinterpret_cast<const uint4*>(p + static_cast<int64_t>(blockIdx.x) * width);
@@ -164,6 +165,8 @@ __global__ void siluMulKernel(const bf16_t* gu, bf16_t* out, int tokens, int ffn
 // the Q and K pairs by pos * 10000^(-2i/head_dim) in place; the K and V pairs then go to the cache.
 // One pair per thread keeps every load independent (a loop over pairs would wait out each load).
 __global__ void ropeStoreKernel(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, AttnShape s) {
+  pdlTrigger();
+  pdlWait();  // qkv is the QKV projection's output
   const int t = blockIdx.x, pos = s.pos0 + t, d = s.head_dim, half = d / 2;
   const int p = blockIdx.y * blockDim.x + threadIdx.x;
   if (p >= (s.q_heads + 2 * s.kv_heads) * half) return;
@@ -253,37 +256,49 @@ __global__ void attnPartialKernel(const bf16_t* qkv, const bf16_t* k_cache, cons
 // (max, sum) pairs are read in parallel into shared memory first and the outputs with independent,
 // unrolled loads: a loop of dependent loads over the splits costs one memory latency per split.
 constexpr int kMaxCombineSplits = 256;  // attentionSplits and attentionDecodeSplits stay within it
+constexpr int kCombineGroups = 8;       // thread groups that share a head's splits (blockDim = d x groups)
 
 __global__ void attnCombineKernel(const float* partial, bf16_t* out, int q_heads, int d, int splits) {
-  __shared__ float weight[kMaxCombineSplits];
+  __shared__ float weight[kMaxCombineSplits], sums[kMaxCombineSplits];
+  __shared__ float reduced[kCombineGroups][256];  // head_dim <= 256
   __shared__ float total;
   pdlTrigger();  // the next kernel is the output projection's GEMV
-  const int t = blockIdx.x, h = blockIdx.y, e = threadIdx.x;
+  pdlWait();
+  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int e = tid % d, group = tid / d, groups = blockDim.x / d;
   const float* p = partial + (static_cast<int64_t>(t) * q_heads + h) * splits * (d + 2);
-  for (int s = e; s < splits; s += blockDim.x) weight[s] = p[s * (d + 2) + 1] > 0 ? p[s * (d + 2)] : -FLT_MAX;
-  __syncthreads();
-  if (e < 32) {  // one warp: the largest max, the weights exp(max_s - M), and L = sum of weighted sums
-    float M = -FLT_MAX;
-    for (int s = e; s < splits; s += 32) M = fmaxf(M, weight[s]);
-    M = warpMax(M);
-    float L = 0.0f;
-    for (int s = e; s < splits; s += 32) {
-      const float l = p[s * (d + 2) + 1];
-      const float w = l > 0 ? __expf(weight[s] - M) : 0.0f;
-      weight[s] = w;
-      L += l * w;
-    }
-    L = warpSum(L);
-    if (e == 0) total = L;
+  for (int s = tid; s < splits; s += blockDim.x) {
+    const float m = p[s * (d + 2)], l = p[s * (d + 2) + 1];
+    weight[s] = l > 0 ? m : -FLT_MAX, sums[s] = l;
   }
   __syncthreads();
+  if (tid < 32) {  // one warp: the largest max, the weights exp(max_s - M), and L = sum of weighted sums
+    float M = -FLT_MAX;
+    for (int s = tid; s < splits; s += 32) M = fmaxf(M, weight[s]);
+    M = warpMax(M);
+    float L = 0.0f;
+    for (int s = tid; s < splits; s += 32) {
+      const float w = sums[s] > 0 ? __expf(weight[s] - M) : 0.0f;
+      weight[s] = w;
+      L += sums[s] * w;
+    }
+    L = warpSum(L);
+    if (tid == 0) total = L;
+  }
+  __syncthreads();
+  // Each group sums every groups-th split: the loads of a thread are few and independent.
   float a = 0.0f;
-#pragma unroll 8
-  for (int s = 0; s < splits; ++s) {
+#pragma unroll 4
+  for (int s = group; s < splits; s += groups) {
     const float w = weight[s], v = p[s * (d + 2) + 2 + e];
     a += w != 0.0f ? w * v : 0.0f;  // an empty split's outputs are never used
   }
-  store(out + (static_cast<int64_t>(t) * q_heads + h) * d + e, a / total);
+  reduced[group][e] = a;
+  __syncthreads();
+  if (group == 0) {
+    for (int g = 1; g < groups; ++g) a += reduced[g][e];
+    store(out + (static_cast<int64_t>(t) * q_heads + h) * d + e, a / total);
+  }
 }
 
 __global__ void spinKernel(uint64_t ns) {
@@ -293,6 +308,12 @@ __global__ void spinKernel(uint64_t ns) {
     __nanosleep(1000);
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   } while (t - t0 < ns);
+}
+
+// Thread groups of the combine kernel: about 8 splits per group, up to kCombineGroups and 1024 threads.
+int combineGroups(int head_dim, int splits) {
+  const int most = head_dim * kCombineGroups <= 1024 ? kCombineGroups : 1024 / head_dim;
+  return std::max(1, std::min(most, (splits + 7) / 8));
 }
 
 int gridFor(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 65535 * 4)); }
@@ -317,17 +338,16 @@ cudaError_t launchFillHash(bf16_t* dst, int rows, int cols, int ld_dst, int64_t 
 cudaError_t launchRmsNorm(const bf16_t* x, const bf16_t* w, bf16_t* y, int rows, int width, float eps,
                           cudaStream_t stream) {
   if (vecNormApplies(x, nullptr, w, y, width))
-    addRmsNormKernel<<<rows, kNormThreads, 0, stream>>>(const_cast<bf16_t*>(x), nullptr, w, y, width, eps);
-  else
-    rmsNormKernel<<<rows, 256, 0, stream>>>(x, w, y, width, eps);
+    return launchPdl(addRmsNormKernel, dim3(rows), dim3(kNormThreads), stream, const_cast<bf16_t*>(x),
+                     static_cast<const bf16_t*>(nullptr), w, y, width, eps);
+  rmsNormKernel<<<rows, 256, 0, stream>>>(x, w, y, width, eps);
   return cudaGetLastError();
 }
 
 cudaError_t launchAddRmsNorm(bf16_t* x, const bf16_t* p, const bf16_t* w, bf16_t* y, int rows, int width, float eps,
                              cudaStream_t stream) {
   if (vecNormApplies(x, p, w, y, width)) {
-    addRmsNormKernel<<<rows, kNormThreads, 0, stream>>>(x, p, w, y, width, eps);
-    return cudaGetLastError();
+    return launchPdl(addRmsNormKernel, dim3(rows), dim3(kNormThreads), stream, x, p, w, y, width, eps);
   }
   const int64_t n = static_cast<int64_t>(rows) * width;
   addKernel<<<gridFor(n), 256, 0, stream>>>(x, p, n);
@@ -342,8 +362,7 @@ cudaError_t launchSiluMul(const bf16_t* gu, bf16_t* out, int tokens, int ffn, cu
 
 cudaError_t launchRopeAndStore(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, const AttnShape& s, cudaStream_t stream) {
   const int pairs = (s.q_heads + 2 * s.kv_heads) * (s.head_dim / 2);
-  ropeStoreKernel<<<dim3(s.tokens, (pairs + 255) / 256), 256, 0, stream>>>(qkv, k_cache, v_cache, s);
-  return cudaGetLastError();
+  return launchPdl(ropeStoreKernel, dim3(s.tokens, (pairs + 255) / 256), dim3(256), stream, qkv, k_cache, v_cache, s);
 }
 
 cudaError_t launchAttention(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, bf16_t* out,
@@ -352,16 +371,15 @@ cudaError_t launchAttention(const bf16_t* qkv, const bf16_t* k_cache, const bf16
     const int splits = attentionDecodeSplits(s.kv_heads, s.pos0 + s.tokens);
     if (cudaError_t e = launchAttentionDecode(qkv, k_cache, v_cache, partial, s, splits, stream); e != cudaSuccess)
       return e;
-    attnCombineKernel<<<dim3(s.tokens, s.q_heads), s.head_dim, 0, stream>>>(partial, out, s.q_heads, s.head_dim,
-                                                                            splits);
-    return cudaGetLastError();
+    return launchPdl(attnCombineKernel, dim3(s.tokens, s.q_heads), dim3(s.head_dim * combineGroups(s.head_dim, splits)),
+                     stream, static_cast<const float*>(partial), out, s.q_heads, s.head_dim, splits);
   }
   const int splits = attentionSplits(s.tokens, s.q_heads, s.pos0 + s.tokens);
   attnPartialKernel<<<dim3(s.tokens, s.q_heads, splits), 32 * kAttnWarps, 0, stream>>>(qkv, k_cache, v_cache, partial,
                                                                                        s);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  attnCombineKernel<<<dim3(s.tokens, s.q_heads), s.head_dim, 0, stream>>>(partial, out, s.q_heads, s.head_dim, splits);
-  return cudaGetLastError();
+  return launchPdl(attnCombineKernel, dim3(s.tokens, s.q_heads), dim3(s.head_dim * combineGroups(s.head_dim, splits)),
+                   stream, static_cast<const float*>(partial), out, s.q_heads, s.head_dim, splits);
 }
 
 cudaError_t launchSpin(uint64_t ns, cudaStream_t stream) {

@@ -76,7 +76,7 @@ int attentionSplits(int tokens, int q_heads, int keys);
 // <= kDecodeRows and head_dim is 32, 64 or 128: one block per (KV head, cache slice) reads each K/V
 // row once for its whole query group. It splits the cache into attentionDecodeSplits(...) slices.
 constexpr int kDecodeRows = 16;
-constexpr int kMaxDecodeSplits = 64;
+constexpr int kMaxDecodeSplits = 128;
 bool attentionDecodeApplies(const AttnShape& s);
 int attentionDecodeSplits(int kv_heads, int keys);
 cudaError_t launchAttentionDecode(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, float* partial,
