@@ -81,7 +81,7 @@ def line(name, r, base=None, target=None):
     if r.get("share_of_roofline"): s += f" roofline={100 * r['share_of_roofline']:.1f}%"
     if base:
         x = r["tokens_per_s"] / base["tokens_per_s"]
-        s += f" speedup={x:.2f}x" + (f" (target {target}x: {'OK' if x >= target else 'MISSED'})" if target else "")
+        s += f" speedup={x:.3f}x" + (f" (target {target}x: {'OK' if x >= target else 'MISSED'})" if target else "")
     print(s)
 print("# tpscope tp on", open(os.path.join(out, "gpus.txt")).read().strip().replace("\n", "; "))
 for model in ("8b", "32b"):

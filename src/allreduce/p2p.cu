@@ -27,10 +27,13 @@ constexpr size_t kOneShotMax = kP2pOneShotMax;
 constexpr size_t kTwoShotPiece = 64u << 20;  // bytes per GPU per two-shot launch
 constexpr int kOneShotBlocks = 16;
 constexpr size_t kLLMax = kP2pLLMax;
-// LL grid: fixed per communicator (each block keeps its own sequence number). 16 x 512 measured 3.85 us
-// at 8 KiB under graphs on 2xH200; the environment overrides both for tuning.
-TPS_PARAM_INT(P2pLLBlocks, "TPSCOPE_P2P_LL_BLOCKS", 16)
-TPS_PARAM_INT(P2pLLThreads, "TPSCOPE_P2P_LL_THREADS", 512)
+// LL grid: fixed per communicator (each block keeps its own sequence number). Measured on 2xH200
+// under graphs, -n 200, bf16, µs at 8K / 64K / 128K / 256K (docs/PERFORMANCE.md): 16 x 512 3.23 / 3.71 /
+// 4.11 / 5.17; 32 x 256 2.82 / 3.27 / 3.66 / 4.44; 64 x 128 2.63 / 3.04 / 3.47 / 4.30 (best from 64K up,
+// within 0.14 µs of the best below). Many small blocks spread the stores and polls over 64 SMs.
+// The environment overrides both for tuning.
+TPS_PARAM_INT(P2pLLBlocks, "TPSCOPE_P2P_LL_BLOCKS", 64)
+TPS_PARAM_INT(P2pLLThreads, "TPSCOPE_P2P_LL_THREADS", 128)
 // Blocks of the two-shot kernel: enough to keep NVLink busy while some blocks wait on flags. Measured
 // on 2xH200 (graph, 64 MiB-1 GiB): 32 blocks 238 GB/s busbw, 64 blocks 295, 128 blocks 341-344.
 TPS_PARAM_INT(P2pTwoShotBlocks, "TPSCOPE_P2P_BLOCKS", 128)
