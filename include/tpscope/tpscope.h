@@ -114,6 +114,23 @@ tpsResult_t tpsAllReduce(tpsComm_t comm, void* const* bufs, size_t count, tpsDat
 tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* bufs, size_t count,
                              tpsDataType_t dtype, const tpsStream_t* streams);
 
+/* The reduction fused with what follows it in a transformer layer, for `rows` rows of `width`
+ * elements (count = rows x width) per GPU:
+ *   sum = the sum over GPUs of partial (as tpsAllReduce computes it);
+ *   residual_out[i] = residual_in[i] + sum, rounded to dtype;
+ *   normed[i] = residual_out[i] * rsqrt(mean over the row of residual_out^2 + eps) * weight[i],
+ * bit-identical on every GPU. weight NULL: the add alone (normed unused). partial's contents after
+ * the call are unspecified, and residual_out may be partial itself (a caller then swaps the two
+ * buffers' roles). One kernel where the chosen backend has it (p2p; bf16; a message its LL one-shot
+ * takes; rows <= its LL blocks; width a multiple of 4 within one block's reach; residual_out apart
+ * from residual_in); otherwise tpsUnavailable with nothing enqueued, and the caller runs the
+ * reduction, the add and the norm itself. Arguments as tpsAllReduceWith, plus tpsInvalidArgument
+ * for a NULL residual (or weight / normed) pointer or a non-positive eps. */
+tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backend, void* const* partial,
+                                   const void* const* residual_in, void* const* residual_out,
+                                   const void* const* weight, void* const* normed, size_t rows, size_t width,
+                                   float eps, tpsDataType_t dtype, const tpsStream_t* streams);
+
 /* Errors that happen after a call returned: tpsTimeout when a kernel gave up waiting for a peer within
  * spin_timeout_ms. Once set the communicator refuses further calls; destroy it. Reads host memory only
  * (no synchronisation); call it after synchronising the streams to see everything enqueued so far. */

@@ -18,11 +18,21 @@
 namespace tpscope::detail {
 
 struct CallArgs {
-  void* const* bufs;             // [ndev] device buffers, in place
-  size_t count;                  // elements per buffer
+  void* const* bufs;  // [ndev] device buffers, in place
+  size_t count;       // elements per buffer
   tpsDataType_t dtype;
-  const cudaStream_t* streams;   // [ndev] caller streams, one per device
+  const cudaStream_t* streams;  // [ndev] caller streams, one per device
   size_t bytes() const { return count * tpsDataTypeSize(dtype); }
+};
+
+// The residual add and RMSNorm fused after a reduction (tpsAllReduceAddRmsNorm); bufs are the partials.
+struct NormArgs {
+  const void* const* residual_in;  // [ndev] rows x width
+  void* const* residual_out;       // [ndev] rows x width: residual_in + the sum (may be the partials)
+  const void* const* weight;       // [ndev] width elements, or null: the add alone
+  void* const* normed;             // [ndev] rows x width, written when weight is given
+  size_t rows = 0, width = 0;
+  float eps = 0;
 };
 
 // Bytes one GPU moved for one call over the path's medium (see tpsStatsCell_t).
@@ -42,6 +52,9 @@ class Backend {
   virtual Traffic trafficFor(tpsPath_t path, size_t bytes) const = 0;
   // Enqueues the reduction. Arguments are already validated.
   virtual tpsResult_t allReduce(const CallArgs& args) = 0;
+  // The reduction fused with NormArgs' residual add and RMSNorm, where this backend has such a kernel
+  // for the call; tpsUnavailable (nothing enqueued) where it has not, and the caller runs them apart.
+  virtual tpsResult_t allReduceAddRmsNorm(const CallArgs&, const NormArgs&) { return tpsUnavailable; }
   // tpsSuccess, or an error a kernel reported after its call returned (tpsTimeout).
   virtual tpsResult_t asyncError() const { return tpsSuccess; }
 };

@@ -243,6 +243,38 @@ extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, vo
   return tpsSuccess;
 }
 
+extern "C" tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backend, void* const* partial,
+                                              const void* const* residual_in, void* const* residual_out,
+                                              const void* const* weight, void* const* normed, size_t rows, size_t width,
+                                              float eps, tpsDataType_t dtype, const tpsStream_t* streams) {
+  TPS_EXPECT(comm != nullptr, tpsInvalidArgument, "tpsAllReduceAddRmsNorm: comm is NULL");
+  TPS_EXPECT(backend >= tpsBackendAuto && backend < tpsNumBackends, tpsInvalidArgument,
+             "tpsAllReduceAddRmsNorm: backend {} is not a backend", static_cast<int>(backend));
+  TPS_EXPECT(rows > 0 && width > 0 && rows <= SIZE_MAX / width, tpsInvalidArgument,
+             "tpsAllReduceAddRmsNorm: rows {} x width {} is not a shape", rows, width);
+  TPS_EXPECT(residual_in != nullptr && residual_out != nullptr && (weight == nullptr || normed != nullptr),
+             tpsInvalidArgument,
+             "tpsAllReduceAddRmsNorm: residual_in, residual_out (and normed, with a weight) must not be NULL");
+  TPS_EXPECT(eps > 0 || weight == nullptr, tpsInvalidArgument, "tpsAllReduceAddRmsNorm: eps must be positive");
+  for (size_t r = 0; r < comm->devices.size(); ++r)
+    TPS_EXPECT(residual_in[r] != nullptr && residual_out[r] != nullptr &&
+                   (weight == nullptr || (weight[r] != nullptr && normed[r] != nullptr)),
+               tpsInvalidArgument, "tpsAllReduceAddRmsNorm: a residual, weight or normed pointer of GPU {} is NULL", r);
+  if (checkAsync(comm) != tpsSuccess) return tpsInvalidUsage;
+  const size_t count = rows * width;
+  TPS_CHECK(validateCall(comm, partial, count, dtype, streams));
+  const size_t bytes = count * tpsDataTypeSize(dtype);
+  tpsBackend_t which = backend != tpsBackendAuto ? backend : comm->requested;
+  if (which == tpsBackendAuto) which = chooseAuto(comm->avail, bytes, comm->auto_table ? &*comm->auto_table : nullptr);
+  Backend* b = which == tpsBackendAuto ? nullptr : comm->backends[which].get();
+  if (b == nullptr) return tpsUnavailable;  // quiet: the caller runs the steps apart
+  CallArgs args{partial, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
+  NormArgs norm{residual_in, residual_out, weight, weight ? normed : nullptr, rows, width, eps};
+  const tpsResult_t r = b->allReduceAddRmsNorm(args, norm);
+  if (r == tpsSuccess) record(comm, *b, bytes);
+  return r;
+}
+
 extern "C" tpsResult_t tpsAllReduce(tpsComm_t comm, void* const* bufs, size_t count, tpsDataType_t dtype,
                                     const tpsStream_t* streams) {
   return tpsAllReduceWith(comm, tpsBackendAuto, bufs, count, dtype, streams);

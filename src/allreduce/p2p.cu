@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 
 #include "allreduce/async_status.h"
 #include "allreduce/p2p.h"
@@ -71,6 +72,7 @@ class P2pBackend final : public Backend {
     }
   }
   tpsResult_t asyncError() const override { return status_.error(static_cast<int>(devices_.size())); }
+  tpsResult_t allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) override;
 
  private:
   tpsResult_t initAlgo(Algo* a, int blocks, size_t recv_stride);
@@ -191,8 +193,39 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<float>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__half>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__nv_bfloat16>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNorm));
   }
   TPS_LOG_INFO("p2p backend: {} GPUs, one-shot up to {} B, two-shot pieces of {} B", n, kOneShotMax, kTwoShotPiece);
+  return tpsSuccess;
+}
+
+// Fused where the call would take the LL one-shot and a row fits one block: bf16, 8-byte aligned
+// buffers, width a multiple of 4 and at most 4 x kFusedWords x the LL threads, rows <= LL blocks, an
+// LL grid of at most kFusedThreads threads (the default 64 x 128 is), and residual_out apart from
+// residual_in (the kernel's blocks read the whole residual row while each writes its slice).
+tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) {
+  const size_t n = devices_.size();
+  bool ok = a.dtype == tpsBfloat16 && p2pAlgoFor(a.bytes(), true, false) == P2pAlgo::kLL && m.width % 4 == 0 &&
+            m.width <= size_t{4} * kFusedWords * ll_threads_ && m.rows <= static_cast<size_t>(ll_blocks_) &&
+            ll_threads_ <= kFusedThreads;
+  for (size_t r = 0; r < n && ok; ++r) {
+    ok = m.residual_in[r] != m.residual_out[r];
+    for (const void* p :
+         std::initializer_list<const void*>{a.bufs[r], m.residual_in[r], m.residual_out[r],
+                                            m.normed ? m.normed[r] : nullptr, m.weight ? m.weight[r] : nullptr})
+      ok = ok && reinterpret_cast<uintptr_t>(p) % 8 == 0;
+  }
+  if (!ok) return tpsUnavailable;
+  for (size_t r = 0; r < n; ++r) {
+    DeviceGuard g(devices_[r]);
+    p2pOneShotLLAddNorm<<<ll_blocks_, ll_threads_, 0, a.streams[r]>>>(
+        ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]), static_cast<const __nv_bfloat16*>(m.residual_in[r]),
+        static_cast<__nv_bfloat16*>(m.residual_out[r]),
+        m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
+        m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr, static_cast<int>(m.rows),
+        static_cast<int>(m.width), m.eps);
+    TPS_CUDA_CHECK_LAUNCH();
+  }
   return tpsSuccess;
 }
 

@@ -23,6 +23,16 @@
 
 namespace tpscope::detail {
 
+// Lets a kernel launched after this one as a programmatic dependent (cudaLaunchAttributeProgrammatic-
+// StreamSerialization, sm_90) start early; such a kernel waits for this one to complete before it
+// reads anything (griddepcontrol.wait), so this only moves its launch. A no-op for ordinary launches.
+__device__ __forceinline__ void allowDependentLaunch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+
 constexpr int kP2pThreads = 512;
 constexpr int kP2pFlagStride = 8;  // u64 per flag: 64 bytes
 
@@ -206,7 +216,9 @@ __device__ inline void storeLine(uint4* p, uint4 v) {
 }
 __device__ inline uint4 loadLine(const uint4* p) {
   uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p)
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
                : "memory");
   return v;
 }
@@ -216,6 +228,7 @@ template <typename T>
 __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* buf, size_t count) {
   constexpr int kPerWord = 8 / sizeof(T);
   __shared__ unsigned long long seq;
+  allowDependentLaunch();
   const int b = blockIdx.x, nb = gridDim.x, tid = threadIdx.x;
   const size_t words = count / kPerWord, per = (words + nb - 1) / nb;
   const size_t w0 = min(words, per * b), w1 = min(words, w0 + per);
@@ -269,6 +282,141 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
 #pragma unroll
     for (int k = 0; k < kPerWord; ++k) own.e[k] = Elem<T>::fromFloat(acc[k]);
     io[w] = own.u;
+  }
+  if (timed_out) reportTimeout(h.status, h.rank);
+  __syncthreads();
+  if (tid == 0) h.counters[b] = seq;
+}
+
+// ---- LL one-shot fused with the residual add and RMSNorm that follow it (tpsAllReduceAddRmsNorm) ----
+// Rows are spread over the whole LL grid (blocks per row = blocks / rows), so the sending is as wide
+// as p2pOneShotLL's. Each block sends its slice of its row as LL lines to every rank, itself included,
+// then gathers the whole row from its own receive lines (local memory), so that it can sum the row's
+// squares itself: no block waits for another, and every block of every GPU derives the same sums in
+// the same order. The sum is p2pOneShotLL's (rank order, rounded), residual_out = bf16(residual_in +
+// sum) and normed = bf16(residual_out * rsqrt(mean(residual_out^2) + eps) * weight); a block writes
+// only its slice. residual_in is only read, so it must not be residual_out; partial may be.
+constexpr int kFusedWords = 16;     // 8-byte words of a row per thread: width <= 4 * 16 * threads
+constexpr int kFusedThreads = 256;  // most threads per block: a thread holds 16 words and their sums
+
+__global__ void __launch_bounds__(kFusedThreads)
+    p2pOneShotLLAddNorm(P2pLLHandle h, const __nv_bfloat16* partial, const __nv_bfloat16* residual_in,
+                        __nv_bfloat16* residual_out, const __nv_bfloat16* weight, __nv_bfloat16* normed, int rows,
+                        int width, float eps) {
+  __shared__ unsigned long long seq;
+  __shared__ float red[kFusedThreads / 32];
+  allowDependentLaunch();
+  const int b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
+  if (tid == 0) seq = h.counters[b] + 1;
+  __syncthreads();
+  const unsigned s = static_cast<unsigned>(seq);
+  const int slot = static_cast<int>(seq & 1);
+  auto lines = [&](int owner, int from) { return h.recv[owner] + ((size_t)slot * h.nranks + from) * h.lines; };
+  const int per_row = max(1, static_cast<int>(gridDim.x) / rows);
+  const int row = b / per_row, part = b % per_row;
+  const bool active = row < rows;
+  const int words = width / 4;
+  const int slice = (words + per_row - 1) / per_row;
+  const int s0 = min(words, part * slice), s1 = min(words, s0 + slice);  // this block's words of the row
+  const size_t base = static_cast<size_t>(row) * words;
+  if (active) {
+    const uint2* in = reinterpret_cast<const uint2*>(partial) + base;
+    for (int i = s0 + tid; i < s1; i += nt) {
+      const uint2 v = in[i];
+      const uint4 line = make_uint4(v.x, s, v.y, s);
+#pragma unroll
+      for (int q = 0; q < TPS_MAX_DEVICES; ++q)
+        if (q < h.nranks) storeLine(lines(q, h.rank) + base + i, line);
+    }
+  }
+  bool timed_out = false;
+  float ss = 0.0f;
+  uint2 r[kFusedWords];
+  if (active) {
+    float acc[kFusedWords][4];
+#pragma unroll
+    for (int k = 0; k < kFusedWords; ++k)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[k][e] = 0.0f;
+    const unsigned long long t0 = globalTimerNs();
+#pragma unroll
+    for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
+      if (q >= h.nranks) break;
+      const uint4* from = lines(h.rank, q) + base;
+      // Eight lines in flight per round: all of a thread's words at width 4096 with 128 threads.
+#pragma unroll
+      for (int k0 = 0; k0 < kFusedWords; k0 += 8) {
+        uint4 got[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          if (tid + (k0 + k) * nt < words) got[k] = loadLine(from + tid + (k0 + k) * nt);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int i = tid + (k0 + k) * nt;
+          if (i >= words) break;
+          while (!timed_out && (got[k].y != s || got[k].w != s)) {
+            if (globalTimerNs() - t0 > h.timeout_ns)
+              timed_out = true;
+            else
+              got[k] = loadLine(from + i);
+          }
+          union {
+            uint2 u;
+            __nv_bfloat16 e[4];
+          } in;
+          in.u = make_uint2(got[k].x, got[k].z);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[k0 + k][e] += __bfloat162float(in.e[e]);
+        }
+      }
+    }
+    const uint2* res = reinterpret_cast<const uint2*>(residual_in) + base;
+#pragma unroll
+    for (int k = 0; k < kFusedWords; ++k) {
+      const int i = tid + k * nt;
+      if (i >= words) break;
+      union {
+        uint2 u;
+        __nv_bfloat16 e[4];
+      } x;
+      x.u = res[i];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const __nv_bfloat16 sum = __float2bfloat16(acc[k][e]);
+        x.e[e] = __float2bfloat16(__bfloat162float(x.e[e]) + __bfloat162float(sum));
+        const float f = __bfloat162float(x.e[e]);
+        ss += f * f;
+      }
+      r[k] = x.u;
+    }
+  }
+  // Every thread reaches the block's barriers, timed out or not.
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((tid & 31) == 0) red[tid >> 5] = ss;
+  const bool failed = __syncthreads_or(timed_out);
+  float total = 0.0f;
+  for (int w = 0; w < (nt + 31) / 32; ++w) total += red[w];
+  if (active && !failed) {
+    const float inv = rsqrtf(total / width + eps);
+    uint2* out = reinterpret_cast<uint2*>(residual_out) + base;
+    uint2* nrm = reinterpret_cast<uint2*>(normed) + base;
+    const uint2* wt = reinterpret_cast<const uint2*>(weight);
+#pragma unroll
+    for (int k = 0; k < kFusedWords; ++k) {
+      const int i = tid + k * nt;
+      if (i >= words) break;
+      if (i < s0 || i >= s1) continue;
+      out[i] = r[k];
+      if (weight == nullptr) continue;
+      union {
+        uint2 u;
+        __nv_bfloat16 e[4];
+      } x, g, o;
+      x.u = r[k], g.u = wt[i];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o.e[e] = __float2bfloat16(__bfloat162float(x.e[e]) * inv * __bfloat162float(g.e[e]));
+      nrm[i] = o.u;
+    }
   }
   if (timed_out) reportTimeout(h.status, h.rank);
   __syncthreads();

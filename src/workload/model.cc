@@ -9,11 +9,18 @@
 
 #include "common/checks.h"
 #include "common/cuda_raii.h"
+#include "common/param.h"
 #include "workload/shard.h"
 
 namespace tpscope::workload {
 
 namespace {
+
+// 1: `tensor` fuses each AllReduce with the residual add and norm after it where the library can
+// (tpsAllReduceAddRmsNorm, p2p). Off by default: on 2xH200 the fused kernel measured slower under
+// graphs than the LL AllReduce followed by the add+norm kernel launched as its programmatic
+// dependent (8b decode 2.956 against 2.729 ms/step, 32b 10.289 against 9.833; docs/PERFORMANCE.md).
+TPS_PARAM_INT(TpFused, "TPSCOPE_TP_FUSED", 0)
 
 // The layer ranges, heads and FFN columns of GPU position `rank`.
 ShardDims dimsFor(const ModelConfig& c, SplitMode mode, int ngpu, int rank) {
@@ -142,12 +149,43 @@ tpsResult_t Model::forwardTensor(int tokens, int pos0) {
   for (auto& s : shards_) TPS_CHECK(s->fillInput(tokens, pos0));
   for (int l = 0; l < options_.config.layers; ++l) {
     for (auto& s : shards_) TPS_CHECK(s->attentionBlock(l, tokens, pos0));
-    TPS_CHECK(allReduce(tokens));
-    for (auto& s : shards_) TPS_CHECK(s->residual(l, tokens, Shard::kAfterAttention));
+    TPS_CHECK(reduceThenResidual(l, tokens, Shard::kAfterAttention));
     for (auto& s : shards_) TPS_CHECK(s->ffnBlock(l, tokens));
-    TPS_CHECK(allReduce(tokens));
-    for (auto& s : shards_) TPS_CHECK(s->residual(l, tokens, Shard::kAfterFfn));
+    TPS_CHECK(reduceThenResidual(l, tokens, Shard::kAfterFfn));
   }
+  return tpsSuccess;
+}
+
+tpsResult_t Model::reduceThenResidual(int layer, int tokens, Shard::After after) {
+  if (!skip_allreduce_ && tpsParamTpFused() != 0) {
+    // The new residual goes into the partial buffer (the kernel reads x whole while it writes), and
+    // the two buffers then trade roles.
+    void* partial[TPS_MAX_DEVICES];
+    const void* residual[TPS_MAX_DEVICES];
+    const void* weight[TPS_MAX_DEVICES];
+    void* normed[TPS_MAX_DEVICES];
+    tpsStream_t streams[TPS_MAX_DEVICES];
+    bool with_norm = true;
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      const Shard& s = *shards_[i];
+      partial[i] = s.partial(), residual[i] = s.x(), weight[i] = s.nextNorm(layer, after), normed[i] = s.xn();
+      streams[i] = s.stream();
+      with_norm = with_norm && weight[i] != nullptr;
+    }
+    const tpsResult_t r = tpsAllReduceAddRmsNorm(comm_, options_.backend, partial, residual, partial,
+                                                 with_norm ? weight : nullptr, normed, static_cast<size_t>(tokens),
+                                                 options_.config.hidden, options_.config.rms_eps, tpsBfloat16, streams);
+    if (r == tpsSuccess) {
+      for (auto& s : shards_) {
+        s->swapResidualAndPartial();
+        TPS_CHECK(s->mark("allreduce + residual + rmsnorm"));
+      }
+      return tpsSuccess;
+    }
+    if (r != tpsUnavailable) return r;
+  }
+  TPS_CHECK(allReduce(tokens));
+  for (auto& s : shards_) TPS_CHECK(s->residual(layer, tokens, after));
   return tpsSuccess;
 }
 

@@ -19,6 +19,7 @@
 #include "tpscope/tpscope.h"
 #include "workload/model_config.h"
 #include "workload/profile.h"
+#include "workload/shard.h"
 
 namespace tpscope::workload {
 
@@ -73,6 +74,9 @@ class Model {
   tpsResult_t forwardTensor(int tokens, int pos0);
   tpsResult_t forwardStage(size_t stage, int tokens, int pos0);  // layer split: one stage and its hand-off
   tpsResult_t allReduce(int tokens);
+  // `tensor`: the AllReduce of the partials and the residual add + next RMSNorm, fused into one library
+  // call where the backend has that kernel (tpsAllReduceAddRmsNorm), else one after the other.
+  tpsResult_t reduceThenResidual(int layer, int tokens, Shard::After after);
 
   ModelOptions options_;
   std::vector<std::unique_ptr<Shard>> shards_;

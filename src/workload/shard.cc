@@ -216,15 +216,15 @@ tpsResult_t Shard::ffnBlock(int layer, int tokens) {
   return mark("proj down", uint64_t(h) * f * 2);
 }
 
+const bf16_t* Shard::nextNorm(int layer, After after) const {
+  if (after == kAfterAttention) return layers_[local(layer)].ffn_norm;
+  if (layer + 1 < dims_.last_layer) return layers_[local(layer + 1)].attn_norm;
+  return layer + 1 == config_.layers ? final_norm_ : nullptr;
+}
+
 tpsResult_t Shard::residual(int layer, int tokens, After after) {
   DeviceGuard on(device_);
-  const bf16_t* norm = nullptr;
-  if (after == kAfterAttention)
-    norm = layers_[local(layer)].ffn_norm;
-  else if (layer + 1 < dims_.last_layer)
-    norm = layers_[local(layer + 1)].attn_norm;
-  else if (layer + 1 == config_.layers)
-    norm = final_norm_;
+  const bf16_t* norm = nextNorm(layer, after);
   TPS_CUDA_CHECK(
       launchAddRmsNorm(x(), partial(), norm, xn_.as<bf16_t>(), tokens, config_.hidden, config_.rms_eps, stream()));
   return mark(norm ? "residual add + rmsnorm" : "residual add");

@@ -11,6 +11,7 @@
 #include <cublas_v2.h>
 
 #include <memory>
+#include <utility>
 
 #include "common/cuda_raii.h"
 #include "workload/kernels.h"
@@ -47,6 +48,12 @@ class Shard {
   // the final norm after the model's last layer (xn is then the output), or none at a stage boundary.
   enum After { kAfterAttention, kAfterFfn };
   tpsResult_t residual(int layer, int tokens, After after);
+  // The norm weight residual(layer, ., after) applies, or null at a stage boundary (no norm there).
+  const bf16_t* nextNorm(int layer, After after) const;
+  bf16_t* xn() const { return xn_.as<bf16_t>(); }
+  // After a fused reduction that wrote the new residual into the partial buffer: the two buffers trade
+  // roles (x() is then that buffer). Every forward swaps an even number of times.
+  void swapResidualAndPartial() { std::swap(x_, partial_); }
 
   // Step profile: while set, every op records an event after itself (profile.h). Not during a capture.
   void setProfile(StepProfile* p) { profile_ = p; }
