@@ -70,5 +70,41 @@ TEST(TpFormat, JsonMatchesGolden) {
   expectGolden("tp_tensor.json", doc.dump(2) + "\n");
 }
 
+// --profile: a column group per GPU, ops in first-seen order (an op only a later GPU has comes last),
+// weight GB/s for the projections, "-" where a GPU lacks an op, totals; the JSON carries the same.
+TEST(TpFormat, ProfileTableAndJson) {
+  TpOptions o = tensorOptions();
+  o.split = workload::SplitMode::kLayer, o.phase = "decode";
+  std::vector<workload::PhaseResult> r = {results()[1]};
+  r[0].profile = {{{"proj qkv", 18, 100.0, 18ull * 6144 * 4096 * 2}, {"attention", 18, 50.0, 0}},
+                  {{"wait for previous stage", 1, 150.0, 0}, {"proj qkv", 18, 102.0, 18ull * 6144 * 4096 * 2}}};
+  const std::string table = cli::formatTpTable(o, {}, r);
+  const size_t at = table.find("# decode profile: one forward of 4 token(s)");
+  ASSERT_NE(at, std::string::npos) << table;
+  const std::string prof = table.substr(at);
+  EXPECT_NE(prof.find("GPU0 us"), std::string::npos) << prof;
+  EXPECT_NE(prof.find("GPU1 us"), std::string::npos) << prof;
+  // 18 x 6144 x 4096 x 2 bytes in 100 us = 9,060 GB/s; in 102 us = 8,882 GB/s.
+  EXPECT_NE(prof.find("proj qkv                     18       100.0  66.7%   9060       102.0  40.5%   8882"),
+            std::string::npos)
+      << prof;
+  EXPECT_NE(prof.find("attention                    18        50.0  33.3%      -           -      -      -"),
+            std::string::npos)
+      << prof;
+  EXPECT_LT(prof.find("attention"), prof.find("wait for previous stage"));  // GPU 0's ops first
+  EXPECT_NE(prof.find("total                                 150.0                     252.0"), std::string::npos)
+      << prof;
+  const nlohmann::json doc = cli::tpDocument(o, {}, r, {"tpscope", "tp"});
+  const nlohmann::json& p = doc["results"][0]["profile"];
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[1]["device"], 1);
+  EXPECT_DOUBLE_EQ(p[0]["total_us"].get<double>(), 150.0);
+  EXPECT_EQ(p[0]["ops"][0]["op"], "proj qkv");
+  EXPECT_NEAR(p[0]["ops"][0]["gbps"].get<double>(), 9059.7, 0.1);
+  EXPECT_TRUE(p[0]["ops"][1]["gbps"].is_null());
+  EXPECT_TRUE(doc["results"][0].contains("profile"));
+  EXPECT_TRUE(cli::tpDocument(o, {}, results(), {})["results"][0]["profile"].is_null());
+}
+
 }  // namespace
 }  // namespace tpscope::testing

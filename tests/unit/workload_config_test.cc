@@ -3,6 +3,9 @@
 // transformer (src/workload/model_config.h), all host-side.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "workload/kernels.h"
 #include "workload/model_config.h"
 
 namespace tpscope::workload {
@@ -143,3 +146,38 @@ TEST(WorkloadConfig, SplitModeNamesRoundTrip) {
 
 }  // namespace
 }  // namespace tpscope::workload
+
+namespace tpscope::testing {
+namespace {
+
+// The decode attention's slices: whole tiles of 64 keys, every key in some slice (the kernel divides
+// the tiles as ceil(tiles / splits) per slice), at most kMaxDecodeSplits, no empty slice, at least
+// half the slices asked for; and the scratch holds every (token, head, split) of either path.
+TEST(WorkloadKernels, DecodeSplitsCoverEveryKeyAndFitTheScratch) {
+  for (int kv_heads : {1, 2, 4, 8}) {
+    for (int keys : {1, 63, 64, 65, 300, 4097, 16385, 131073}) {
+      const int splits = workload::attentionDecodeSplits(kv_heads, keys);
+      const int tiles = (keys + 63) / 64;
+      ASSERT_GE(splits, 1);
+      EXPECT_LE(splits, workload::kMaxDecodeSplits);
+      EXPECT_LE(splits, tiles) << "a slice without keys";
+      const int per = (tiles + splits - 1) / splits;
+      EXPECT_GE(per * splits, tiles) << kv_heads << " KV heads, " << keys << " keys";
+      EXPECT_LT((splits - 1) * per, tiles) << "the last slice is empty";
+      // At least half the slices asked for (about 1024 blocks, at most kMaxDecodeSplits per KV head):
+      // whole tiles per slice round the count down by less than half.
+      const int want = std::min(1024 / kv_heads, workload::kMaxDecodeSplits);
+      EXPECT_GE(2 * splits, std::min(tiles, want)) << kv_heads << " KV heads, " << keys << " keys";
+      for (int tokens : {1, 4, 8}) {
+        const int q_heads = 4 * kv_heads, d = 128;
+        const int64_t need_decode = int64_t(tokens) * q_heads * splits * (d + 2);
+        const int64_t need_general =
+            int64_t(tokens) * q_heads * workload::attentionSplits(tokens, q_heads, keys) * (d + 2);
+        EXPECT_GE(workload::attentionScratchFloats(tokens, q_heads, d), std::max(need_decode, need_general));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tpscope::testing
