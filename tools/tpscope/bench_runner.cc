@@ -243,19 +243,13 @@ MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, 
   // Let every counter be read after the end (NVLink reads take 30-90 ms on H200), then compute the
   // windows once: Meter::windows() recomputes every window from the whole series, so polling it
   // row after row grows with the sweep.
-  // Polled up to 1 s: a counter group read slowly (NVLink, or NVML held by another caller) may land late.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const MeterWindow* total = nullptr;
   const MeterWindow* quiet = nullptr;
-  std::vector<MeterWindow> windows;
-  for (int waited_ms = 0;; waited_ms += 50) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(waited_ms == 0 ? 100 : 50));
-    windows = meter_->windows();
-    total = quiet = nullptr;
-    for (const MeterWindow& w : windows) {
-      if (w.name == name) total = &w;
-      if (w.name == idle) quiet = &w;
-    }
-    if (total == nullptr || total->complete || waited_ms >= 1000) break;
+  const std::vector<MeterWindow> windows = meter_->windows();
+  for (const MeterWindow& w : windows) {
+    if (w.name == name) total = &w;
+    if (w.name == idle) quiet = &w;
   }
   MeteredBytes out;
   if (total == nullptr || quiet == nullptr) return out;
@@ -271,7 +265,7 @@ MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, 
         reads += fmt::format(" GPU{} counter {}: {} {:+.1f} ms after the end;", g, c,
                              last->bytes[c] ? "value" : "no value", (last->t_ns[c] - total->end_ns) * 1e-6);
     }
-    TPS_LOG_INFO("meter window {} is incomplete 1 s after its end (cadence:{})", name, reads);
+    TPS_LOG_INFO("meter window {} is incomplete 100 ms after its end (cadence:{})", name, reads);
   }
   const double total_s = (total->end_ns - total->start_ns) * 1e-9, quiet_s = (quiet->end_ns - quiet->start_ns) * 1e-9;
   auto perCall = [&](MeterCounter c) -> std::optional<double> {
