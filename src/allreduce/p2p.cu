@@ -26,7 +26,12 @@ namespace {
 
 constexpr size_t kOneShotMax = kP2pOneShotMax;
 constexpr size_t kTwoShotPiece = 64u << 20;  // bytes per GPU per two-shot launch
-constexpr int kOneShotBlocks = 16;
+// Blocks of the flag one-shot kernel and the largest LL call (at most kP2pLLMax, which sizes the LL
+// lines); the environment overrides both for tuning. One-shot blocks measured on 2xH200 (graph, -n 200,
+// bf16, µs at 256K / 512K / 1M with the LL limit lowered to 128K): 16 5.81 / 7.73 / 11.45; 32 5.22 /
+// 6.52 / 9.26; 64 5.10 / 5.99 / 7.98; 128 5.25 / 6.13 / 7.68. LL stays the faster at 256K (4.26).
+TPS_PARAM_INT(P2pOneShotBlocks, "TPSCOPE_P2P_ONESHOT_BLOCKS", 64)
+TPS_PARAM_INT(P2pLLMax, "TPSCOPE_P2P_LL_MAX", static_cast<int64_t>(kP2pLLMax))
 constexpr size_t kLLMax = kP2pLLMax;
 // LL grid: fixed per communicator (each block keeps its own sequence number). Measured on 2xH200
 // under graphs, -n 200, bf16, µs at 8K / 64K / 128K / 256K (docs/PERFORMANCE.md): 16 x 512 3.23 / 3.71 /
@@ -35,9 +40,27 @@ constexpr size_t kLLMax = kP2pLLMax;
 // The environment overrides both for tuning.
 TPS_PARAM_INT(P2pLLBlocks, "TPSCOPE_P2P_LL_BLOCKS", 64)
 TPS_PARAM_INT(P2pLLThreads, "TPSCOPE_P2P_LL_THREADS", 128)
+// 1: the LL kernels are launched as programmatic dependents (cudaLaunchAttributeProgrammaticStream-
+// Serialization) on GPUs of compute capability 9.0 and later, so that their blocks are resident and
+// waiting (waitForPrevious) when the kernel before them on the caller's stream ends, instead of being
+// launched then. 0: ordinary launches.
+TPS_PARAM_INT(P2pPdl, "TPSCOPE_P2P_PDL", 1)
 // Blocks of the two-shot kernel: enough to keep NVLink busy while some blocks wait on flags. Measured
 // on 2xH200 (graph, 64 MiB-1 GiB): 32 blocks 238 GB/s busbw, 64 blocks 295, 128 blocks 341-344.
 TPS_PARAM_INT(P2pTwoShotBlocks, "TPSCOPE_P2P_BLOCKS", 128)
+
+// Launches `kernel` on `stream`, as a programmatic dependent of the stream's previous kernel when `pdl`.
+template <typename... Params, typename... Args>
+cudaError_t launchLL(bool pdl, void (*kernel)(Params...), int blocks, int threads, cudaStream_t stream,
+                     Args... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks), config.blockDim = dim3(threads), config.stream = stream;
+  config.attrs = attr, config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
 
 struct Algo {
   int blocks = 0;
@@ -89,6 +112,8 @@ class P2pBackend final : public Backend {
   std::vector<DeviceBuffer> ll_recv_, ll_counters_;
   std::vector<P2pLLHandle> ll_;
   int ll_blocks_ = 0, ll_threads_ = 0;
+  bool ll_pdl_ = false;  // launch the LL kernels as programmatic dependents (every GPU sm_90+)
+  size_t ll_max_ = kLLMax;
 };
 
 tpsResult_t P2pBackend::initAlgo(Algo* al, int blocks, size_t recv_stride) {
@@ -144,7 +169,11 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
         TPS_CUDA_CHECK(e);
     }
   TPS_CHECK(status_.create());
-  TPS_CHECK(initAlgo(&one_, kOneShotBlocks, kOneShotMax));
+  const int one_blocks = static_cast<int>(tpsParamP2pOneShotBlocks());
+  TPS_EXPECT(one_blocks >= 1 && one_blocks <= 1024, tpsInvalidArgument,
+             "TPSCOPE_P2P_ONESHOT_BLOCKS={} is outside 1..1024", one_blocks);
+  TPS_CHECK(initAlgo(&one_, one_blocks, kOneShotMax));
+  ll_max_ = static_cast<size_t>(std::clamp<int64_t>(tpsParamP2pLLMax(), 0, static_cast<int64_t>(kLLMax)));
   const int two_blocks = static_cast<int>(tpsParamP2pTwoShotBlocks());
   TPS_EXPECT(two_blocks >= 1 && two_blocks <= 1024, tpsInvalidArgument, "TPSCOPE_P2P_BLOCKS={} is outside 1..1024",
              two_blocks);
@@ -156,6 +185,12 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
              ll_blocks_);
   TPS_EXPECT(ll_threads_ >= 32 && ll_threads_ <= kP2pThreads && ll_threads_ % 32 == 0, tpsInvalidArgument,
              "TPSCOPE_P2P_LL_THREADS={} is not a multiple of 32 in 32..{}", ll_threads_, kP2pThreads);
+  ll_pdl_ = tpsParamP2pPdl() != 0;
+  for (int d : devices_) {
+    int major = 0;
+    TPS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
+    ll_pdl_ = ll_pdl_ && major >= 9;
+  }
   ll_recv_.resize(n);
   ll_counters_.resize(n);
   ll_.resize(n);
@@ -218,13 +253,13 @@ tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m
   if (!ok) return tpsUnavailable;
   for (size_t r = 0; r < n; ++r) {
     DeviceGuard g(devices_[r]);
-    p2pOneShotLLAddNorm<<<ll_blocks_, ll_threads_, 0, a.streams[r]>>>(
-        ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]), static_cast<const __nv_bfloat16*>(m.residual_in[r]),
-        static_cast<__nv_bfloat16*>(m.residual_out[r]),
-        m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
-        m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr, static_cast<int>(m.rows),
-        static_cast<int>(m.width), m.eps);
-    TPS_CUDA_CHECK_LAUNCH();
+    TPS_CUDA_CHECK(launchLL(ll_pdl_, p2pOneShotLLAddNorm, ll_blocks_, ll_threads_, a.streams[r], ll_[r],
+                            static_cast<const __nv_bfloat16*>(a.bufs[r]),
+                            static_cast<const __nv_bfloat16*>(m.residual_in[r]),
+                            static_cast<__nv_bfloat16*>(m.residual_out[r]),
+                            m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
+                            m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr, static_cast<int>(m.rows),
+                            static_cast<int>(m.width), m.eps));
   }
   return tpsSuccess;
 }
@@ -255,12 +290,14 @@ tpsResult_t P2pBackend::run(const CallArgs& a) {
     aligned8 = aligned8 && reinterpret_cast<uintptr_t>(a.bufs[r]) % 8 == 0;
     aligned = aligned && reinterpret_cast<uintptr_t>(a.bufs[r]) % 16 == 0;
   }
-  const P2pAlgo algo = p2pAlgoFor(a.bytes(), aligned8, aligned);
+  P2pAlgo algo = p2pAlgoFor(a.bytes(), aligned8, aligned);
+  if (algo == P2pAlgo::kLL && a.bytes() > ll_max_) algo = p2pAlgoFor(kLLMax + 1, aligned8, aligned);
   if (algo == P2pAlgo::kLL) {
     for (size_t r = 0; r < n; ++r) {
       DeviceGuard g(devices_[r]);
-      p2pOneShotLL<T><<<ll_blocks_, ll_threads_, 0, a.streams[r]>>>(ll_[r], static_cast<T*>(a.bufs[r]), a.count);
-      TPS_CUDA_CHECK_LAUNCH();
+      TPS_CUDA_CHECK(
+          launchLL(ll_pdl_, p2pOneShotLL<T>, ll_blocks_, ll_threads_, a.streams[r], ll_[r], static_cast<T*>(a.bufs[r]),
+                   a.count));
     }
     return tpsSuccess;
   }

@@ -188,21 +188,18 @@ bool attentionDecodeApplies(const AttnShape& s) {
 
 cudaError_t launchAttentionDecode(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, float* partial,
                                   const AttnShape& s, int splits, cudaStream_t stream) {
-  const dim3 grid(s.kv_heads, splits);
+  const dim3 grid(s.kv_heads, splits), block(kThreads);
+  // A programmatic dependent of the RoPE kernel (pdl.cuh), as the kernel's early first tile expects.
   switch (s.head_dim) {
     case 32:
-      attnDecodeKernel<32><<<grid, kThreads, 0, stream>>>(qkv, k_cache, v_cache, partial, s);
-      break;
+      return launchPdl(attnDecodeKernel<32>, grid, block, stream, qkv, k_cache, v_cache, partial, s);
     case 64:
-      attnDecodeKernel<64><<<grid, kThreads, 0, stream>>>(qkv, k_cache, v_cache, partial, s);
-      break;
+      return launchPdl(attnDecodeKernel<64>, grid, block, stream, qkv, k_cache, v_cache, partial, s);
     case 128:
-      attnDecodeKernel<128><<<grid, kThreads, 0, stream>>>(qkv, k_cache, v_cache, partial, s);
-      break;
+      return launchPdl(attnDecodeKernel<128>, grid, block, stream, qkv, k_cache, v_cache, partial, s);
     default:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace tpscope::workload
