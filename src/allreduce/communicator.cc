@@ -220,6 +220,16 @@ extern "C" tpsResult_t tpsCommDestroy(tpsComm_t comm) {
   return tpsSuccess;
 }
 
+// The backend that carries a call of `bytes` asked for `backend`: the call's own choice, else the
+// communicator's, else auto's pick by size. Null when that backend is not set up here; *which (if
+// given) then names it for the message.
+static Backend* resolveBackend(tpsComm_t comm, tpsBackend_t backend, size_t bytes, tpsBackend_t* which) {
+  tpsBackend_t w = backend != tpsBackendAuto ? backend : comm->requested;
+  if (w == tpsBackendAuto) w = chooseAuto(comm->avail, bytes, comm->auto_table ? &*comm->auto_table : nullptr);
+  if (which) *which = w;
+  return w == tpsBackendAuto ? nullptr : comm->backends[w].get();
+}
+
 extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* bufs, size_t count,
                                         tpsDataType_t dtype, const tpsStream_t* streams) {
   TPS_EXPECT(comm != nullptr, tpsInvalidArgument, "tpsAllReduce: comm is NULL");
@@ -232,9 +242,8 @@ extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, vo
   }
   TPS_CHECK(validateCall(comm, bufs, count, dtype, streams));
   const size_t bytes = count * tpsDataTypeSize(dtype);
-  tpsBackend_t which = backend != tpsBackendAuto ? backend : comm->requested;
-  if (which == tpsBackendAuto) which = chooseAuto(comm->avail, bytes, comm->auto_table ? &*comm->auto_table : nullptr);
-  Backend* b = which == tpsBackendAuto ? nullptr : comm->backends[which].get();
+  tpsBackend_t which = tpsBackendAuto;
+  Backend* b = resolveBackend(comm, backend, bytes, &which);
   TPS_EXPECT(b != nullptr, tpsUnavailable, "tpsAllReduce: backend {} is not available in this communicator",
              tpsBackendName(which));
   CallArgs args{bufs, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
@@ -264,9 +273,7 @@ extern "C" tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backe
   const size_t count = rows * width;
   TPS_CHECK(validateCall(comm, partial, count, dtype, streams));
   const size_t bytes = count * tpsDataTypeSize(dtype);
-  tpsBackend_t which = backend != tpsBackendAuto ? backend : comm->requested;
-  if (which == tpsBackendAuto) which = chooseAuto(comm->avail, bytes, comm->auto_table ? &*comm->auto_table : nullptr);
-  Backend* b = which == tpsBackendAuto ? nullptr : comm->backends[which].get();
+  Backend* b = resolveBackend(comm, backend, bytes, nullptr);
   if (b == nullptr) return tpsUnavailable;  // quiet: the caller runs the steps apart
   CallArgs args{partial, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
   NormArgs norm{residual_in, residual_out, weight, weight ? normed : nullptr, rows, width, eps};
