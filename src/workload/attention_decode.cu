@@ -189,14 +189,15 @@ bool attentionDecodeApplies(const AttnShape& s) {
 cudaError_t launchAttentionDecode(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, float* partial,
                                   const AttnShape& s, int splits, cudaStream_t stream) {
   const dim3 grid(s.kv_heads, splits), block(kThreads);
-  // A programmatic dependent of the RoPE kernel (pdl.cuh), as the kernel's early first tile expects.
+  // A programmatic dependent of the RoPE kernel (pdl.cuh) where s.pdl: its first tile of older cache
+  // rows is then requested before the RoPE kernel ends.
   switch (s.head_dim) {
     case 32:
-      return launchPdl(attnDecodeKernel<32>, grid, block, stream, qkv, k_cache, v_cache, partial, s);
+      return launchPdlIf(s.pdl, attnDecodeKernel<32>, grid, block, stream, qkv, k_cache, v_cache, partial, s);
     case 64:
-      return launchPdl(attnDecodeKernel<64>, grid, block, stream, qkv, k_cache, v_cache, partial, s);
+      return launchPdlIf(s.pdl, attnDecodeKernel<64>, grid, block, stream, qkv, k_cache, v_cache, partial, s);
     case 128:
-      return launchPdl(attnDecodeKernel<128>, grid, block, stream, qkv, k_cache, v_cache, partial, s);
+      return launchPdlIf(s.pdl, attnDecodeKernel<128>, grid, block, stream, qkv, k_cache, v_cache, partial, s);
     default:
       return cudaErrorInvalidValue;
   }

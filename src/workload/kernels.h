@@ -43,6 +43,8 @@ struct AttnShape {
   int capacity = 0;                           // positions the cache holds
   int q_head_offset = 0, kv_head_offset = 0;  // global index of the first local head (RoPE is per position only)
   bool rope = true;
+  // The decode attention kernel launched as a programmatic dependent of the RoPE kernel (pdl.cuh).
+  bool pdl = true;
 };
 
 // Applies RoPE to the Q and K parts of qkv ([tokens][(q_heads + 2 kv_heads) head_dim]), then copies K and

@@ -29,9 +29,11 @@ __device__ __forceinline__ void pdlTrigger() {
 // TPSCOPE_TP_PDL is not 0.
 bool pdlEnabled();
 
+// A programmatic launch where `want` and pdlEnabled(), else an ordinary one.
 template <typename... Params, typename... Args>
-cudaError_t launchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
-  if (!pdlEnabled()) {
+cudaError_t launchPdlIf(bool want, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                        Args... args) {
+  if (!want || !pdlEnabled()) {
     kernel<<<grid, block, 0, stream>>>(args...);
     return cudaGetLastError();
   }
@@ -42,6 +44,11 @@ cudaError_t launchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStre
   config.gridDim = grid, config.blockDim = block, config.stream = stream;
   config.attrs = attr, config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+template <typename... Params, typename... Args>
+cudaError_t launchPdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  return launchPdlIf(true, kernel, grid, block, stream, args...);
 }
 
 }  // namespace tpscope::workload
