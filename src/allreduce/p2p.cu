@@ -205,6 +205,7 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
     P2pLLHandle& h = ll_[r];
     std::memset(&h, 0, sizeof(h));
     for (int q = 0; q < n; ++q) h.recv[q] = ll_recv_[q].as<uint4>();
+    h.own = h.recv[r];
     h.counters = ll_counters_[r].as<unsigned long long>();
     TPS_CHECK(status_.devicePointer(devices_[r], &h.status));
     h.lines = lines;

@@ -211,6 +211,10 @@ __global__ void __launch_bounds__(kP2pThreads) p2pTwoShot(P2pHandle h, size_t co
 
 struct P2pLLHandle {
   uint4* recv[TPS_MAX_DEVICES];  // each rank's lines: [2 slots][nranks][lines]
+  // recv[rank], for the receiving side: recv[] indexed by a runtime rank makes the compiler copy the
+  // handle to the stack (ptxas -v: a 104-byte frame; none with this), while recv[q] with q from an
+  // unrolled loop stays in parameter space. Timed the same on 2xH200 either way.
+  uint4* own;
   unsigned long long* counters;  // this rank's sequence per block
   unsigned* status;              // mapped host: [nranks]
   size_t lines;                  // lines per (slot, sender)
@@ -250,6 +254,7 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
   const unsigned s = static_cast<unsigned>(seq);
   const int slot = static_cast<int>(seq & 1);
   auto lines = [&](int owner, int from) { return h.recv[owner] + ((size_t)slot * h.nranks + from) * h.lines; };
+  auto received = [&](int from) { return h.own + ((size_t)slot * h.nranks + from) * h.lines; };
 
   for (size_t w = w0 + tid; w < w1; w += blockDim.x) {
     const uint2 v = w == w0 + tid ? first : io[w];
@@ -275,7 +280,7 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
         for (int k = 0; k < kPerWord; ++k) acc[k] += Elem<T>::toFloat(own.e[k]);
         continue;
       }
-      const uint4* p = lines(h.rank, q) + w;
+      const uint4* p = received(q) + w;
       uint4 line = loadLine(p);
       while (line.y != s || line.w != s) {
         if (globalTimerNs() - t0 > h.timeout_ns) {
@@ -323,6 +328,7 @@ __global__ void __launch_bounds__(kFusedThreads)
   const unsigned s = static_cast<unsigned>(seq);
   const int slot = static_cast<int>(seq & 1);
   auto lines = [&](int owner, int from) { return h.recv[owner] + ((size_t)slot * h.nranks + from) * h.lines; };
+  auto received = [&](int from) { return h.own + ((size_t)slot * h.nranks + from) * h.lines; };
   const int per_row = max(1, static_cast<int>(gridDim.x) / rows);
   const int row = b / per_row, part = b % per_row;
   const bool active = row < rows;
@@ -353,7 +359,7 @@ __global__ void __launch_bounds__(kFusedThreads)
 #pragma unroll
     for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
       if (q >= h.nranks) break;
-      const uint4* from = lines(h.rank, q) + base;
+      const uint4* from = received(q) + base;
       // Eight lines in flight per round: all of a thread's words at width 4096 with 128 threads.
 #pragma unroll
       for (int k0 = 0; k0 < kFusedWords; k0 += 8) {
