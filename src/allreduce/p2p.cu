@@ -42,25 +42,12 @@ TPS_PARAM_INT(P2pLLBlocks, "TPSCOPE_P2P_LL_BLOCKS", 64)
 TPS_PARAM_INT(P2pLLThreads, "TPSCOPE_P2P_LL_THREADS", 128)
 // 1: the LL kernels are launched as programmatic dependents (cudaLaunchAttributeProgrammaticStream-
 // Serialization) on GPUs of compute capability 9.0 and later, so that their blocks are resident and
-// waiting (waitForPrevious) when the kernel before them on the caller's stream ends, instead of being
-// launched then. 0: ordinary launches.
+// waiting (pdlWait, common/pdl.cuh) when the kernel before them on the caller's stream ends, instead of
+// being launched then. 0: ordinary launches.
 TPS_PARAM_INT(P2pPdl, "TPSCOPE_P2P_PDL", 1)
 // Blocks of the two-shot kernel: enough to keep NVLink busy while some blocks wait on flags. Measured
 // on 2xH200 (graph, 64 MiB-1 GiB): 32 blocks 238 GB/s busbw, 64 blocks 295, 128 blocks 341-344.
 TPS_PARAM_INT(P2pTwoShotBlocks, "TPSCOPE_P2P_BLOCKS", 128)
-
-// Launches `kernel` on `stream`, as a programmatic dependent of the stream's previous kernel when `pdl`.
-template <typename... Params, typename... Args>
-cudaError_t launchLL(bool pdl, void (*kernel)(Params...), int blocks, int threads, cudaStream_t stream,
-                     Args... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks), config.blockDim = dim3(threads), config.stream = stream;
-  config.attrs = attr, config.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, args...);
-}
 
 struct Algo {
   int blocks = 0;
@@ -254,13 +241,13 @@ tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m
   if (!ok) return tpsUnavailable;
   for (size_t r = 0; r < n; ++r) {
     DeviceGuard g(devices_[r]);
-    TPS_CUDA_CHECK(launchLL(ll_pdl_, p2pOneShotLLAddNorm, ll_blocks_, ll_threads_, a.streams[r], ll_[r],
-                            static_cast<const __nv_bfloat16*>(a.bufs[r]),
-                            static_cast<const __nv_bfloat16*>(m.residual_in[r]),
-                            static_cast<__nv_bfloat16*>(m.residual_out[r]),
-                            m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
-                            m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr, static_cast<int>(m.rows),
-                            static_cast<int>(m.width), m.eps));
+    TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNorm, dim3(ll_blocks_), dim3(ll_threads_), a.streams[r], ll_[r],
+                                static_cast<const __nv_bfloat16*>(a.bufs[r]),
+                                static_cast<const __nv_bfloat16*>(m.residual_in[r]),
+                                static_cast<__nv_bfloat16*>(m.residual_out[r]),
+                                m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
+                                m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr, static_cast<int>(m.rows),
+                                static_cast<int>(m.width), m.eps));
   }
   return tpsSuccess;
 }
@@ -296,9 +283,8 @@ tpsResult_t P2pBackend::run(const CallArgs& a) {
   if (algo == P2pAlgo::kLL) {
     for (size_t r = 0; r < n; ++r) {
       DeviceGuard g(devices_[r]);
-      TPS_CUDA_CHECK(
-          launchLL(ll_pdl_, p2pOneShotLL<T>, ll_blocks_, ll_threads_, a.streams[r], ll_[r], static_cast<T*>(a.bufs[r]),
-                   a.count));
+      TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLL<T>, dim3(ll_blocks_), dim3(ll_threads_), a.streams[r], ll_[r],
+                                  static_cast<T*>(a.bufs[r]), a.count));
     }
     return tpsSuccess;
   }

@@ -20,27 +20,9 @@
 #pragma once
 
 #include "allreduce/reduce_ops.cuh"
+#include "common/pdl.cuh"
 
 namespace tpscope::detail {
-
-// Lets a kernel launched after this one as a programmatic dependent (cudaLaunchAttributeProgrammatic-
-// StreamSerialization, sm_90) start early; such a kernel waits for this one to complete before it
-// reads anything (griddepcontrol.wait), so this only moves its launch. A no-op for ordinary launches.
-__device__ __forceinline__ void allowDependentLaunch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-// The other half of a programmatic launch: a kernel launched as a programmatic dependent (p2p.cu, the
-// LL kernels) may be resident while the kernel before it still runs; it waits here, before it reads
-// anything that kernel or an earlier one wrote (its input, its own sequence counters), until that
-// kernel has completed and its memory is visible. Returns at once for an ordinary launch.
-__device__ __forceinline__ void waitForPrevious() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
 
 constexpr int kP2pThreads = 512;
 constexpr int kP2pFlagStride = 8;  // u64 per flag: 64 bytes
@@ -241,8 +223,8 @@ template <typename T>
 __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* buf, size_t count) {
   constexpr int kPerWord = 8 / sizeof(T);
   __shared__ unsigned long long seq;
-  allowDependentLaunch();
-  waitForPrevious();
+  pdlTrigger();  // a programmatic dependent (the norm after a decode AllReduce) may be scheduled now
+  pdlWait();     // launched as one (p2p.cu): the input and the counters are earlier kernels' writes
   const int b = blockIdx.x, nb = gridDim.x, tid = threadIdx.x;
   const size_t words = count / kPerWord, per = (words + nb - 1) / nb;
   const size_t w0 = min(words, per * b), w1 = min(words, w0 + per);
@@ -320,8 +302,8 @@ __global__ void __launch_bounds__(kFusedThreads)
                         int width, float eps) {
   __shared__ unsigned long long seq;
   __shared__ float red[kFusedThreads / 32];
-  allowDependentLaunch();
-  waitForPrevious();
+  pdlTrigger();  // a programmatic dependent (the norm after a decode AllReduce) may be scheduled now
+  pdlWait();     // launched as one (p2p.cu): the input and the counters are earlier kernels' writes
   const int b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
   if (tid == 0) seq = h.counters[b] + 1;
   __syncthreads();
