@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // meter_accuracy - how far to trust `tpscope meter`, measured on the box it runs on.
 //
-//   1. Accuracy: 1 GiB D2H, H2D and GPU0->GPU1 copies, and thousands of 8-64 KiB copies, each in a
-//      window with idle guards; meter bytes / payload per GPU and counter over --reps repetitions
-//      (median [min - max]), with the dmon method's figure (its mean MB/s x window length) beside.
+//   1. Accuracy: 1 GiB D2H, H2D and GPU0->GPU1 copies, the same 1 GiB moved GPU0->GPU1 by the SMs
+//      (a kernel on GPU0 storing into GPU1's memory, then one on GPU1 loading from GPU0's: what the
+//      p2p AllReduce kernels do), and thousands of 8-64 KiB copies, each in a window with idle
+//      guards; meter bytes / payload per GPU and counter over --reps repetitions (median [min - max]),
+//      with the dmon method's figure (its mean MB/s x window length) beside.
 //   2. Refresh: how often the counters really change while copies stream (read as fast as possible).
 //   3. Cadence: the achieved read period per GPU and counter group (PCIe, NVLink: one thread each),
 //      with NVLink on and off, one NVLink call per link or all links in one call, at the default
@@ -32,6 +34,7 @@
 
 namespace tpscope::bench {
 cudaError_t launchEmptyKernels(cudaStream_t stream, int count);
+cudaError_t launchCopy16(const void* src, void* dst, size_t bytes, cudaStream_t stream);
 }
 
 namespace {
@@ -156,6 +159,15 @@ json refresh(int ngpu, const std::function<void()>& d2h, const std::function<voi
   return out;
 }
 
+bool enablePeer(int from, int to) {
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, from, to) != cudaSuccess || !can) return false;
+  DeviceGuard on(from);
+  const cudaError_t e = cudaDeviceEnablePeerAccess(to, 0);
+  (void)cudaGetLastError();
+  return e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled;
+}
+
 // 1. Accuracy.
 json accuracy(const Args& a, int ngpu, bool peer, json* refresh_out) {
   const size_t kBig = size_t{1} << 30;
@@ -198,6 +210,22 @@ json accuracy(const Args& a, int ngpu, bool peer, json* refresh_out) {
                        CUDA_OK(cudaMemcpyPeerAsync(dev1.get(), 1, dev0.get(), 0, kBig, s0.get()));
                        CUDA_OK(cudaStreamSynchronize(s0.get()));
                      }});
+  // The SMs' own peer traffic (what the p2p AllReduce moves): GPU0's kernel stores into GPU1's
+  // memory, then GPU1's kernel loads from GPU0's. Needs peer access both ways.
+  Stream s1;
+  const bool sm_peer = peer && Stream::create(1, &s1) == tpsSuccess && enablePeer(0, 1) && enablePeer(1, 0);
+  if (sm_peer) {
+    cases.push_back({"sm store 1GiB 0->1", double(kBig), {{0, MeterCounter::kNvlinkTx}, {1, MeterCounter::kNvlinkRx}},
+                     [&] {
+                       DeviceGuard on(0);
+                       CUDA_OK(bench::launchCopy16(dev0.get(), dev1.get(), kBig, s0.get()));
+                     }});
+    cases.push_back({"sm load 1GiB 0->1", double(kBig), {{0, MeterCounter::kNvlinkTx}, {1, MeterCounter::kNvlinkRx}},
+                     [&] {
+                       DeviceGuard on(1);
+                       CUDA_OK(bench::launchCopy16(dev0.get(), dev1.get(), kBig, s1.get()));
+                     }});
+  }
   const std::string small_name = fmt::format("{}x8-64KiB", a.small_copies);
   cases.push_back(
       {"d2h " + small_name, small_payload, {{0, MeterCounter::kPcieTx}}, [&] { small(cudaMemcpyDeviceToHost); }});

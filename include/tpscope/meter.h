@@ -159,6 +159,8 @@ struct MeterCadence {
   double read_cost_mean_ms = 0, read_cost_p99_ms = 0;  // t_after - t_before
   int64_t dropped = 0;                                 // reads lost because the ring was full (should be 0)
   int64_t wrap_gaps = 0;  // PCIe: gaps long enough for a 32-bit counter to wrap unseen (always 0 for NVLink)
+  int64_t failed_reads = 0;  // reads that returned no value for a counter the GPU supports
+  std::string last_error;    // the source's reason for the latest failed read ("" when none failed)
 };
 
 class Meter {
@@ -204,6 +206,10 @@ class Meter {
   // read at different cadences); t_before/t_after/group are those of the newest read. nullopt
   // before the first read.
   std::optional<MeterSample> latest(int gpu) const;
+  // The newest read of `group` on GPU position `gpu` that gave every supported counter of the group
+  // a value: its row, with the read's bracket [t_before, t_after]. A caller that needs the counters
+  // read entirely after some moment (a window edge in idle time) checks t_before_ns against it.
+  std::optional<MeterSample> latestRead(int gpu, MeterGroup group) const;
   std::optional<MeterDmonSample> latestDmon(int gpu, MeterCounter counter) const;
   std::vector<MeterCadence> cadence() const;          // per GPU and counter group read
   std::vector<QuiesceRecord> quiesceRecords() const;  // every quiesce() so far, in order

@@ -189,6 +189,9 @@ std::vector<MeterDmonSample> Meter::dmonSamples() const {
 }
 
 std::optional<MeterSample> Meter::latest(int gpu) const { return impl_->sampler.latest(gpu); }
+std::optional<MeterSample> Meter::latestRead(int gpu, MeterGroup group) const {
+  return impl_->sampler.latestRead(gpu, group);
+}
 
 std::optional<MeterDmonSample> Meter::latestDmon(int gpu, MeterCounter counter) const {
   return impl_->sampler.withData([&](const std::vector<detail::Series>&,

@@ -127,6 +127,8 @@ bool NvmlCounterReader::read(MeterGroup group, Reading* out) {
     const int c = g.counter_of[i];
     if (f.nvmlReturn != NVML_SUCCESS) {
       failed |= 1u << c;
+      if (out->error == nullptr)  // NVML's text is static; a partial API (tests) may lack the call
+        out->error = api_->errorString ? api_->errorString(f.nvmlReturn) : "NVML error";
       continue;
     }
     if (out->nvml_timestamp_us == 0) out->nvml_timestamp_us = f.timestamp;

@@ -162,7 +162,9 @@ nlohmann::json toJson(const MeterCadence& c, const std::vector<MeterGpu>& gpus) 
           {"read_cost_mean_ms", c.read_cost_mean_ms},
           {"read_cost_p99_ms", c.read_cost_p99_ms},
           {"dropped", c.dropped},
-          {"wrap_gaps", c.wrap_gaps}};
+          {"wrap_gaps", c.wrap_gaps},
+          {"failed_reads", c.failed_reads},
+          {"last_error", c.last_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.last_error)}};
 }
 
 std::string samplesCsvHeader() {

@@ -40,9 +40,12 @@ void SeriesBuilder::append(MeterGroup group, const Reading& r, Series* out) {
   m.t_before_ns = r.t_before_ns;
   m.t_after_ns = r.t_after_ns;
   m.nvml_timestamp_us = r.nvml_timestamp_us;
+  bool failed = false;
   for (int c = 0; c < kMeterCounters; ++c) {
     const MeterCounter mc = static_cast<MeterCounter>(c);
-    const bool ok = groupOf(mc) == group && info_.supported[c] && (r.valid & (1u << c));
+    const bool mine = groupOf(mc) == group && info_.supported[c];
+    const bool ok = mine && (r.valid & (1u << c));
+    failed = failed || (mine && !ok);
     if (!ok) {
       m.t_ns[c] = last_t_[c];  // no value here: carry the latest time, so times stay sorted per counter
       continue;
@@ -57,6 +60,12 @@ void SeriesBuilder::append(MeterGroup group, const Reading& r, Series* out) {
     last_t_[c] = t;
     m.t_ns[c] = t;
     m.bytes[c] = unwrap_[c].push(r.raw[c]);
+  }
+  if (failed) {
+    ++failed_[static_cast<int>(group)];
+    last_error_[static_cast<int>(group)] = r.error ? r.error : "no value";
+  } else {
+    latest_read_[static_cast<int>(group)] = m;
   }
   // The newest value of every counter: this row's values over the previous ones.
   if (!latest_) latest_ = m;
@@ -193,6 +202,13 @@ std::optional<MeterSample> Sampler::latest(int gpu) const {
   return builders_[gpu].latest();
 }
 
+std::optional<MeterSample> Sampler::latestRead(int gpu, MeterGroup group) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  drainLocked();
+  if (gpu < 0 || gpu >= static_cast<int>(builders_.size())) return std::nullopt;
+  return builders_[gpu].latestRead(group);
+}
+
 std::vector<MeterCadence> Sampler::cadence() const {
   std::lock_guard<std::mutex> lock(mu_);
   drainLocked();
@@ -204,6 +220,8 @@ std::vector<MeterCadence> Sampler::cadence() const {
     c.period_target_ms = options_.period_us / 1000.0;
     c.dropped = st.ring->dropped();
     c.wrap_gaps = st.group == MeterGroup::kPcie ? builders_[st.gpu].wrapGaps() : 0;
+    c.failed_reads = builders_[st.gpu].failedReads(st.group);
+    if (const char* e = builders_[st.gpu].lastError(st.group)) c.last_error = e;
     std::vector<double> periods, costs;
     double cost_sum = 0;
     int64_t first = 0, prev = 0;

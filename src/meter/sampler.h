@@ -39,8 +39,13 @@ class SeriesBuilder {
   void append(MeterGroup group, const Reading& r, Series* out);
   // PCIe gaps long enough for a 32-bit counter to wrap unseen at the link's ceiling.
   int64_t wrapGaps() const { return wrap_gaps_; }
+  // Reads of `group` that returned no value for a counter this GPU supports, and the latest reason.
+  int64_t failedReads(MeterGroup group) const { return failed_[static_cast<int>(group)]; }
+  const char* lastError(MeterGroup group) const { return last_error_[static_cast<int>(group)]; }
   // Newest value of every counter, each with its own time; t_before/t_after/group of the newest row.
   const std::optional<MeterSample>& latest() const { return latest_; }
+  // The newest row of `group` in which every supported counter of the group has a value.
+  const std::optional<MeterSample>& latestRead(MeterGroup group) const { return latest_read_[static_cast<int>(group)]; }
 
  private:
   int gpu_ = 0;
@@ -49,7 +54,10 @@ class SeriesBuilder {
   std::array<Unwrapper, kMeterCounters> unwrap_{};
   std::array<int64_t, kMeterCounters> last_t_{};  // time of each counter's latest value
   int64_t wrap_gaps_ = 0;
+  std::array<int64_t, 2> failed_{};
+  std::array<const char*, 2> last_error_{};
   std::optional<MeterSample> latest_;
+  std::array<std::optional<MeterSample>, 2> latest_read_;
 };
 
 class Sampler {
@@ -80,6 +88,7 @@ class Sampler {
     return f(static_cast<const std::vector<Series>&>(series_), static_cast<const std::vector<MeterDmonSample>&>(dmon_));
   }
   std::optional<MeterSample> latest(int gpu) const;
+  std::optional<MeterSample> latestRead(int gpu, MeterGroup group) const;
   std::vector<MeterCadence> cadence() const;  // per stream: GPU, then group
 
  private:

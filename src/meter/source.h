@@ -35,6 +35,9 @@ struct Reading {
   std::array<uint64_t, kMeterCounters> raw{};  // PCIe as read (may wrap); NVLink in bytes
   std::array<int64_t, kMeterCounters> t_ns{};  // per-counter read time (monotonic)
   uint32_t valid = 0;                          // bit c: raw[c] is good in this read
+  // Why a supported counter has no value in this read: the source's text for its first failed field
+  // (a static string, e.g. nvmlErrorString's); nullptr when every supported counter was read.
+  const char* error = nullptr;
 };
 
 // Cumulative counters of one GPU.

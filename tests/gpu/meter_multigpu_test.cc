@@ -85,6 +85,7 @@ TEST(MeterMultiGpu, PeerCopyIsNvlinkTxOnTheSenderAndRxOnTheReceiver) {
   for (const MeterCadence& c : meter->cadence()) {
     EXPECT_EQ(c.dropped, 0);
     EXPECT_EQ(c.wrap_gaps, 0);
+    EXPECT_EQ(c.failed_reads, 0) << meterGroupName(c.group) << ": " << c.last_error;
     std::printf("[ INFO ] GPU %d %s reads: period p50 %.3f ms p99 %.3f ms max %.3f ms, read %.3f ms, %lld reads\n",
                 meter->gpus()[c.gpu].index, meterGroupName(c.group), c.period_p50_ms, c.period_p99_ms, c.period_max_ms,
                 c.read_cost_mean_ms, static_cast<long long>(c.reads));

@@ -115,6 +115,7 @@ TEST(MeterGpu, CadenceKeepsUpAndNothingIsDropped) {
   for (const MeterCadence& c : meter->cadence()) {
     EXPECT_EQ(c.dropped, 0) << meterGroupName(c.group);
     EXPECT_EQ(c.wrap_gaps, 0) << meterGroupName(c.group);
+    EXPECT_EQ(c.failed_reads, 0) << meterGroupName(c.group) << ": " << c.last_error;
     (c.group == MeterGroup::kPcie ? pcie : nvlink) = c;
   }
   ASSERT_TRUE(pcie);

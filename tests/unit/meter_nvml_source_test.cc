@@ -53,6 +53,7 @@ nvmlReturn_t stubFieldValues(nvmlDevice_t, int count, nvmlFieldValue_t* v) {
 nvml::Api stubApi() {
   nvml::Api api;
   api.deviceGetFieldValues = stubFieldValues;
+  api.errorString = [](nvmlReturn_t r) -> const char* { return r == NVML_ERROR_UNKNOWN ? "Unknown Error" : "other"; };
   return api;
 }
 
@@ -174,6 +175,8 @@ TEST(MeterNvmlSource, AFailedCallIsAFailedRead) {
   Reading r;
   EXPECT_FALSE(reader.read(MeterGroup::kPcie, &r));
   EXPECT_EQ(r.valid, 0u);
+  ASSERT_NE(r.error, nullptr) << "a failed read says why";
+  EXPECT_STREQ(r.error, "Unknown Error");
   EXPECT_GT(r.t_after_ns, 0);
 }
 

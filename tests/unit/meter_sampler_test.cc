@@ -140,6 +140,7 @@ TEST(MeterSeriesBuilder, MergesTwoStreamsByCounterWithTimesSortedPerCounter) {
   b.append(MeterGroup::kPcie, read(MeterGroup::kPcie, 14 * ms, 0x30u), &s);
   Reading failed = read(MeterGroup::kPcie, 16 * ms, 0);
   failed.valid = 0;
+  failed.error = "Unknown Error";
   b.append(MeterGroup::kPcie, failed, &s);
   b.append(MeterGroup::kNvlink, read(MeterGroup::kNvlink, 27 * ms, 23000), &s);
   b.append(MeterGroup::kPcie, read(MeterGroup::kPcie, 200 * ms, 0x40u), &s);  // a gap a wrap could hide in
@@ -155,6 +156,15 @@ TEST(MeterSeriesBuilder, MergesTwoStreamsByCounterWithTimesSortedPerCounter) {
   EXPECT_EQ(*s[5].bytes[2], 22000u);
   EXPECT_EQ(s[2].group, MeterGroup::kNvlink);
   EXPECT_EQ(b.wrapGaps(), 2) << "186 ms between PCIe values at 63 GB/s, on each PCIe counter";
+  EXPECT_EQ(b.failedReads(MeterGroup::kPcie), 1);
+  EXPECT_STREQ(b.lastError(MeterGroup::kPcie), "Unknown Error");
+  EXPECT_EQ(b.failedReads(MeterGroup::kNvlink), 0) << "a row of one group is no failure of the other";
+  EXPECT_EQ(b.lastError(MeterGroup::kNvlink), nullptr);
+  // The newest good read per group, with its own bracket: what a window edge in idle time waits for.
+  ASSERT_TRUE(b.latestRead(MeterGroup::kNvlink));
+  EXPECT_EQ(b.latestRead(MeterGroup::kNvlink)->t_before_ns, 27 * ms - 1);
+  ASSERT_TRUE(b.latestRead(MeterGroup::kPcie));
+  EXPECT_EQ(b.latestRead(MeterGroup::kPcie)->t_before_ns, 200 * ms - 1);
   // The window code sees each counter's own reads: NVLink interpolates between its two rows.
   EXPECT_DOUBLE_EQ(*cumulativeAt(s, MeterCounter::kNvlinkTx, 16 * ms), 11000.0);
   EXPECT_DOUBLE_EQ(*cumulativeAt(s, MeterCounter::kPcieTx, 13 * ms), 0x30);
@@ -166,6 +176,28 @@ TEST(MeterSeriesBuilder, MergesTwoStreamsByCounterWithTimesSortedPerCounter) {
   EXPECT_EQ(b.latest()->t_ns[2], 27 * ms);
   EXPECT_EQ(*b.latest()->bytes[0], 0x50u);
   EXPECT_EQ(b.latest()->t_ns[0], 200 * ms);
+}
+
+TEST(MeterSeriesBuilder, AFailedReadIsNeverTheLatestGoodRead) {
+  MeterGpu g;
+  for (int c = 0; c < 4; ++c) g.supported[c] = true;
+  SeriesBuilder b(0, g, {32, 32, 64, 64, 64, 64});
+  Series s;
+  Reading ok;
+  ok.t_before_ns = 10, ok.t_after_ns = 30;
+  ok.t_ns[2] = ok.t_ns[3] = 20;
+  ok.valid = 0x0c;
+  b.append(MeterGroup::kNvlink, ok, &s);
+  Reading half = ok;  // one NVLink counter failed (a link answered Not Supported): no good read
+  half.t_before_ns = 40, half.t_after_ns = 60, half.t_ns[2] = half.t_ns[3] = 50;
+  half.valid = 0x04;
+  half.error = "Not Supported";
+  b.append(MeterGroup::kNvlink, half, &s);
+  ASSERT_TRUE(b.latestRead(MeterGroup::kNvlink));
+  EXPECT_EQ(b.latestRead(MeterGroup::kNvlink)->t_before_ns, 10);
+  EXPECT_FALSE(b.latestRead(MeterGroup::kPcie)) << "no PCIe read yet";
+  EXPECT_EQ(b.failedReads(MeterGroup::kNvlink), 1);
+  EXPECT_STREQ(b.lastError(MeterGroup::kNvlink), "Not Supported");
 }
 
 TEST(MeterSampler, BurstLandsInItsWindowAndOnItsGpu) {

@@ -221,29 +221,133 @@ CheckCounts AllReduceBench::check(tpsBackend_t backend, tpsDataType_t dtype, siz
   return checkResults(kBenchSeed, dtype, count, results);
 }
 
+// Waits until every counter group that a GPU supports has a good read that began after `after_ns`
+// (at most `limit_ms`) and returns the earliest of those reads' times (t_ns), or nullopt when one
+// has none by then; that group is then not waited for again (a group whose reads fail would
+// otherwise cost the limit three times per row) and its columns show N/A. A read must *begin*
+// after the moment, not merely be stamped after it: an NVLink read takes 15-30 ms on H200 (one
+// field per link, the links one after another), and a read that spans the calls sums links read
+// before them with links read after.
+std::optional<int64_t> AllReduceBench::readSince(int64_t after_ns, int limit_ms) {
+  const size_t ngpu = meter_->gpus().size();
+  if (unread_.size() != ngpu) unread_.assign(ngpu, {});
+  const int64_t give_up = Meter::now() + int64_t{limit_ms} * 1000000;
+  for (;;) {
+    std::vector<std::array<bool, 2>> missing(ngpu);
+    bool all = true;
+    int64_t earliest = INT64_MAX;
+    for (size_t g = 0; g < ngpu; ++g) {
+      for (MeterGroup group : {MeterGroup::kPcie, MeterGroup::kNvlink}) {
+        const int k = static_cast<int>(group);
+        bool wanted = false;
+        for (int c = 0; c < kMeterCounters; ++c)
+          wanted = wanted || (groupOf(static_cast<MeterCounter>(c)) == group && meter_->gpus()[g].supported[c]);
+        if (!wanted || unread_[g][k]) continue;
+        const std::optional<MeterSample> r = meter_->latestRead(static_cast<int>(g), group);
+        missing[g][k] = !(r && r->t_before_ns > after_ns);
+        all = all && !missing[g][k];
+        if (!missing[g][k])
+          for (int c = 0; c < kMeterCounters; ++c)
+            if (r->bytes[c]) earliest = std::min(earliest, r->t_ns[c]);
+      }
+    }
+    if (all) return earliest;
+    if (Meter::now() > give_up) {
+      for (size_t g = 0; g < ngpu; ++g)
+        for (MeterGroup group : {MeterGroup::kPcie, MeterGroup::kNvlink})
+          if (missing[g][static_cast<int>(group)]) {
+            unread_[g][static_cast<int>(group)] = true;
+            TPS_LOG_WARN("the meter read no {} counters of GPU {} for {} ms; those columns show N/A from here on",
+                         meterGroupName(group), meter_->gpus()[g].index, limit_ms);
+          }
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Waits (at most `limit_ms`) until every GPU's NVLink counters read the same in two good reads in a
+// row. Measured on 2xH200: NVML's NVLink values trail the traffic by tens of ms, so bytes of calls
+// made before an edge can land after it (in the idle window they inflated the background that is
+// subtracted, down to 0 bytes per call at 256 MiB). PCIe does not trail this way.
+bool AllReduceBench::nvlinkSettled(int limit_ms) {
+  const size_t ngpu = meter_->gpus().size();
+  if (unread_.size() != ngpu) unread_.assign(ngpu, {});
+  const int k = static_cast<int>(MeterGroup::kNvlink);
+  std::vector<std::optional<MeterSample>> prev(ngpu);
+  std::vector<bool> still(ngpu, false);
+  std::vector<int> newer(ngpu, 0);  // good reads seen after the first one of this wait
+  const int64_t give_up = Meter::now() + int64_t{limit_ms} * 1000000;
+  for (;;) {
+    bool all = true;
+    for (size_t g = 0; g < ngpu; ++g) {
+      const MeterGpu& gpu = meter_->gpus()[g];
+      if (unread_[g][k] || !(gpu.supported[static_cast<int>(MeterCounter::kNvlinkTx)] ||
+                             gpu.supported[static_cast<int>(MeterCounter::kNvlinkRx)]))
+        continue;
+      const std::optional<MeterSample> r = meter_->latestRead(static_cast<int>(g), MeterGroup::kNvlink);
+      if (r && (!prev[g] || r->t_before_ns > prev[g]->t_before_ns)) {
+        if (prev[g]) ++newer[g];
+        still[g] = prev[g] && r->bytes[static_cast<int>(MeterCounter::kNvlinkTx)] ==
+                                  prev[g]->bytes[static_cast<int>(MeterCounter::kNvlinkTx)] &&
+                   r->bytes[static_cast<int>(MeterCounter::kNvlinkRx)] ==
+                       prev[g]->bytes[static_cast<int>(MeterCounter::kNvlinkRx)];
+        prev[g] = r;
+      }
+      all = all && still[g];
+    }
+    if (all) return true;
+    if (Meter::now() > give_up) {
+      // A GPU whose NVLink counters gave no good read in all that time is not waited for again.
+      for (size_t g = 0; g < ngpu; ++g)
+        if (!still[g] && !unread_[g][k] && newer[g] == 0) {
+          unread_[g][k] = true;
+          TPS_LOG_WARN("the meter read no nvlink counters of GPU {} for {} ms; those columns show N/A from here on",
+                       meter_->gpus()[g].index, limit_ms);
+        }
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, size_t count, double us_per_call) {
-  // The window is [idle guard, calls, idle guard]: its edges fall in idle time, where prorating the
-  // reads that bracket them is exact however slow the counters are read (NVLink ~22 ms on H200). The
-  // guards' own background traffic is taken out with the rate of an idle window inside the first guard.
-  constexpr int kGuardMs = 60;
+  // The window is [idle guard, calls, idle guard], and each guard holds a whole read of every
+  // counter: each edge then lies between two reads taken in idle time, where prorating is exact
+  // however slowly a counter is read. (Fixed 60 ms guards were not enough: with NVLink reads of
+  // 15-30 ms, the read bracketing an edge could span the calls and move part of them out of the
+  // window; the bench saw 0.5-0.75 x the bytes an outside meter saw.) Before the window opens and
+  // before it closes, the NVLink counters must have stopped moving (nvlinkSettled: their values
+  // trail the traffic). The idle background is taken out with the rate of the leading guard, up to
+  // its reads.
+  constexpr int kReadLimitMs = 2000;
   const int calls = static_cast<int>(std::clamp(std::ceil(20000.0 / std::max(us_per_call, 1.0)), 1.0, 20000.0));
   const std::string name = fmt::format("{}-{}", tpsBackendName(backend), windows_++);
   const std::string idle = name + "-idle";
   syncAll();
+  bool settled = nvlinkSettled(kReadLimitMs);  // the bytes of the timed loops before have landed
   tpsOk(meter_->begin(name), "meter begin");
   const int64_t idle_start = Meter::now();
-  std::this_thread::sleep_for(std::chrono::milliseconds(kGuardMs));
-  const int64_t idle_end = Meter::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::optional<int64_t> lead = readSince(idle_start, kReadLimitMs);
   for (int i = 0; i < calls; ++i) tpsOk(call(backend, dtype, count), "metered call");
   syncAll();
-  std::this_thread::sleep_for(std::chrono::milliseconds(kGuardMs));
+  settled = nvlinkSettled(kReadLimitMs) && settled;
+  const std::optional<int64_t> trail = readSince(Meter::now(), kReadLimitMs);
   tpsOk(meter_->end(name), "meter end");
-  tpsOk(meter_->addWindow(idle, idle_start + (idle_end - idle_start) / 4, idle_end - (idle_end - idle_start) / 4),
-        "meter idle window");
-  // Let every counter be read after the end (NVLink reads take 30-90 ms on H200), then compute the
-  // windows once: Meter::windows() recomputes every window from the whole series, so polling it
-  // row after row grows with the sweep.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (lead && *lead > idle_start) tpsOk(meter_->addWindow(idle, idle_start, *lead), "meter idle window");
+  // Every counter read once more after the end, then the windows are computed once: Meter::windows()
+  // recomputes every window from the whole series, so polling it row after row grows with the sweep.
+  const std::optional<int64_t> after = readSince(Meter::now(), kReadLimitMs);
+  if (!settled) TPS_LOG_INFO("meter window {}: NVLink counters still moving {} ms after the calls", name, kReadLimitMs);
+  if (!lead || !trail || !after) {
+    std::string reads;
+    for (const MeterCadence& c : meter_->cadence())
+      reads += fmt::format(" GPU{} {} {} reads, {} failed{};", c.gpu, meterGroupName(c.group), c.reads, c.failed_reads,
+                           c.last_error.empty() ? "" : " (" + c.last_error + ")");
+    TPS_LOG_INFO("meter window {}: a counter group had no good read within {} ms of an edge (cadence:{})", name,
+                 kReadLimitMs, reads);
+  }
   const MeterWindow* total = nullptr;
   const MeterWindow* quiet = nullptr;
   const std::vector<MeterWindow> windows = meter_->windows();
@@ -253,24 +357,11 @@ MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, 
   }
   MeteredBytes out;
   if (total == nullptr || quiet == nullptr) return out;
-  if (!total->complete) {
-    // Counters without a read after the window's end come out N/A; the others are exact. Say which.
-    std::string reads;
-    for (const MeterCadence& c : meter_->cadence())
-      reads += fmt::format(" GPU{} {} {} reads;", c.gpu, c.group == MeterGroup::kPcie ? "pcie" : "nvlink", c.reads);
-    for (size_t g = 0; g < meter_->gpus().size(); ++g) {
-      const std::optional<MeterSample> last = meter_->latest(static_cast<int>(g));
-      if (!last) continue;
-      for (int c = 0; c < kMeterCounters; ++c)
-        reads += fmt::format(" GPU{} counter {}: {} {:+.1f} ms after the end;", g, c,
-                             last->bytes[c] ? "value" : "no value", (last->t_ns[c] - total->end_ns) * 1e-6);
-    }
-    TPS_LOG_INFO("meter window {} is incomplete 100 ms after its end (cadence:{})", name, reads);
-  }
   const double total_s = (total->end_ns - total->start_ns) * 1e-9, quiet_s = (quiet->end_ns - quiet->start_ns) * 1e-9;
   auto perCall = [&](MeterCounter c) -> std::optional<double> {
     double sum = 0;
     for (size_t g = 0; g < total->cells.size(); ++g) {
+      if (unread_[g][static_cast<int>(groupOf(c))]) return std::nullopt;  // its guards hold no read: not exact
       const std::optional<double>& b = total->cells[g][static_cast<int>(c)].bytes;
       const std::optional<double>& q = quiet->cells[g][static_cast<int>(c)].bytes;
       if (!b || !q || quiet_s <= 0) return std::nullopt;

@@ -23,7 +23,9 @@
 // bytes columns bracket the first eager run or the capture, so warm-ups and checks are not in them.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "bench_args.h"
@@ -62,6 +64,8 @@ class AllReduceBench {
   CheckCounts check(tpsBackend_t backend, tpsDataType_t dtype, size_t count);
   // The links' bytes per call: `calls` calls in a meter window with idle guards on both sides.
   MeteredBytes metered(tpsBackend_t backend, tpsDataType_t dtype, size_t count, double us_per_call);
+  std::optional<int64_t> readSince(int64_t after_ns, int limit_ms);
+  bool nvlinkSettled(int limit_ms);
 
   BenchOptions options_;
   std::vector<int> devices_;
@@ -76,6 +80,7 @@ class AllReduceBench {
   tpsComm_t comm_ = nullptr;
   std::unique_ptr<Meter> meter_;  // null with --no-meter or where NVML cannot measure
   int windows_ = 0;
+  std::vector<std::array<bool, 2>> unread_;  // [gpu][counter group]: no good read in time once; N/A since
 };
 
 }  // namespace tpscope::cli

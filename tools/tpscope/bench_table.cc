@@ -108,9 +108,9 @@ std::string formatPreamble(const BenchContext& ctx) {
   s += fmt::format("# backends: {} (interleaved size by size)  datatypes: {}  op: sum, in place\n",
                    joinBackends(o.backends), types);
   if (o.meter && !o.graph)
-    s += "# meter: each size also runs >= 20 ms of calls in a meter window holding 60 ms of idle before and after\n"
-         "#        (idle background subtracted); pcie_*/nvl_* = link counter bytes per call, mean over GPUs,\n"
-         "#        protocol overhead included\n";
+    s += "# meter: each size also runs >= 20 ms of calls in a meter window whose idle edges each hold a read of\n"
+         "#        every counter (idle background subtracted); pcie_*/nvl_* = link counter bytes per call, mean\n"
+         "#        over GPUs, protocol overhead included; N/A: a counter not read in time\n";
   if (o.graph)
     s += fmt::format(
         "# timer: CUDA events on GPU0's stream around each launch of a graph of {} calls on all GPUs;"

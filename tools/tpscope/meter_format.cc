@@ -186,6 +186,9 @@ std::string summaryTable(const MeterSummary& s) {
     if (c.dropped)
       out += fmt::format("# warning: GPU {} lost {} {} reads (ring full)\n", s.gpus[c.gpu].index, c.dropped,
                          meterGroupName(c.group));
+    if (c.failed_reads)
+      out += fmt::format("# warning: GPU {} had {} {} reads without a value (latest: {}); windows may be incomplete\n",
+                         s.gpus[c.gpu].index, c.failed_reads, meterGroupName(c.group), c.last_error);
     if (c.wrap_gaps)
       out += fmt::format(
           "# warning: GPU {} had {} gaps long enough for a PCIe counter to wrap unseen; PCIe bytes "
