@@ -31,7 +31,6 @@ constexpr size_t kTwoShotPiece = 64u << 20;  // bytes per GPU per two-shot launc
 // bf16, µs at 256K / 512K / 1M with the LL limit lowered to 128K): 16 5.81 / 7.73 / 11.45; 32 5.22 /
 // 6.52 / 9.26; 64 5.10 / 5.99 / 7.98; 128 5.25 / 6.13 / 7.68. LL stays the faster at 256K (4.26).
 TPS_PARAM_INT(P2pOneShotBlocks, "TPSCOPE_P2P_ONESHOT_BLOCKS", 64)
-TPS_PARAM_INT(P2pLLMax, "TPSCOPE_P2P_LL_MAX", static_cast<int64_t>(kP2pLLMax))
 constexpr size_t kLLMax = kP2pLLMax;
 // LL grid: fixed per communicator (each block keeps its own sequence number). Measured on 2xH200
 // under graphs, -n 200, bf16, µs at 8K / 64K / 128K / 256K (docs/PERFORMANCE.md): 16 x 512 3.23 / 3.71 /
@@ -160,7 +159,7 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
   TPS_EXPECT(one_blocks >= 1 && one_blocks <= 1024, tpsInvalidArgument,
              "TPSCOPE_P2P_ONESHOT_BLOCKS={} is outside 1..1024", one_blocks);
   TPS_CHECK(initAlgo(&one_, one_blocks, kOneShotMax));
-  ll_max_ = static_cast<size_t>(std::clamp<int64_t>(tpsParamP2pLLMax(), 0, static_cast<int64_t>(kLLMax)));
+  ll_max_ = p2pLLMax();
   const int two_blocks = static_cast<int>(tpsParamP2pTwoShotBlocks());
   TPS_EXPECT(two_blocks >= 1 && two_blocks <= 1024, tpsInvalidArgument, "TPSCOPE_P2P_BLOCKS={} is outside 1..1024",
              two_blocks);
@@ -228,7 +227,7 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
 // residual_in (the kernel's blocks read the whole residual row while each writes its slice).
 tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) {
   const size_t n = devices_.size();
-  bool ok = a.dtype == tpsBfloat16 && p2pAlgoFor(a.bytes(), true, false) == P2pAlgo::kLL && m.width % 4 == 0 &&
+  bool ok = a.dtype == tpsBfloat16 && p2pAlgoFor(a.bytes(), true, false, ll_max_) == P2pAlgo::kLL && m.width % 4 == 0 &&
             m.width <= size_t{4} * kFusedWords * ll_threads_ && m.rows <= static_cast<size_t>(ll_blocks_) &&
             ll_threads_ <= kFusedThreads;
   for (size_t r = 0; r < n && ok; ++r) {
@@ -278,8 +277,7 @@ tpsResult_t P2pBackend::run(const CallArgs& a) {
     aligned8 = aligned8 && reinterpret_cast<uintptr_t>(a.bufs[r]) % 8 == 0;
     aligned = aligned && reinterpret_cast<uintptr_t>(a.bufs[r]) % 16 == 0;
   }
-  P2pAlgo algo = p2pAlgoFor(a.bytes(), aligned8, aligned);
-  if (algo == P2pAlgo::kLL && a.bytes() > ll_max_) algo = p2pAlgoFor(kLLMax + 1, aligned8, aligned);
+  const P2pAlgo algo = p2pAlgoFor(a.bytes(), aligned8, aligned, ll_max_);
   if (algo == P2pAlgo::kLL) {
     for (size_t r = 0; r < n; ++r) {
       DeviceGuard g(devices_[r]);

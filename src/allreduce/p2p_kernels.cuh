@@ -203,6 +203,16 @@ struct P2pLLHandle {
   unsigned long long timeout_ns;
   int rank;
   int nranks;
+
+  // The lines that rank `from` writes into rank `owner`'s memory in sequence slot `slot`; call it with
+  // an `owner` from an unrolled loop (a constant), as recv[] wants.
+  __device__ __forceinline__ uint4* sendLines(int owner, int slot, int from) const {
+    return recv[owner] + (static_cast<size_t>(slot) * nranks + from) * lines;
+  }
+  // The lines this rank received from rank `from` in slot `slot` (its own memory).
+  __device__ __forceinline__ const uint4* receivedLines(int slot, int from) const {
+    return own + (static_cast<size_t>(slot) * nranks + from) * lines;
+  }
 };
 
 __device__ inline void storeLine(uint4* p, uint4 v) {
@@ -235,15 +245,13 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
   __syncthreads();
   const unsigned s = static_cast<unsigned>(seq);
   const int slot = static_cast<int>(seq & 1);
-  auto lines = [&](int owner, int from) { return h.recv[owner] + ((size_t)slot * h.nranks + from) * h.lines; };
-  auto received = [&](int from) { return h.own + ((size_t)slot * h.nranks + from) * h.lines; };
 
   for (size_t w = w0 + tid; w < w1; w += blockDim.x) {
     const uint2 v = w == w0 + tid ? first : io[w];
     const uint4 line = make_uint4(v.x, s, v.y, s);
 #pragma unroll
     for (int q = 0; q < TPS_MAX_DEVICES; ++q)
-      if (q < h.nranks && q != h.rank) storeLine(lines(q, h.rank) + w, line);
+      if (q < h.nranks && q != h.rank) storeLine(h.sendLines(q, slot, h.rank) + w, line);
   }
   bool timed_out = false;
   const unsigned long long t0 = globalTimerNs();
@@ -262,7 +270,7 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
         for (int k = 0; k < kPerWord; ++k) acc[k] += Elem<T>::toFloat(own.e[k]);
         continue;
       }
-      const uint4* p = received(q) + w;
+      const uint4* p = h.receivedLines(slot, q) + w;
       uint4 line = loadLine(p);
       while (line.y != s || line.w != s) {
         if (globalTimerNs() - t0 > h.timeout_ns) {
@@ -309,8 +317,6 @@ __global__ void __launch_bounds__(kFusedThreads)
   __syncthreads();
   const unsigned s = static_cast<unsigned>(seq);
   const int slot = static_cast<int>(seq & 1);
-  auto lines = [&](int owner, int from) { return h.recv[owner] + ((size_t)slot * h.nranks + from) * h.lines; };
-  auto received = [&](int from) { return h.own + ((size_t)slot * h.nranks + from) * h.lines; };
   const int per_row = max(1, static_cast<int>(gridDim.x) / rows);
   const int row = b / per_row, part = b % per_row;
   const bool active = row < rows;
@@ -325,7 +331,7 @@ __global__ void __launch_bounds__(kFusedThreads)
       const uint4 line = make_uint4(v.x, s, v.y, s);
 #pragma unroll
       for (int q = 0; q < TPS_MAX_DEVICES; ++q)
-        if (q < h.nranks) storeLine(lines(q, h.rank) + base + i, line);
+        if (q < h.nranks) storeLine(h.sendLines(q, slot, h.rank) + base + i, line);
     }
   }
   bool timed_out = false;
@@ -341,7 +347,7 @@ __global__ void __launch_bounds__(kFusedThreads)
 #pragma unroll
     for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
       if (q >= h.nranks) break;
-      const uint4* from = received(q) + base;
+      const uint4* from = h.receivedLines(slot, q) + base;
       // Eight lines in flight per round: all of a thread's words at width 4096 with 128 threads.
 #pragma unroll
       for (int k0 = 0; k0 < kFusedWords; k0 += 8) {

@@ -2,6 +2,8 @@
 // paths_test - unit tests for src/allreduce/paths.cc: which AllReduce paths work, and why.
 #include "allreduce/paths.h"
 
+#include "allreduce/p2p_algo.h"
+
 #include <gtest/gtest.h>
 
 #include "fixtures.h"
@@ -20,6 +22,23 @@ BackendsBuilt allBuilt() {
   b.host = b.p2p = b.nccl = true;
   b.nccl_version = 22803;
   return b;
+}
+
+TEST(P2pAlgo, SizeAlignmentAndALoweredLLLimitPickTheAlgorithm) {
+  using detail::P2pAlgo;
+  using detail::p2pAlgoFor;
+  EXPECT_EQ(p2pAlgoFor(8 << 10), P2pAlgo::kLL);
+  EXPECT_EQ(p2pAlgoFor(detail::kP2pLLMax), P2pAlgo::kLL);
+  EXPECT_EQ(p2pAlgoFor(detail::kP2pLLMax + 8), P2pAlgo::kOneShot);
+  EXPECT_EQ(p2pAlgoFor(12), P2pAlgo::kOneShot) << "not whole 8-byte words";
+  EXPECT_EQ(p2pAlgoFor(8 << 10, /*aligned8=*/false), P2pAlgo::kOneShot);
+  EXPECT_EQ(p2pAlgoFor(detail::kP2pOneShotMax + 16), P2pAlgo::kTwoShot);
+  EXPECT_EQ(p2pAlgoFor(64 << 20, true, /*aligned16=*/false), P2pAlgo::kOneShot);
+  // TPSCOPE_P2P_LL_MAX lowers the limit: the same rule, so `tpscope topo` and the backend agree.
+  EXPECT_EQ(p2pAlgoFor(256 << 10, true, true, 128 << 10), P2pAlgo::kOneShot);
+  EXPECT_EQ(p2pAlgoFor(128 << 10, true, true, 128 << 10), P2pAlgo::kLL);
+  EXPECT_EQ(p2pAlgoFor(8, true, true, 0), P2pAlgo::kOneShot) << "0 switches LL off";
+  EXPECT_LE(detail::p2pLLMax(), detail::kP2pLLMax) << "never above what the lines are sized for";
 }
 
 TEST(Paths, H200PairUsesNvlinkNotPcieP2p) {
