@@ -17,10 +17,12 @@ enum LayerTensor : uint64_t { kAttnNorm = 0, kWq, kWk, kWv, kWo, kFfnNorm, kWgat
 
 TPS_PARAM_INT(TpGemv, "TPSCOPE_TP_GEMV", 1)
 // The decode attention kernel as a programmatic dependent of the RoPE kernel: 1 on, 0 off, -1 (auto)
-// on except for a tensor-parallel slice. Measured on 2xH200, ms per decode step at ctx 4096, two runs
-// each (docs/PERFORMANCE.md): on / off 8b one GPU 4.275 / 4.323, 32b one GPU 16.797 / 16.902, 8b tensor
-// p2p 2.756 / 2.769, 32b tensor p2p 10.044 / 9.787: it pays on one GPU and costs 2.6 % on 32b's tensor
-// slice (8b's gains 0.5 %), so auto leaves it off for tensor slices. Why 32b's slice loses is not known.
+// on except for a tensor-parallel slice with GQA groups of 8 or more. Measured on 2xH200, ms per
+// decode step at ctx 4096, on / off, two runs each (docs/PERFORMANCE.md): session 3 8b one GPU 4.275 /
+// 4.323, 32b one GPU 16.797 / 16.902; session 4, with the rows-interleaved attention kernel, 8b tensor
+// p2p 2.636 / 2.714 (group 4), 32b tensor p2p 9.717 / 9.489 (group 8). Why 32b's slice loses is not
+// known; triggering the attention only after the QKV projection is done (RoPE's trigger after its
+// wait) did not save it (9.541) and cost everywhere else (8b one GPU 4.233 -> 4.264).
 TPS_PARAM_INT(TpAttnPdl, "TPSCOPE_TP_ATTN_PDL", -1)
 
 uint64_t tensorId(int layer, LayerTensor t) { return static_cast<uint64_t>(layer) * kTensorsPerLayer + t; }
@@ -193,7 +195,7 @@ tpsResult_t Shard::attentionBlock(int layer, int tokens, int pos0) {
   s.capacity = shape_.ctx_capacity, s.q_head_offset = dims_.q_head_off, s.kv_head_offset = dims_.kv_head_off;
   s.rope = config_.rope;
   const int64_t attn_pdl = tpsParamTpAttnPdl();
-  s.pdl = attn_pdl < 0 ? dims_.q_heads == config_.q_heads : attn_pdl != 0;
+  s.pdl = attn_pdl < 0 ? dims_.q_heads == config_.q_heads || dims_.q_heads / dims_.kv_heads < 8 : attn_pdl != 0;
   TPS_EXPECT(pos0 + tokens <= s.capacity, tpsInvalidArgument, "positions up to {} exceed the cache capacity {}",
              pos0 + tokens, s.capacity);
   const int64_t at = int64_t(local(layer)) * dims_.kv_heads * s.capacity * d;
