@@ -95,7 +95,7 @@ class P2pBackend final : public Backend {
   AsyncStatus status_;
   Algo one_, two_;
   // LL one-shot: lines per (slot, sender) for kLLMax bytes, counters per block.
-  std::vector<DeviceBuffer> ll_recv_, ll_counters_;
+  std::vector<DeviceBuffer> ll_recv_, ll_counters_, ll_norm_;
   std::vector<P2pLLHandle> ll_;
   int ll_blocks_ = 0, ll_threads_ = 0;
   bool ll_pdl_ = false;  // launch the LL kernels as programmatic dependents (every GPU sm_90+)
@@ -179,6 +179,7 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
   }
   ll_recv_.resize(n);
   ll_counters_.resize(n);
+  ll_norm_.resize(n);
   ll_.resize(n);
   for (int r = 0; r < n; ++r) {
     DeviceGuard g(devices_[r]);
@@ -186,6 +187,9 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
     TPS_CUDA_CHECK(cudaMemset(ll_recv_[r].get(), 0, ll_recv_[r].bytes()));
     TPS_CHECK(DeviceBuffer::create(devices_[r], ll_blocks_ * sizeof(unsigned long long), &ll_counters_[r]));
     TPS_CUDA_CHECK(cudaMemset(ll_counters_[r].get(), 0, ll_counters_[r].bytes()));
+    // The fused add + norm's per-row counters ([blocks] unsigned, zero) and per-block sums ([blocks] float).
+    TPS_CHECK(DeviceBuffer::create(devices_[r], ll_blocks_ * (sizeof(unsigned) + sizeof(float)), &ll_norm_[r]));
+    TPS_CUDA_CHECK(cudaMemset(ll_norm_[r].get(), 0, ll_norm_[r].bytes()));
   }
   for (int r = 0; r < n; ++r) {
     P2pLLHandle& h = ll_[r];
@@ -193,6 +197,8 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
     for (int q = 0; q < n; ++q) h.recv[q] = ll_recv_[q].as<uint4>();
     h.own = h.recv[r];
     h.counters = ll_counters_[r].as<unsigned long long>();
+    h.norm_done = ll_norm_[r].as<unsigned>();
+    h.norm_part = reinterpret_cast<float*>(h.norm_done + ll_blocks_);
     TPS_CHECK(status_.devicePointer(devices_[r], &h.status));
     h.lines = lines;
     h.timeout_ns = static_cast<unsigned long long>(tuning_.spin_timeout_ms) * 1000000ull;
@@ -221,15 +227,14 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
   return tpsSuccess;
 }
 
-// Fused where the call would take the LL one-shot and a row fits one block: bf16, 8-byte aligned
-// buffers, width a multiple of 4 and at most 4 x kFusedWords x the LL threads, rows <= LL blocks, an
-// LL grid of at most kFusedThreads threads (the default 64 x 128 is), and residual_out apart from
-// residual_in (the kernel's blocks read the whole residual row while each writes its slice).
+// Fused where the call would take the LL one-shot: bf16, 8-byte aligned buffers, width a multiple of
+// 4, rows <= LL blocks (each row needs a block), an LL grid of at most kFusedThreads threads (the
+// default 64 x 128 is), and residual_out apart from residual_in (the row's last block reads the whole
+// new residual row).
 tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) {
   const size_t n = devices_.size();
   bool ok = a.dtype == tpsBfloat16 && p2pAlgoFor(a.bytes(), true, false, ll_max_) == P2pAlgo::kLL && m.width % 4 == 0 &&
-            m.width <= size_t{4} * kFusedWords * ll_threads_ && m.rows <= static_cast<size_t>(ll_blocks_) &&
-            ll_threads_ <= kFusedThreads;
+            m.rows <= static_cast<size_t>(ll_blocks_) && ll_threads_ <= kFusedThreads;
   for (size_t r = 0; r < n && ok; ++r) {
     ok = m.residual_in[r] != m.residual_out[r];
     for (const void* p :

@@ -199,6 +199,8 @@ struct P2pLLHandle {
   uint4* own;
   unsigned long long* counters;  // this rank's sequence per block
   unsigned* status;              // mapped host: [nranks]
+  unsigned* norm_done;           // fused add + norm: blocks of each row done, [blocks]; back to 0 after
+  float* norm_part;              // fused add + norm: each block's sum of squares, [blocks]
   size_t lines;                  // lines per (slot, sender)
   unsigned long long timeout_ns;
   int rank;
@@ -294,15 +296,15 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
 }
 
 // ---- LL one-shot fused with the residual add and RMSNorm that follow it (tpsAllReduceAddRmsNorm) ----
-// Rows are spread over the whole LL grid (blocks per row = blocks / rows), so the sending is as wide
-// as p2pOneShotLL's. Each block sends its slice of its row as LL lines to every rank, itself included,
-// then gathers the whole row from its own receive lines (local memory), so that it can sum the row's
-// squares itself: no block waits for another, and every block of every GPU derives the same sums in
-// the same order. The sum is p2pOneShotLL's (rank order, rounded), residual_out = bf16(residual_in +
-// sum) and normed = bf16(residual_out * rsqrt(mean(residual_out^2) + eps) * weight); a block writes
-// only its slice. residual_in is only read, so it must not be residual_out; partial may be.
-constexpr int kFusedWords = 16;     // 8-byte words of a row per thread: width <= 4 * 16 * threads
-constexpr int kFusedThreads = 256;  // most threads per block: a thread holds 16 words and their sums
+// Rows are spread over the whole LL grid (blocks per row = blocks / rows), and each block does what
+// p2pOneShotLL does for its slice of its row: sends it as LL lines to every peer and waits only for
+// the peers' lines of that slice. It then adds the residual to its slice (residual_out, bit for bit
+// the unfused bf16(residual_in + bf16(sum))) and leaves its slice's sum of squares in norm_part. The
+// row's last block to finish (a counter per row) sums those in block order, so every GPU derives the
+// same scale, and writes the whole row's normed = bf16(residual_out * rsqrt(mean(residual_out^2) +
+// eps) * weight). No block waits for another; the norm costs one block's pass over the row instead
+// of a second kernel. residual_in is only read, so it must not be residual_out; partial may be.
+constexpr int kFusedThreads = 256;  // most threads per block
 
 __global__ void __launch_bounds__(kFusedThreads)
     p2pOneShotLLAddNorm(P2pLLHandle h, const __nv_bfloat16* partial, const __nv_bfloat16* residual_in,
@@ -310,7 +312,8 @@ __global__ void __launch_bounds__(kFusedThreads)
                         int width, float eps) {
   __shared__ unsigned long long seq;
   __shared__ float red[kFusedThreads / 32];
-  pdlTrigger();  // a programmatic dependent (the norm after a decode AllReduce) may be scheduled now
+  __shared__ bool last;
+  pdlTrigger();  // a programmatic dependent (the projection after the norm) may be scheduled now
   pdlWait();     // launched as one (p2p.cu): the input and the counters are earlier kernels' writes
   const int b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;
   if (tid == 0) seq = h.counters[b] + 1;
@@ -324,6 +327,12 @@ __global__ void __launch_bounds__(kFusedThreads)
   const int slice = (words + per_row - 1) / per_row;
   const int s0 = min(words, part * slice), s1 = min(words, s0 + slice);  // this block's words of the row
   const size_t base = static_cast<size_t>(row) * words;
+  union Word {
+    uint2 u;
+    __nv_bfloat16 e[4];
+  };
+  bool timed_out = false;
+  float ss = 0.0f;
   if (active) {
     const uint2* in = reinterpret_cast<const uint2*>(partial) + base;
     for (int i = s0 + tid; i < s1; i += nt) {
@@ -331,97 +340,97 @@ __global__ void __launch_bounds__(kFusedThreads)
       const uint4 line = make_uint4(v.x, s, v.y, s);
 #pragma unroll
       for (int q = 0; q < TPS_MAX_DEVICES; ++q)
-        if (q < h.nranks) storeLine(h.sendLines(q, slot, h.rank) + base + i, line);
-    }
-  }
-  bool timed_out = false;
-  float ss = 0.0f;
-  uint2 r[kFusedWords];
-  if (active) {
-    float acc[kFusedWords][4];
-#pragma unroll
-    for (int k = 0; k < kFusedWords; ++k)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[k][e] = 0.0f;
-    const unsigned long long t0 = globalTimerNs();
-#pragma unroll
-    for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
-      if (q >= h.nranks) break;
-      const uint4* from = h.receivedLines(slot, q) + base;
-      // Eight lines in flight per round: all of a thread's words at width 4096 with 128 threads.
-#pragma unroll
-      for (int k0 = 0; k0 < kFusedWords; k0 += 8) {
-        uint4 got[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k)
-          if (tid + (k0 + k) * nt < words) got[k] = loadLine(from + tid + (k0 + k) * nt);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const int i = tid + (k0 + k) * nt;
-          if (i >= words) break;
-          while (!timed_out && (got[k].y != s || got[k].w != s)) {
-            if (globalTimerNs() - t0 > h.timeout_ns)
-              timed_out = true;
-            else
-              got[k] = loadLine(from + i);
-          }
-          union {
-            uint2 u;
-            __nv_bfloat16 e[4];
-          } in;
-          in.u = make_uint2(got[k].x, got[k].z);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[k0 + k][e] += __bfloat162float(in.e[e]);
-        }
-      }
+        if (q < h.nranks && q != h.rank) storeLine(h.sendLines(q, slot, h.rank) + base + i, line);
     }
     const uint2* res = reinterpret_cast<const uint2*>(residual_in) + base;
+    uint2* out = reinterpret_cast<uint2*>(residual_out) + base;
+    const unsigned long long t0 = globalTimerNs();
+    for (int i = s0 + tid; i < s1 && !timed_out; i += nt) {
+      Word own, got, x;
+      own.u = in[i];
+      float acc[4] = {};
 #pragma unroll
-    for (int k = 0; k < kFusedWords; ++k) {
-      const int i = tid + k * nt;
-      if (i >= words) break;
-      union {
-        uint2 u;
-        __nv_bfloat16 e[4];
-      } x;
+      for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
+        if (q >= h.nranks) break;
+        if (q == h.rank) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[e] += __bfloat162float(own.e[e]);
+          continue;
+        }
+        const uint4* p = h.receivedLines(slot, q) + base + i;
+        uint4 line = loadLine(p);
+        while (line.y != s || line.w != s) {
+          if (globalTimerNs() - t0 > h.timeout_ns) {
+            timed_out = true;
+            break;
+          }
+          line = loadLine(p);
+        }
+        got.u = make_uint2(line.x, line.z);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] += __bfloat162float(got.e[e]);
+      }
+      if (timed_out) break;
       x.u = res[i];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const __nv_bfloat16 sum = __float2bfloat16(acc[k][e]);
+        const __nv_bfloat16 sum = __float2bfloat16(acc[e]);
         x.e[e] = __float2bfloat16(__bfloat162float(x.e[e]) + __bfloat162float(sum));
         const float f = __bfloat162float(x.e[e]);
         ss += f * f;
       }
-      r[k] = x.u;
+      out[i] = x.u;
     }
   }
-  // Every thread reaches the block's barriers, timed out or not.
+  // Every thread reaches the block's barriers, timed out or not; every block of a row counts itself
+  // done, so the row's counter always returns to 0.
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if ((tid & 31) == 0) red[tid >> 5] = ss;
   const bool failed = __syncthreads_or(timed_out);
-  float total = 0.0f;
-  for (int w = 0; w < (nt + 31) / 32; ++w) total += red[w];
-  if (active && !failed) {
+  if (tid == 0 && active) {
+    float total = 0.0f;
+    for (int w = 0; w < (nt + 31) / 32; ++w) total += red[w];
+    h.norm_part[b] = total;
+  }
+  __threadfence();  // this block's residual_out and norm_part before its count
+  __syncthreads();  // (also: red[] is free again for the last block's reduction)
+  if (tid == 0) last = active && atomicAdd(&h.norm_done[row], 1u) == static_cast<unsigned>(per_row - 1);
+  __syncthreads();
+  if (last) {
+    __threadfence();
+    // The row's total: thread p takes block p's sum, then a fixed reduction tree (the same on every
+    // GPU, so every GPU gets the same scale).
+    float t = 0.0f;
+    for (int p = tid; p < per_row; p += nt) t += __ldcg(h.norm_part + row * per_row + p);
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    __syncwarp();
+    if ((tid & 31) == 0) red[tid >> 5] = t;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < (nt + 31) / 32; ++w) total += red[w];
     const float inv = rsqrtf(total / width + eps);
-    uint2* out = reinterpret_cast<uint2*>(residual_out) + base;
-    uint2* nrm = reinterpret_cast<uint2*>(normed) + base;
-    const uint2* wt = reinterpret_cast<const uint2*>(weight);
+    if (weight != nullptr && !failed) {
+      const uint2* out = reinterpret_cast<const uint2*>(residual_out) + base;
+      const uint2* wt = reinterpret_cast<const uint2*>(weight);
+      uint2* nrm = reinterpret_cast<uint2*>(normed) + base;
+      // Eight words per thread per round, all loads first (one wait on L2, not eight).
+      for (int i0 = tid; i0 < words; i0 += 8 * nt) {
+        Word x[8], g[8];
 #pragma unroll
-    for (int k = 0; k < kFusedWords; ++k) {
-      const int i = tid + k * nt;
-      if (i >= words) break;
-      if (i < s0 || i >= s1) continue;
-      out[i] = r[k];
-      if (weight == nullptr) continue;
-      union {
-        uint2 u;
-        __nv_bfloat16 e[4];
-      } x, g, o;
-      x.u = r[k], g.u = wt[i];
+        for (int k = 0; k < 8; ++k)
+          if (i0 + k * nt < words) x[k].u = __ldcg(out + i0 + k * nt), g[k].u = wt[i0 + k * nt];  // past L1
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o.e[e] = __float2bfloat16(__bfloat162float(x.e[e]) * inv * __bfloat162float(g.e[e]));
-      nrm[i] = o.u;
+        for (int k = 0; k < 8; ++k) {
+          if (i0 + k * nt >= words) break;
+          Word o;
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            o.e[e] = __float2bfloat16(__bfloat162float(x[k].e[e]) * inv * __bfloat162float(g[k].e[e]));
+          nrm[i0 + k * nt] = o.u;
+        }
+      }
     }
+    if (tid == 0) h.norm_done[row] = 0;
   }
   if (timed_out) reportTimeout(h.status, h.rank);
   __syncthreads();
