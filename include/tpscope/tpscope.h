@@ -122,9 +122,9 @@ tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* 
  * bit-identical on every GPU. weight NULL: the add alone (normed unused). partial's contents after
  * the call are unspecified, and residual_out may be partial itself (a caller then swaps the two
  * buffers' roles). One kernel where the chosen backend has it (p2p; bf16; a message its LL one-shot
- * takes; rows <= its LL blocks; width a multiple of 4 within one block's reach; residual_out apart
- * from residual_in); otherwise tpsUnavailable with nothing enqueued, and the caller runs the
- * reduction, the add and the norm itself. Arguments as tpsAllReduceWith, plus tpsInvalidArgument
+ * takes; rows <= its LL blocks; width a multiple of 4 within one block's reach; with a weight,
+ * residual_out apart from residual_in: the add alone may update the residual in place); otherwise
+ * tpsUnavailable with nothing enqueued, and the caller runs the reduction, the add and the norm itself. Arguments as tpsAllReduceWith, plus tpsInvalidArgument
  * for a NULL residual (or weight / normed) pointer or a non-positive eps. */
 tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backend, void* const* partial,
                                    const void* const* residual_in, void* const* residual_out,

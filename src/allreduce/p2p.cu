@@ -44,6 +44,10 @@ TPS_PARAM_INT(P2pLLThreads, "TPSCOPE_P2P_LL_THREADS", 128)
 // waiting (pdlWait, common/pdl.cuh) when the kernel before them on the caller's stream ends, instead of
 // being launched then. 0: ordinary launches.
 TPS_PARAM_INT(P2pPdl, "TPSCOPE_P2P_PDL", 1)
+// 1: the fused AllReduce + add + norm takes one block per row (p2pOneShotLLAddNormRow) where a row fits
+// one block; 0: rows spread over the LL grid, the row's last block normalising (p2pOneShotLLAddNorm).
+// 8b tensor decode with the fused kernel on 2xH200: 2.595 ms/step by row, 2.629 spread.
+TPS_PARAM_INT(P2pFusedRow, "TPSCOPE_P2P_FUSED_ROW", 1)
 // Blocks of the two-shot kernel: enough to keep NVLink busy while some blocks wait on flags. Measured
 // on 2xH200 (graph, 64 MiB-1 GiB): 32 blocks 238 GB/s busbw, 64 blocks 295, 128 blocks 341-344.
 TPS_PARAM_INT(P2pTwoShotBlocks, "TPSCOPE_P2P_BLOCKS", 128)
@@ -222,6 +226,7 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__half>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__nv_bfloat16>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNorm));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNormRow));
   }
   TPS_LOG_INFO("p2p backend: {} GPUs, one-shot up to {} B, two-shot pieces of {} B", n, kOneShotMax, kTwoShotPiece);
   return tpsSuccess;
@@ -229,22 +234,36 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
 
 // Fused where the call would take the LL one-shot: bf16, 8-byte aligned buffers, width a multiple of
 // 4, rows <= LL blocks (each row needs a block), an LL grid of at most kFusedThreads threads (the
-// default 64 x 128 is), and residual_out apart from residual_in (the row's last block reads the whole
-// new residual row).
+// default 64 x 128 is), and, with a norm, residual_out apart from residual_in (the row's last block
+// reads the whole new residual row; the add alone may update the residual in place).
 tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) {
   const size_t n = devices_.size();
   bool ok = a.dtype == tpsBfloat16 && p2pAlgoFor(a.bytes(), true, false, ll_max_) == P2pAlgo::kLL && m.width % 4 == 0 &&
             m.rows <= static_cast<size_t>(ll_blocks_) && ll_threads_ <= kFusedThreads;
   for (size_t r = 0; r < n && ok; ++r) {
-    ok = m.residual_in[r] != m.residual_out[r];
+    ok = m.weight == nullptr || m.residual_in[r] != m.residual_out[r];
     for (const void* p :
          std::initializer_list<const void*>{a.bufs[r], m.residual_in[r], m.residual_out[r],
                                             m.normed ? m.normed[r] : nullptr, m.weight ? m.weight[r] : nullptr})
       ok = ok && reinterpret_cast<uintptr_t>(p) % 8 == 0;
   }
   if (!ok) return tpsUnavailable;
+  // The add alone takes the spread kernel: without a norm it is the LL kernel plus the add.
+  const bool by_row = tpsParamP2pFusedRow() != 0 && m.weight != nullptr &&
+                      m.width / 4 <= static_cast<size_t>(kRowThreads) * kRowWords;
   for (size_t r = 0; r < n; ++r) {
     DeviceGuard g(devices_[r]);
+    if (by_row) {
+      // The whole LL grid, so every block's sequence number advances as in the other LL kernels.
+      TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNormRow, dim3(ll_blocks_), dim3(kRowThreads), a.streams[r],
+                                  ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]),
+                                  static_cast<const __nv_bfloat16*>(m.residual_in[r]),
+                                  static_cast<__nv_bfloat16*>(m.residual_out[r]),
+                                  m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
+                                  m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr,
+                                  static_cast<int>(m.rows), static_cast<int>(m.width), m.eps));
+      continue;
+    }
     TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNorm, dim3(ll_blocks_), dim3(ll_threads_), a.streams[r], ll_[r],
                                 static_cast<const __nv_bfloat16*>(a.bufs[r]),
                                 static_cast<const __nv_bfloat16*>(m.residual_in[r]),

@@ -303,7 +303,9 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
 // row's last block to finish (a counter per row) sums those in block order, so every GPU derives the
 // same scale, and writes the whole row's normed = bf16(residual_out * rsqrt(mean(residual_out^2) +
 // eps) * weight). No block waits for another; the norm costs one block's pass over the row instead
-// of a second kernel. residual_in is only read, so it must not be residual_out; partial may be.
+// of a second kernel. With a norm, residual_in must not be residual_out (the last block reads the
+// whole new row); partial may be. Without one (weight null) each element is read, then written, by
+// one thread, so residual_out may be residual_in (the residual updated in place).
 constexpr int kFusedThreads = 256;  // most threads per block
 
 __global__ void __launch_bounds__(kFusedThreads)
@@ -382,6 +384,12 @@ __global__ void __launch_bounds__(kFusedThreads)
       out[i] = x.u;
     }
   }
+  if (weight == nullptr) {  // the add alone (uniform across the block): no sums of squares, no counter
+    if (timed_out) reportTimeout(h.status, h.rank);
+    __syncthreads();
+    if (tid == 0) h.counters[b] = seq;
+    return;
+  }
   // Every thread reaches the block's barriers, timed out or not; every block of a row counts itself
   // done, so the row's counter always returns to 0.
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -433,6 +441,123 @@ __global__ void __launch_bounds__(kFusedThreads)
     if (tid == 0) h.norm_done[row] = 0;
   }
   if (timed_out) reportTimeout(h.status, h.rank);
+  __syncthreads();
+  if (tid == 0) h.counters[b] = seq;
+}
+
+// ---- the same, one block per row (decode rows of up to kRowThreads x kRowWords words) ----------
+// Block r sends row r as LL lines, receives the peers' lines of that row, adds the residual and keeps
+// the row in registers, so the sum of squares is one block reduction and the norm needs no second
+// pass over memory and no other block: no counter, no fence, no last-block tail. Blocks from `rows` on
+// only advance their sequence number, so every LL counter stays in step with the other LL kernels
+// (launched on the whole LL grid). Results as p2pOneShotLLAddNorm: the new residual bit for bit the
+// unfused one, the same scale on every GPU (the block's reduction order is fixed). residual_out may be
+// residual_in or partial (each word is read before it is written, by the thread that writes it).
+constexpr int kRowThreads = 256, kRowWords = 8;  // rows of up to 8192 bf16
+
+__global__ void __launch_bounds__(kRowThreads)
+    p2pOneShotLLAddNormRow(P2pLLHandle h, const __nv_bfloat16* partial, const __nv_bfloat16* residual_in,
+                           __nv_bfloat16* residual_out, const __nv_bfloat16* weight, __nv_bfloat16* normed, int rows,
+                           int width, float eps) {
+  __shared__ unsigned long long seq;
+  __shared__ float red[kRowThreads / 32];
+  pdlTrigger();  // a programmatic dependent (the projection after the norm) may be scheduled now
+  pdlWait();     // launched as one (p2p.cu): the input and the counters are earlier kernels' writes
+  const int b = blockIdx.x, tid = threadIdx.x;
+  if (tid == 0) seq = h.counters[b] + 1;
+  __syncthreads();
+  const unsigned s = static_cast<unsigned>(seq);
+  const int slot = static_cast<int>(seq & 1);
+  union Word {
+    uint2 u;
+    __nv_bfloat16 e[4];
+  };
+  if (b < rows) {  // uniform in the block
+    const int words = width / 4;
+    const size_t base = static_cast<size_t>(b) * words;
+    const uint2* in = reinterpret_cast<const uint2*>(partial) + base;
+    const uint2* res = reinterpret_cast<const uint2*>(residual_in) + base;
+    Word own[kRowWords], x[kRowWords], g[kRowWords];
+#pragma unroll
+    for (int k = 0; k < kRowWords; ++k) {
+      const int i = tid + k * kRowThreads;
+      if (i >= words) break;
+      own[k].u = in[i];
+      const uint4 line = make_uint4(own[k].u.x, s, own[k].u.y, s);
+#pragma unroll
+      for (int q = 0; q < TPS_MAX_DEVICES; ++q)
+        if (q < h.nranks && q != h.rank) storeLine(h.sendLines(q, slot, h.rank) + base + i, line);
+    }
+    // The residual and the norm weight are loaded while the peers' lines travel.
+#pragma unroll
+    for (int k = 0; k < kRowWords; ++k) {
+      const int i = tid + k * kRowThreads;
+      if (i >= words) break;
+      x[k].u = res[i];
+      if (weight != nullptr) g[k].u = reinterpret_cast<const uint2*>(weight)[i];
+    }
+    bool timed_out = false;
+    float ss = 0.0f;
+    const unsigned long long t0 = globalTimerNs();
+    uint2* out = reinterpret_cast<uint2*>(residual_out) + base;
+#pragma unroll
+    for (int k = 0; k < kRowWords; ++k) {
+      const int i = tid + k * kRowThreads;
+      if (i >= words || timed_out) break;
+      float acc[4] = {};
+#pragma unroll
+      for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
+        if (q >= h.nranks) break;
+        Word got;
+        if (q == h.rank) {
+          got = own[k];
+        } else {
+          const uint4* p = h.receivedLines(slot, q) + base + i;
+          uint4 line = loadLine(p);
+          while (line.y != s || line.w != s) {
+            if (globalTimerNs() - t0 > h.timeout_ns) {
+              timed_out = true;
+              break;
+            }
+            line = loadLine(p);
+          }
+          got.u = make_uint2(line.x, line.z);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] += __bfloat162float(got.e[e]);
+      }
+      if (timed_out) break;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const __nv_bfloat16 sum = __float2bfloat16(acc[e]);
+        x[k].e[e] = __float2bfloat16(__bfloat162float(x[k].e[e]) + __bfloat162float(sum));
+        const float f = __bfloat162float(x[k].e[e]);
+        ss += f * f;
+      }
+      out[i] = x[k].u;
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((tid & 31) == 0) red[tid >> 5] = ss;
+    const bool failed = __syncthreads_or(timed_out);
+    if (weight != nullptr && !failed) {
+      float total = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kRowThreads / 32; ++w) total += red[w];
+      const float inv = rsqrtf(total / width + eps);
+      uint2* nrm = reinterpret_cast<uint2*>(normed) + base;
+#pragma unroll
+      for (int k = 0; k < kRowWords; ++k) {
+        const int i = tid + k * kRowThreads;
+        if (i >= words) break;
+        Word o;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          o.e[e] = __float2bfloat16(__bfloat162float(x[k].e[e]) * inv * __bfloat162float(g[k].e[e]));
+        nrm[i] = o.u;
+      }
+    }
+    if (timed_out) reportTimeout(h.status, h.rank);
+  }
   __syncthreads();
   if (tid == 0) h.counters[b] = seq;
 }

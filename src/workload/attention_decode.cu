@@ -16,6 +16,7 @@
 
 #include "workload/kernels.h"
 #include "workload/pdl.cuh"
+#include "workload/rope.cuh"
 
 namespace tpscope::workload {
 
@@ -27,6 +28,8 @@ constexpr int kThreads = 128;  // 4 warps
 __device__ __forceinline__ float bf(const bf16_t* p) {
   return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p));
 }
+__device__ __forceinline__ void store(bf16_t* p, float v) { *reinterpret_cast<__nv_bfloat16*>(p) = __float2bfloat16(v); }
+__device__ __forceinline__ float roundBf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
 // R: a bound on rows (4, 8 or 16), so that each thread's rows are a compile-time count and their
 // accumulations interleave (independent chains, each K / V element loaded once for all of them).
@@ -39,8 +42,8 @@ constexpr int attnMinBlocks(int d, int r) { return (d == 128 && r == 4) || (d ==
 
 template <int D, int R>
 __global__ void __launch_bounds__(kThreads, attnMinBlocks(D, R))
-    attnDecodeKernel(const bf16_t* __restrict__ qkv, const bf16_t* __restrict__ k_cache,
-                     const bf16_t* __restrict__ v_cache, float* __restrict__ partial, AttnShape s) {
+    attnDecodeKernel(const bf16_t* __restrict__ qkv, bf16_t* k_cache, bf16_t* v_cache, float* __restrict__ partial,
+                     AttnShape s) {
   static_assert(R <= kDecodeRows, "rows bound");
   constexpr int kKStride = D + 8;             // padded K rows: conflict-free 16-byte reads across rows
   constexpr int kPairs = D / 2;               // V columns are handled in bf16 pairs
@@ -85,11 +88,38 @@ __global__ void __launch_bounds__(kThreads, attnMinBlocks(D, R))
   const bool early = k0 < k1 && k0 + min(kTile, k1 - k0) <= s.pos0;
   if (early) fetch(k0, min(kTile, k1 - k0));
   pdlWait();
+  const bool rope = s.store_kv && s.rope;
+  if (s.store_kv) {
+    // This step's K (rotated) and V rows that fall in this block's slice go into the cache first, as
+    // ropeStoreKernel would write them; only this block reads them, after the barrier.
+    constexpr int kHalf = D / 2;
+    const int p0 = max(k0, s.pos0), kcol = (s.q_heads + g) * D, vcol = (s.q_heads + s.kv_heads + g) * D;
+    for (int i = tid; i < (k1 - p0) * kHalf; i += kThreads) {
+      const int p = p0 + i / kHalf, e = i % kHalf;
+      const bf16_t* row = qkv + static_cast<int64_t>(p - s.pos0) * width;
+      const int64_t at = (static_cast<int64_t>(g) * s.capacity + p) * D + e;
+      float2 kp = make_float2(bf(row + kcol + e), bf(row + kcol + e + kHalf));
+      if (rope) kp = ropePair(kp.x, kp.y, p, e, D);
+      store(k_cache + at, kp.x), store(k_cache + at + kHalf, kp.y);
+      v_cache[at] = row[vcol + e], v_cache[at + kHalf] = row[vcol + e + kHalf];
+    }
+    __syncthreads();
+  }
   if (!early && k0 < k1) fetch(k0, min(kTile, k1 - k0));
-  // Query rows r = t * group + j (query head g * group + j of token t), pre-scaled, as floats.
+  // Query rows r = t * group + j (query head g * group + j of token t), pre-scaled, as floats; rotated
+  // here (rounded to bf16, as the RoPE kernel stores them) when the kernel applies RoPE itself.
   for (int i = tid; i < rows * D; i += kThreads) {
     const int r = i / D, e = i % D, t = r / group, h = g * group + r % group;
-    qs[r][e] = bf(qkv + static_cast<int64_t>(t) * width + h * D + e) * scale;
+    const bf16_t* q = qkv + static_cast<int64_t>(t) * width + h * D;
+    float v;
+    if (rope) {
+      const int j = e % (D / 2);
+      const float2 rot = ropePair(bf(q + j), bf(q + j + D / 2), s.pos0 + t, j, D);
+      v = roundBf16(e < D / 2 ? rot.x : rot.y);
+    } else {
+      v = bf(q + e);
+    }
+    qs[r][e] = v * scale;
   }
   if (tid < kDecodeRows) row_m[tid] = -INFINITY, row_l[tid] = 0.0f;
   float acc[kRowsPerThread][2];
@@ -224,7 +254,7 @@ bool attentionDecodeApplies(const AttnShape& s) {
   return (d == 32 || d == 64 || d == 128) && s.tokens * (s.q_heads / s.kv_heads) <= kDecodeRows;
 }
 
-cudaError_t launchAttentionDecode(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, float* partial,
+cudaError_t launchAttentionDecode(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, float* partial,
                                   const AttnShape& s, int splits, cudaStream_t stream) {
   const dim3 grid(s.kv_heads, splits), block(kThreads);
   // A programmatic dependent of the RoPE kernel (pdl.cuh) where s.pdl: its first tile of older cache

@@ -2,11 +2,14 @@
 // gemv.cu - the decode GEMM for a few tokens: y[t][n] = sum_k w[n][k] * x[t][k], bf16 in and out.
 //
 // At 1-8 tokens a projection is a pass over its weights (bytes, not FLOPs), so the kernel is built
-// for the memory system: one warp per output row, 16-byte streaming loads of the weight row with four
+// for the memory system: one warp per output row, 16-byte streaming loads of the weight row with eight
 // in flight per lane (split between the gate and up rows in the SwiGLU variant), the token vectors (a few KiB,
 // L1-resident) read beside them, fp32 accumulation and one warp reduction per token at the end. cuBLAS remains the path
 // for prefill-sized batches.
 #include <cuda_bf16.h>
+
+#include <array>
+#include <utility>
 
 #include "workload/kernels.h"
 #include "workload/pdl.cuh"
@@ -65,15 +68,22 @@ __global__ void __launch_bounds__(32 * kGemvWarps)
   pdlTrigger();
   pdlWait();
   for (; i + 32 * (U - 1) < k8; i += 32 * U) {
+    // Each slot is refilled with the next batch's load as soon as it has been used, so loads stay in
+    // flight while the rest of the batch is computed, not only between batches (8b decode on 2xH200:
+    // 4.251 -> 4.153 ms/step on one GPU, 2.588 -> 2.529 tensor).
+    const bool more = i + 32 * U + 32 * (U - 1) < k8;
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+    for (int u = 0; u < U; ++u) {
 #pragma unroll
       for (int t = 0; t < T; ++t) {
         const uint4 xv = __ldg(xr + static_cast<int64_t>(t) * k8 + i + 32 * u);
 #pragma unroll
         for (int r = 0; r < R; ++r) fma8(acc[r][t], wv[r][u], xv);
       }
-    if (i + 32 * U + 32 * (U - 1) < k8) fetch(i + 32 * U);
+      if (more)
+#pragma unroll
+        for (int r = 0; r < R; ++r) wv[r][u] = __ldcs(wr[r] + i + 32 * U + 32 * u);
+    }
   }
   for (; i < k8; i += 32) {
     uint4 wv[R];
@@ -110,27 +120,17 @@ __global__ void __launch_bounds__(32 * kGemvWarps)
   }
 }
 
+// gemvKernel<tokens, R> for tokens 1..kGemvMaxTokens, indexed by tokens - 1.
+template <int R, int... I>
+constexpr auto kernelsByTokens(std::integer_sequence<int, I...>) {
+  return std::array{gemvKernel<I + 1, R>...};
+}
+
 template <int R>
 cudaError_t launchRows(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k, int tokens, cudaStream_t stream) {
+  static constexpr auto kKernels = kernelsByTokens<R>(std::make_integer_sequence<int, kGemvMaxTokens>());
   const dim3 grid((n + kGemvWarps - 1) / kGemvWarps), block(32 * kGemvWarps);
-  switch (tokens) {
-    case 1:
-      return launchPdl(gemvKernel<1, R>, grid, block, stream, w, x, y, n, k);
-    case 2:
-      return launchPdl(gemvKernel<2, R>, grid, block, stream, w, x, y, n, k);
-    case 3:
-      return launchPdl(gemvKernel<3, R>, grid, block, stream, w, x, y, n, k);
-    case 4:
-      return launchPdl(gemvKernel<4, R>, grid, block, stream, w, x, y, n, k);
-    case 5:
-      return launchPdl(gemvKernel<5, R>, grid, block, stream, w, x, y, n, k);
-    case 6:
-      return launchPdl(gemvKernel<6, R>, grid, block, stream, w, x, y, n, k);
-    case 7:
-      return launchPdl(gemvKernel<7, R>, grid, block, stream, w, x, y, n, k);
-    default:
-      return launchPdl(gemvKernel<8, R>, grid, block, stream, w, x, y, n, k);
-  }
+  return launchPdl(kKernels[tokens - 1], grid, block, stream, w, x, y, n, k);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

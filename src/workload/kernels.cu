@@ -11,6 +11,7 @@
 
 #include "workload/kernels.h"
 #include "workload/pdl.cuh"
+#include "workload/rope.cuh"
 
 namespace tpscope::workload {
 
@@ -161,8 +162,8 @@ __global__ void siluMulKernel(const bf16_t* gu, bf16_t* out, int tokens, int ffn
 }
 
 // grid (tokens, ceil(heads x head_dim / 2 / 256)), 256 threads; one thread per pair (i, i + head_dim/2)
-// of one head of one token, over the Q, K and V heads of the QKV row. RoPE (GPT-NeoX layout) rotates
-// the Q and K pairs by pos * 10000^(-2i/head_dim) in place; the K and V pairs then go to the cache.
+// of one head of one token, over the Q, K and V heads of the QKV row. RoPE (ropePair) rotates the Q
+// and K pairs in place; the K and V pairs then go to the cache.
 // One pair per thread keeps every load independent (a loop over pairs would wait out each load).
 __global__ void ropeStoreKernel(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, AttnShape s) {
   pdlTrigger();
@@ -174,17 +175,10 @@ __global__ void ropeStoreKernel(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, A
   bf16_t* h = qkv + static_cast<int64_t>(t) * (s.q_heads + 2 * s.kv_heads) * d + head * d;
   float x0 = load(h + i), x1 = load(h + i + half);
   if (s.rope && head < s.q_heads + s.kv_heads) {
-    // 10000^(-2i/d) as exp2, and the angle reduced to [-pi, pi] before the fast sincos: sincosf on
-    // a raw angle of thousands of radians takes the slow reduction path.
-    const float freq = exp2f(-2.0f * i / d * 13.287712379549449f);  // log2(10000)
-    float a = pos * freq;
-    a -= 6.283185307179586f * rintf(a * 0.15915494309189535f);
-    float sn, cs;
-    __sincosf(a, &sn, &cs);
-    const float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
-    store(h + i, r0);
-    store(h + i + half, r1);
-    x0 = __bfloat162float(__float2bfloat16(r0)), x1 = __bfloat162float(__float2bfloat16(r1));  // as stored
+    const float2 r = ropePair(x0, x1, pos, i, d);
+    store(h + i, r.x);
+    store(h + i + half, r.y);
+    x0 = __bfloat162float(__float2bfloat16(r.x)), x1 = __bfloat162float(__float2bfloat16(r.y));  // as stored
   }
   if (head < s.q_heads) return;
   const bool is_k = head < s.q_heads + s.kv_heads;
@@ -365,8 +359,9 @@ cudaError_t launchRopeAndStore(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, co
   return launchPdl(ropeStoreKernel, dim3(s.tokens, (pairs + 255) / 256), dim3(256), stream, qkv, k_cache, v_cache, s);
 }
 
-cudaError_t launchAttention(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, bf16_t* out,
-                            float* partial, const AttnShape& s, cudaStream_t stream) {
+cudaError_t launchAttention(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, bf16_t* out, float* partial,
+                            const AttnShape& s, cudaStream_t stream) {
+  if (s.store_kv && !attentionDecodeApplies(s)) return cudaErrorInvalidValue;
   if (attentionDecodeApplies(s)) {
     const int splits = attentionDecodeSplits(s.kv_heads, s.pos0 + s.tokens);
     if (cudaError_t e = launchAttentionDecode(qkv, k_cache, v_cache, partial, s, splits, stream); e != cudaSuccess)

@@ -43,8 +43,12 @@ struct AttnShape {
   int capacity = 0;                           // positions the cache holds
   int q_head_offset = 0, kv_head_offset = 0;  // global index of the first local head (RoPE is per position only)
   bool rope = true;
-  // The decode attention kernel launched as a programmatic dependent of the RoPE kernel (pdl.cuh).
+  // The decode attention kernel launched as a programmatic dependent of the kernel before it (pdl.cuh).
   bool pdl = true;
+  // The decode attention kernel applies RoPE itself (to Q, and to this step's K) and stores this step's
+  // K and V into the cache: no launchRopeAndStore before it, and qkv is left unrotated. Only where
+  // attentionDecodeApplies; launchAttention refuses it otherwise.
+  bool store_kv = false;
 };
 
 // Applies RoPE to the Q and K parts of qkv ([tokens][(q_heads + 2 kv_heads) head_dim]), then copies K and
@@ -53,8 +57,8 @@ cudaError_t launchRopeAndStore(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, co
 
 // Causal grouped-query attention: query token t (position pos0 + t) attends cache positions 0..pos0 + t.
 // out is [tokens][q_heads head_dim]. `partial` is fp32 scratch of attentionScratchFloats(...) floats.
-cudaError_t launchAttention(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, bf16_t* out,
-                            float* partial, const AttnShape& s, cudaStream_t stream);
+cudaError_t launchAttention(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, bf16_t* out, float* partial,
+                            const AttnShape& s, cudaStream_t stream);
 
 // Decode projections (gemv.cu): y[t][n] = sum_k w[n][k] * x[t][k] for 1..kGemvMaxTokens tokens, x
 // [tokens][k], y [tokens][n]; fp32 accumulation. gemvApplies says whether the shape and alignment
@@ -81,7 +85,7 @@ constexpr int kDecodeRows = 16;
 constexpr int kMaxDecodeSplits = 128;
 bool attentionDecodeApplies(const AttnShape& s);
 int attentionDecodeSplits(int kv_heads, int keys);
-cudaError_t launchAttentionDecode(const bf16_t* qkv, const bf16_t* k_cache, const bf16_t* v_cache, float* partial,
+cudaError_t launchAttentionDecode(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, float* partial,
                                   const AttnShape& s, int splits, cudaStream_t stream);
 
 // Scratch floats launchAttention needs for up to `tokens` query tokens, each (token, head, split)

@@ -20,7 +20,8 @@ namespace {
 // (tpsAllReduceAddRmsNorm, p2p). Off by default: on 2xH200 the fused kernel measured slower under
 // graphs than the LL AllReduce followed by the add+norm kernel launched as its programmatic
 // dependent: session 2 (whole-row gather per block) 8b decode 2.956 against 2.729 ms/step; session 4
-// (per-slice waits, the row's last block normalises) 8b 2.698 against 2.637 (docs/PERFORMANCE.md).
+// (per-slice waits, the row's last block normalises) 8b 2.698 against 2.637; session 5 (one block per
+// row) 8b 2.595 against 2.542, 32b 9.410 against 9.311 (docs/PERFORMANCE.md).
 TPS_PARAM_INT(TpFused, "TPSCOPE_TP_FUSED", 0)
 
 // The layer ranges, heads and FFN columns of GPU position `rank`.

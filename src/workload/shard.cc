@@ -24,6 +24,9 @@ TPS_PARAM_INT(TpGemv, "TPSCOPE_TP_GEMV", 1)
 // known; triggering the attention only after the QKV projection is done (RoPE's trigger after its
 // wait) did not save it (9.541) and cost everywhere else (8b one GPU 4.233 -> 4.264).
 TPS_PARAM_INT(TpAttnPdl, "TPSCOPE_TP_ATTN_PDL", -1)
+// 1: the decode attention kernel applies RoPE and stores the step's K and V itself (one kernel fewer
+// per layer); 0: the RoPE kernel runs before it.
+TPS_PARAM_INT(TpAttnRope, "TPSCOPE_TP_ATTN_ROPE", 1)
 
 uint64_t tensorId(int layer, LayerTensor t) { return static_cast<uint64_t>(layer) * kTensorsPerLayer + t; }
 
@@ -201,10 +204,13 @@ tpsResult_t Shard::attentionBlock(int layer, int tokens, int pos0) {
   const int64_t at = int64_t(local(layer)) * dims_.kv_heads * s.capacity * d;
   bf16_t* kc = k_cache_.as<bf16_t>() + at;
   bf16_t* vc = v_cache_.as<bf16_t>() + at;
-  TPS_CUDA_CHECK(launchRopeAndStore(qkv_.as<bf16_t>(), kc, vc, s, stream()));
-  TPS_CHECK(mark("rope + kv store"));
+  s.store_kv = tpsParamTpAttnRope() != 0 && attentionDecodeApplies(s);
+  if (!s.store_kv) {
+    TPS_CUDA_CHECK(launchRopeAndStore(qkv_.as<bf16_t>(), kc, vc, s, stream()));
+    TPS_CHECK(mark("rope + kv store"));
+  }
   TPS_CUDA_CHECK(launchAttention(qkv_.as<bf16_t>(), kc, vc, attn_.as<bf16_t>(), scratch_.as<float>(), s, stream()));
-  TPS_CHECK(mark("attention"));
+  TPS_CHECK(mark(s.store_kv ? "rope + kv store + attention" : "attention"));
   TPS_CHECK(gemm(w.wo, attn_.as<bf16_t>(), partial(), h, dims_.q_heads * d, tokens));
   return mark("proj o", uint64_t(h) * dims_.q_heads * d * 2);
 }

@@ -140,6 +140,42 @@ TEST(AllReduceFusedMultiGpu, P2pMatchesTheUnfusedSequence) {
   EXPECT_EQ(async, tpsSuccess);
 }
 
+// No weight: the reduction and the residual add alone, the residual updated in place (residual_out =
+// residual_in, as folded decode steps call it), bit for bit the unfused sum and add on every GPU.
+TEST(AllReduceFusedMultiGpu, P2pAddsInPlaceWithoutANorm) {
+  TPS_REQUIRE_GPUS(2);
+  const int n = std::min(tpscope::testing::gpuCount(), 8);
+  Gpus g(n);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto [rows, width] : {std::pair<size_t, size_t>{1, 4096}, {4, 5120}, {3, 256}}) {
+    const size_t count = rows * width;
+    PerGpu partial(n, count), residual(n, count);
+    for (int i = 0; i < n; ++i)
+      for (auto& v : partial.host[i]) v = bf(u(rng));
+    for (auto& v : residual.host[0]) v = bf(4 * u(rng));
+    for (int i = 1; i < n; ++i) residual.host[i] = residual.host[0];
+    partial.up(), residual.up();
+    const std::vector<const void*> rin(residual.dev.begin(), residual.dev.end());
+    ASSERT_EQ(tpsAllReduceAddRmsNorm(g.comm, tpsBackendP2p, partial.dev.data(), rin.data(), residual.dev.data(),
+                                     nullptr, nullptr, rows, width, 1e-5f, tpsBfloat16, g.s()),
+              tpsSuccess)
+        << rows << " x " << width;
+    g.sync();
+    std::vector<Bf> want(count);
+    for (size_t i = 0; i < count; ++i) {
+      float acc = 0;
+      for (int r = 0; r < n; ++r) acc += f(partial.host[r][i]);
+      want[i] = bf(f(residual.host[0][i]) + f(bf(acc)));
+    }
+    for (int i = 0; i < n; ++i)
+      EXPECT_TRUE(same(residual.down(i), want)) << rows << " x " << width << ": GPU " << i << " residual";
+  }
+  tpsResult_t async = tpsInternalError;
+  EXPECT_EQ(tpsCommGetAsyncError(g.comm, &async), tpsSuccess);
+  EXPECT_EQ(async, tpsSuccess);
+}
+
 // Shapes and backends without the fused kernel: tpsUnavailable, buffers untouched. Bad input: tpsInvalidArgument.
 TEST(AllReduceFusedMultiGpu, DeclinesWhatItCannotFuseAndRefusesBadInput) {
   TPS_REQUIRE_GPUS(2);

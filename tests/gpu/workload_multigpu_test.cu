@@ -100,7 +100,8 @@ TEST(WorkloadSplits, TensorProfileShowsTheAllReduces) {
   ASSERT_EQ(m->profileForward(1, 32, &ops), tpsSuccess);
   ASSERT_EQ(ops.size(), 2u);
   for (const auto& gpu : ops) {
-    // p2p fuses the reduction with the residual add and norm (tpsAllReduceAddRmsNorm) at decode sizes.
+    // p2p fuses the reduction with the residual add and norm (tpsAllReduceAddRmsNorm) where asked
+    // (TPSCOPE_TP_FUSED=1) at decode sizes.
     int calls = 0;
     for (const auto& t : gpu)
       if (t.op == "allreduce" || t.op == "allreduce + residual + rmsnorm") calls += t.calls;

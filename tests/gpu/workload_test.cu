@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -195,14 +196,20 @@ TEST(Workload, ProfileTimesEveryOp) {
   ASSERT_EQ(ops.size(), 1u);
   std::map<std::string, workload::OpTime> by;
   for (const auto& t : ops[0]) by[t.op] = t;
-  // Decode-sized: the GEMV with its SwiGLU epilogue, and every norm but the first fused with the residual add.
-  for (const char* op : {"proj qkv", "attention", "proj o", "proj gate+up, silu * up", "proj down"}) {
+  // Decode-sized: the GEMV with its SwiGLU epilogue, every norm but the first fused with the residual
+  // add, and RoPE inside the attention kernel unless TPSCOPE_TP_ATTN_ROPE=0 (its own kernel then).
+  const char* rope_env = std::getenv("TPSCOPE_TP_ATTN_ROPE");
+  const bool rope_inside = rope_env == nullptr || std::string(rope_env) != "0";
+  const std::string attention = rope_inside ? "rope + kv store + attention" : "attention";
+  for (const std::string& op : {std::string("proj qkv"), attention, std::string("proj o"),
+                                std::string("proj gate+up, silu * up"), std::string("proj down")}) {
     ASSERT_TRUE(by.count(op)) << op;
     EXPECT_EQ(by[op].calls, c.layers) << op;
     EXPECT_GT(by[op].us, 0) << op;
   }
   EXPECT_EQ(by["rmsnorm"].calls, 1);
   EXPECT_EQ(by["residual add + rmsnorm"].calls, 2 * c.layers);
+  EXPECT_EQ(by.count("rope + kv store"), rope_inside ? 0u : 1u);
   EXPECT_EQ(by["proj down"].bytes, uint64_t(c.layers) * c.hidden * c.ffn * 2);
   EXPECT_EQ(by.count("allreduce"), 0u);
 }
