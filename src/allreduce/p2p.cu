@@ -39,6 +39,11 @@ constexpr size_t kLLMax = kP2pLLMax;
 // The environment overrides both for tuning.
 TPS_PARAM_INT(P2pLLBlocks, "TPSCOPE_P2P_LL_BLOCKS", 64)
 TPS_PARAM_INT(P2pLLThreads, "TPSCOPE_P2P_LL_THREADS", 128)
+// Threads per LL block grow with the message up to this many, one per word of the block's share: the
+// block count (and so every block's sequence number) stays fixed, only the loops' stride changes.
+// Measured on 2xH200 at 256 KiB (graph, bf16): 64 x 128 threads 4.25 µs, 128 x 256 3.79, 132 x 512 3.88
+// (docs/PERFORMANCE.md, session 5). 128: the fixed LL_THREADS of earlier sessions.
+TPS_PARAM_INT(P2pLLThreadsMax, "TPSCOPE_P2P_LL_THREADS_MAX", 512)
 // 1: the LL kernels are launched as programmatic dependents (cudaLaunchAttributeProgrammaticStream-
 // Serialization) on GPUs of compute capability 9.0 and later, so that their blocks are resident and
 // waiting (pdlWait, common/pdl.cuh) when the kernel before them on the caller's stream ends, instead of
@@ -101,7 +106,14 @@ class P2pBackend final : public Backend {
   // LL one-shot: lines per (slot, sender) for kLLMax bytes, counters per block.
   std::vector<DeviceBuffer> ll_recv_, ll_counters_, ll_norm_;
   std::vector<P2pLLHandle> ll_;
-  int ll_blocks_ = 0, ll_threads_ = 0;
+  int ll_blocks_ = 0, ll_threads_ = 0, ll_threads_max_ = 0;
+  // Threads per block of an LL call of `bytes`: one per 8-byte word of a block's share, rounded up to
+  // a warp, within [ll_threads_, ll_threads_max_].
+  int llThreads(size_t bytes) const {
+    const size_t per_block = (bytes / 8 + ll_blocks_ - 1) / ll_blocks_;
+    const size_t warps = (per_block + 31) / 32 * 32;
+    return static_cast<int>(std::clamp<size_t>(warps, ll_threads_, std::max(ll_threads_, ll_threads_max_)));
+  }
   bool ll_pdl_ = false;  // launch the LL kernels as programmatic dependents (every GPU sm_90+)
   size_t ll_max_ = kLLMax;
 };
@@ -171,10 +183,13 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
   const size_t lines = kLLMax / 8;
   ll_blocks_ = static_cast<int>(tpsParamP2pLLBlocks());
   ll_threads_ = static_cast<int>(tpsParamP2pLLThreads());
+  ll_threads_max_ = static_cast<int>(tpsParamP2pLLThreadsMax());
   TPS_EXPECT(ll_blocks_ >= 1 && ll_blocks_ <= 132, tpsInvalidArgument, "TPSCOPE_P2P_LL_BLOCKS={} is outside 1..132",
              ll_blocks_);
   TPS_EXPECT(ll_threads_ >= 32 && ll_threads_ <= kP2pThreads && ll_threads_ % 32 == 0, tpsInvalidArgument,
              "TPSCOPE_P2P_LL_THREADS={} is not a multiple of 32 in 32..{}", ll_threads_, kP2pThreads);
+  TPS_EXPECT(ll_threads_max_ >= 32 && ll_threads_max_ <= kP2pThreads && ll_threads_max_ % 32 == 0, tpsInvalidArgument,
+             "TPSCOPE_P2P_LL_THREADS_MAX={} is not a multiple of 32 in 32..{}", ll_threads_max_, kP2pThreads);
   ll_pdl_ = tpsParamP2pPdl() != 0;
   for (int d : devices_) {
     int major = 0;
@@ -305,8 +320,8 @@ tpsResult_t P2pBackend::run(const CallArgs& a) {
   if (algo == P2pAlgo::kLL) {
     for (size_t r = 0; r < n; ++r) {
       DeviceGuard g(devices_[r]);
-      TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLL<T>, dim3(ll_blocks_), dim3(ll_threads_), a.streams[r], ll_[r],
-                                  static_cast<T*>(a.bufs[r]), a.count));
+      TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLL<T>, dim3(ll_blocks_), dim3(llThreads(a.bytes())), a.streams[r],
+                                  ll_[r], static_cast<T*>(a.bufs[r]), a.count));
     }
     return tpsSuccess;
   }
