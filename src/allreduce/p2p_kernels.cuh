@@ -230,6 +230,37 @@ __device__ inline uint4 loadLine(const uint4* p) {
   return v;
 }
 
+// Word w of an LL call summed over the ranks in rank order into acc: this rank's part from `own`, each
+// peer's from the line it wrote into this rank's memory, polled until both flags read s. False when a
+// peer's line has not come within the timeout (counted from t0). Every kernel that sums LL lines does it
+// here, so the order of the sum, and so the bits of the result, are the same in all of them.
+template <typename T>
+__device__ __forceinline__ bool sumLLWord(const P2pLLHandle& h, int slot, unsigned s, size_t w, uint2 own,
+                                          unsigned long long t0, float (&acc)[8 / sizeof(T)]) {
+  union {
+    uint2 u;
+    T e[8 / sizeof(T)];
+  } in;
+#pragma unroll
+  for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
+    if (q >= h.nranks) break;
+    if (q == h.rank) {
+      in.u = own;
+    } else {
+      const uint4* p = h.receivedLines(slot, q) + w;
+      uint4 line = loadLine(p);
+      while (line.y != s || line.w != s) {
+        if (globalTimerNs() - t0 > h.timeout_ns) return false;
+        line = loadLine(p);
+      }
+      in.u = make_uint2(line.x, line.z);
+    }
+#pragma unroll
+    for (int k = 0; k < static_cast<int>(8 / sizeof(T)); ++k) acc[k] += Elem<T>::toFloat(in.e[k]);
+  }
+  return true;
+}
+
 // `count` elements whose bytes are a multiple of 8, buffers 8-byte aligned; words of 8 bytes.
 template <typename T>
 __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* buf, size_t count) {
@@ -257,35 +288,17 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
   }
   bool timed_out = false;
   const unsigned long long t0 = globalTimerNs();
-  for (size_t w = w0 + tid; w < w1 && !timed_out; w += blockDim.x) {
+  for (size_t w = w0 + tid; w < w1; w += blockDim.x) {
     union {
       uint2 u;
       T e[kPerWord];
-    } own, in;
+    } own;
     own.u = io[w];
     float acc[kPerWord] = {};
-#pragma unroll
-    for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
-      if (q >= h.nranks) break;
-      if (q == h.rank) {
-#pragma unroll
-        for (int k = 0; k < kPerWord; ++k) acc[k] += Elem<T>::toFloat(own.e[k]);
-        continue;
-      }
-      const uint4* p = h.receivedLines(slot, q) + w;
-      uint4 line = loadLine(p);
-      while (line.y != s || line.w != s) {
-        if (globalTimerNs() - t0 > h.timeout_ns) {
-          timed_out = true;
-          break;
-        }
-        line = loadLine(p);
-      }
-      in.u = make_uint2(line.x, line.z);
-#pragma unroll
-      for (int k = 0; k < kPerWord; ++k) acc[k] += Elem<T>::toFloat(in.e[k]);
+    if (!sumLLWord<T>(h, slot, s, w, own.u, t0, acc)) {
+      timed_out = true;
+      break;
     }
-    if (timed_out) break;
 #pragma unroll
     for (int k = 0; k < kPerWord; ++k) own.e[k] = Elem<T>::fromFloat(acc[k]);
     io[w] = own.u;
@@ -347,32 +360,14 @@ __global__ void __launch_bounds__(kFusedThreads)
     const uint2* res = reinterpret_cast<const uint2*>(residual_in) + base;
     uint2* out = reinterpret_cast<uint2*>(residual_out) + base;
     const unsigned long long t0 = globalTimerNs();
-    for (int i = s0 + tid; i < s1 && !timed_out; i += nt) {
-      Word own, got, x;
+    for (int i = s0 + tid; i < s1; i += nt) {
+      Word own, x;
       own.u = in[i];
       float acc[4] = {};
-#pragma unroll
-      for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
-        if (q >= h.nranks) break;
-        if (q == h.rank) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[e] += __bfloat162float(own.e[e]);
-          continue;
-        }
-        const uint4* p = h.receivedLines(slot, q) + base + i;
-        uint4 line = loadLine(p);
-        while (line.y != s || line.w != s) {
-          if (globalTimerNs() - t0 > h.timeout_ns) {
-            timed_out = true;
-            break;
-          }
-          line = loadLine(p);
-        }
-        got.u = make_uint2(line.x, line.z);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[e] += __bfloat162float(got.e[e]);
+      if (!sumLLWord<__nv_bfloat16>(h, slot, s, base + i, own.u, t0, acc)) {
+        timed_out = true;
+        break;
       }
-      if (timed_out) break;
       x.u = res[i];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -503,30 +498,12 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
     for (int k = 0; k < kRowWords; ++k) {
       const int i = tid + k * kRowThreads;
-      if (i >= words || timed_out) break;
+      if (i >= words) break;
       float acc[4] = {};
-#pragma unroll
-      for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
-        if (q >= h.nranks) break;
-        Word got;
-        if (q == h.rank) {
-          got = own[k];
-        } else {
-          const uint4* p = h.receivedLines(slot, q) + base + i;
-          uint4 line = loadLine(p);
-          while (line.y != s || line.w != s) {
-            if (globalTimerNs() - t0 > h.timeout_ns) {
-              timed_out = true;
-              break;
-            }
-            line = loadLine(p);
-          }
-          got.u = make_uint2(line.x, line.z);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[e] += __bfloat162float(got.e[e]);
+      if (!sumLLWord<__nv_bfloat16>(h, slot, s, base + i, own[k].u, t0, acc)) {
+        timed_out = true;
+        break;
       }
-      if (timed_out) break;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const __nv_bfloat16 sum = __float2bfloat16(acc[e]);
