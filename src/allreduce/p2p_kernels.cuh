@@ -261,6 +261,41 @@ __device__ __forceinline__ bool sumLLWord(const P2pLLHandle& h, int slot, unsign
   return true;
 }
 
+// This rank's word w of an LL call, sent as one line {d0, s, d1, s} into every peer's memory.
+__device__ __forceinline__ void sendLLWord(const P2pLLHandle& h, int slot, unsigned s, size_t w, uint2 v) {
+  const uint4 line = make_uint4(v.x, s, v.y, s);
+#pragma unroll
+  for (int q = 0; q < TPS_MAX_DEVICES; ++q)
+    if (q < h.nranks && q != h.rank) storeLine(h.sendLines(q, slot, h.rank) + w, line);
+}
+
+// Four bf16 values, one LL word, for the fused kernels.
+union Bf16Word {
+  uint2 u;
+  __nv_bfloat16 e[4];
+};
+
+// The fused kernels' residual add of one word: x = bf16(x + bf16(sum)) element by element, the
+// roundings of the unfused AllReduce and add; returns the new word's sum of squares.
+__device__ __forceinline__ float addResidualWord(Bf16Word& x, const float (&sum)[4]) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    x.e[e] = __float2bfloat16(__bfloat162float(x.e[e]) + __bfloat162float(__float2bfloat16(sum[e])));
+    const float f = __bfloat162float(x.e[e]);
+    ss += f * f;
+  }
+  return ss;
+}
+
+// One word of the norm's output: bf16(x * inv * g).
+__device__ __forceinline__ uint2 normWord(const Bf16Word& x, const Bf16Word& g, float inv) {
+  Bf16Word o;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) o.e[e] = __float2bfloat16(__bfloat162float(x.e[e]) * inv * __bfloat162float(g.e[e]));
+  return o.u;
+}
+
 // `count` elements whose bytes are a multiple of 8, buffers 8-byte aligned; words of 8 bytes.
 template <typename T>
 __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* buf, size_t count) {
@@ -280,11 +315,7 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
   const int slot = static_cast<int>(seq & 1);
 
   for (size_t w = w0 + tid; w < w1; w += blockDim.x) {
-    const uint2 v = w == w0 + tid ? first : io[w];
-    const uint4 line = make_uint4(v.x, s, v.y, s);
-#pragma unroll
-    for (int q = 0; q < TPS_MAX_DEVICES; ++q)
-      if (q < h.nranks && q != h.rank) storeLine(h.sendLines(q, slot, h.rank) + w, line);
+    sendLLWord(h, slot, s, w, w == w0 + tid ? first : io[w]);
   }
   bool timed_out = false;
   const unsigned long long t0 = globalTimerNs();
@@ -342,40 +373,23 @@ __global__ void __launch_bounds__(kFusedThreads)
   const int slice = (words + per_row - 1) / per_row;
   const int s0 = min(words, part * slice), s1 = min(words, s0 + slice);  // this block's words of the row
   const size_t base = static_cast<size_t>(row) * words;
-  union Word {
-    uint2 u;
-    __nv_bfloat16 e[4];
-  };
   bool timed_out = false;
   float ss = 0.0f;
   if (active) {
     const uint2* in = reinterpret_cast<const uint2*>(partial) + base;
-    for (int i = s0 + tid; i < s1; i += nt) {
-      const uint2 v = in[i];
-      const uint4 line = make_uint4(v.x, s, v.y, s);
-#pragma unroll
-      for (int q = 0; q < TPS_MAX_DEVICES; ++q)
-        if (q < h.nranks && q != h.rank) storeLine(h.sendLines(q, slot, h.rank) + base + i, line);
-    }
+    for (int i = s0 + tid; i < s1; i += nt) sendLLWord(h, slot, s, base + i, in[i]);
     const uint2* res = reinterpret_cast<const uint2*>(residual_in) + base;
     uint2* out = reinterpret_cast<uint2*>(residual_out) + base;
     const unsigned long long t0 = globalTimerNs();
     for (int i = s0 + tid; i < s1; i += nt) {
-      Word own, x;
-      own.u = in[i];
       float acc[4] = {};
-      if (!sumLLWord<__nv_bfloat16>(h, slot, s, base + i, own.u, t0, acc)) {
+      if (!sumLLWord<__nv_bfloat16>(h, slot, s, base + i, in[i], t0, acc)) {
         timed_out = true;
         break;
       }
+      Bf16Word x;
       x.u = res[i];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const __nv_bfloat16 sum = __float2bfloat16(acc[e]);
-        x.e[e] = __float2bfloat16(__bfloat162float(x.e[e]) + __bfloat162float(sum));
-        const float f = __bfloat162float(x.e[e]);
-        ss += f * f;
-      }
+      ss += addResidualWord(x, acc);
       out[i] = x.u;
     }
   }
@@ -412,24 +426,20 @@ __global__ void __launch_bounds__(kFusedThreads)
     float total = 0.0f;
     for (int w = 0; w < (nt + 31) / 32; ++w) total += red[w];
     const float inv = rsqrtf(total / width + eps);
-    if (weight != nullptr && !failed) {
+    if (!failed) {  // (weight is set: the add alone returned above)
       const uint2* out = reinterpret_cast<const uint2*>(residual_out) + base;
       const uint2* wt = reinterpret_cast<const uint2*>(weight);
       uint2* nrm = reinterpret_cast<uint2*>(normed) + base;
       // Eight words per thread per round, all loads first (one wait on L2, not eight).
       for (int i0 = tid; i0 < words; i0 += 8 * nt) {
-        Word x[8], g[8];
+        Bf16Word x[8], g[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k)
           if (i0 + k * nt < words) x[k].u = __ldcg(out + i0 + k * nt), g[k].u = wt[i0 + k * nt];  // past L1
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           if (i0 + k * nt >= words) break;
-          Word o;
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            o.e[e] = __float2bfloat16(__bfloat162float(x[k].e[e]) * inv * __bfloat162float(g[k].e[e]));
-          nrm[i0 + k * nt] = o.u;
+          nrm[i0 + k * nt] = normWord(x[k], g[k], inv);
         }
       }
     }
@@ -463,25 +473,19 @@ __global__ void __launch_bounds__(kRowThreads)
   __syncthreads();
   const unsigned s = static_cast<unsigned>(seq);
   const int slot = static_cast<int>(seq & 1);
-  union Word {
-    uint2 u;
-    __nv_bfloat16 e[4];
-  };
   if (b < rows) {  // uniform in the block
     const int words = width / 4;
     const size_t base = static_cast<size_t>(b) * words;
     const uint2* in = reinterpret_cast<const uint2*>(partial) + base;
     const uint2* res = reinterpret_cast<const uint2*>(residual_in) + base;
-    Word own[kRowWords], x[kRowWords], g[kRowWords];
+    uint2 own[kRowWords];
+    Bf16Word x[kRowWords], g[kRowWords];
 #pragma unroll
     for (int k = 0; k < kRowWords; ++k) {
       const int i = tid + k * kRowThreads;
       if (i >= words) break;
-      own[k].u = in[i];
-      const uint4 line = make_uint4(own[k].u.x, s, own[k].u.y, s);
-#pragma unroll
-      for (int q = 0; q < TPS_MAX_DEVICES; ++q)
-        if (q < h.nranks && q != h.rank) storeLine(h.sendLines(q, slot, h.rank) + base + i, line);
+      own[k] = in[i];
+      sendLLWord(h, slot, s, base + i, own[k]);
     }
     // The residual and the norm weight are loaded while the peers' lines travel.
 #pragma unroll
@@ -500,17 +504,11 @@ __global__ void __launch_bounds__(kRowThreads)
       const int i = tid + k * kRowThreads;
       if (i >= words) break;
       float acc[4] = {};
-      if (!sumLLWord<__nv_bfloat16>(h, slot, s, base + i, own[k].u, t0, acc)) {
+      if (!sumLLWord<__nv_bfloat16>(h, slot, s, base + i, own[k], t0, acc)) {
         timed_out = true;
         break;
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const __nv_bfloat16 sum = __float2bfloat16(acc[e]);
-        x[k].e[e] = __float2bfloat16(__bfloat162float(x[k].e[e]) + __bfloat162float(sum));
-        const float f = __bfloat162float(x[k].e[e]);
-        ss += f * f;
-      }
+      ss += addResidualWord(x[k], acc);
       out[i] = x[k].u;
     }
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -526,11 +524,7 @@ __global__ void __launch_bounds__(kRowThreads)
       for (int k = 0; k < kRowWords; ++k) {
         const int i = tid + k * kRowThreads;
         if (i >= words) break;
-        Word o;
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          o.e[e] = __float2bfloat16(__bfloat162float(x[k].e[e]) * inv * __bfloat162float(g[k].e[e]));
-        nrm[i] = o.u;
+        nrm[i] = normWord(x[k], g[k], inv);
       }
     }
     if (timed_out) reportTimeout(h.status, h.rank);

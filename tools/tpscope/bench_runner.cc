@@ -68,6 +68,8 @@ AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes
     if (Meter::start(mo, &meter_, &reason) != tpsSuccess) {
       TPS_LOG_WARN("the meter cannot run ({}); the pcie/nvl columns show N/A", reason);
       meter_.reset();
+    } else {
+      unread_.assign(meter_->gpus().size(), {});
     }
   }
   tpsConfig_t defaults;
@@ -221,16 +223,27 @@ CheckCounts AllReduceBench::check(tpsBackend_t backend, tpsDataType_t dtype, siz
   return checkResults(kBenchSeed, dtype, count, results);
 }
 
-// Waits until every counter group that a GPU supports has a good read that began after `after_ns`
-// (at most `limit_ms`) and returns the earliest of those reads' times (t_ns), or nullopt when one
-// has none by then; that group is then not waited for again (a group whose reads fail would
-// otherwise cost the limit three times per row) and its columns show N/A. A read must *begin*
-// after the moment, not merely be stamped after it: an NVLink read takes 15-30 ms on H200 (one
-// field per link, the links one after another), and a read that spans the calls sums links read
-// before them with links read after.
+bool AllReduceBench::awaited(size_t g, MeterGroup group) const {
+  if (unread_[g][static_cast<int>(group)]) return false;
+  for (int c = 0; c < kMeterCounters; ++c)
+    if (groupOf(static_cast<MeterCounter>(c)) == group && meter_->gpus()[g].supported[c]) return true;
+  return false;
+}
+
+void AllReduceBench::giveUp(size_t g, MeterGroup group, int limit_ms) {
+  unread_[g][static_cast<int>(group)] = true;
+  TPS_LOG_WARN("the meter read no {} counters of GPU {} for {} ms; those columns show N/A from here on",
+               meterGroupName(group), meter_->gpus()[g].index, limit_ms);
+}
+
+// Waits until every awaited counter group has a good read that began after `after_ns` (at most
+// `limit_ms`) and returns the earliest of those reads' times (t_ns), or nullopt when one has none by
+// then; that group is then given up (a group whose reads fail would otherwise cost the limit three
+// times per row) and its columns show N/A. A read must *begin* after the moment, not merely be
+// stamped after it: an NVLink read takes 15-30 ms on H200 (one field per link, the links one after
+// another), and a read that spans the calls sums links read before them with links read after.
 std::optional<int64_t> AllReduceBench::readSince(int64_t after_ns, int limit_ms) {
   const size_t ngpu = meter_->gpus().size();
-  if (unread_.size() != ngpu) unread_.assign(ngpu, {});
   const int64_t give_up = Meter::now() + int64_t{limit_ms} * 1000000;
   for (;;) {
     std::vector<std::array<bool, 2>> missing(ngpu);
@@ -238,11 +251,8 @@ std::optional<int64_t> AllReduceBench::readSince(int64_t after_ns, int limit_ms)
     int64_t earliest = INT64_MAX;
     for (size_t g = 0; g < ngpu; ++g) {
       for (MeterGroup group : {MeterGroup::kPcie, MeterGroup::kNvlink}) {
+        if (!awaited(g, group)) continue;
         const int k = static_cast<int>(group);
-        bool wanted = false;
-        for (int c = 0; c < kMeterCounters; ++c)
-          wanted = wanted || (groupOf(static_cast<MeterCounter>(c)) == group && meter_->gpus()[g].supported[c]);
-        if (!wanted || unread_[g][k]) continue;
         const std::optional<MeterSample> r = meter_->latestRead(static_cast<int>(g), group);
         missing[g][k] = !(r && r->t_before_ns > after_ns);
         all = all && !missing[g][k];
@@ -255,11 +265,7 @@ std::optional<int64_t> AllReduceBench::readSince(int64_t after_ns, int limit_ms)
     if (Meter::now() > give_up) {
       for (size_t g = 0; g < ngpu; ++g)
         for (MeterGroup group : {MeterGroup::kPcie, MeterGroup::kNvlink})
-          if (missing[g][static_cast<int>(group)]) {
-            unread_[g][static_cast<int>(group)] = true;
-            TPS_LOG_WARN("the meter read no {} counters of GPU {} for {} ms; those columns show N/A from here on",
-                         meterGroupName(group), meter_->gpus()[g].index, limit_ms);
-          }
+          if (missing[g][static_cast<int>(group)]) giveUp(g, group, limit_ms);
       return std::nullopt;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -272,8 +278,7 @@ std::optional<int64_t> AllReduceBench::readSince(int64_t after_ns, int limit_ms)
 // subtracted, down to 0 bytes per call at 256 MiB). PCIe does not trail this way.
 bool AllReduceBench::nvlinkSettled(int limit_ms) {
   const size_t ngpu = meter_->gpus().size();
-  if (unread_.size() != ngpu) unread_.assign(ngpu, {});
-  const int k = static_cast<int>(MeterGroup::kNvlink);
+  constexpr int kTx = static_cast<int>(MeterCounter::kNvlinkTx), kRx = static_cast<int>(MeterCounter::kNvlinkRx);
   std::vector<std::optional<MeterSample>> prev(ngpu);
   std::vector<bool> still(ngpu, false);
   std::vector<int> newer(ngpu, 0);  // good reads seen after the first one of this wait
@@ -281,17 +286,11 @@ bool AllReduceBench::nvlinkSettled(int limit_ms) {
   for (;;) {
     bool all = true;
     for (size_t g = 0; g < ngpu; ++g) {
-      const MeterGpu& gpu = meter_->gpus()[g];
-      if (unread_[g][k] || !(gpu.supported[static_cast<int>(MeterCounter::kNvlinkTx)] ||
-                             gpu.supported[static_cast<int>(MeterCounter::kNvlinkRx)]))
-        continue;
+      if (!awaited(g, MeterGroup::kNvlink)) continue;
       const std::optional<MeterSample> r = meter_->latestRead(static_cast<int>(g), MeterGroup::kNvlink);
       if (r && (!prev[g] || r->t_before_ns > prev[g]->t_before_ns)) {
         if (prev[g]) ++newer[g];
-        still[g] = prev[g] && r->bytes[static_cast<int>(MeterCounter::kNvlinkTx)] ==
-                                  prev[g]->bytes[static_cast<int>(MeterCounter::kNvlinkTx)] &&
-                   r->bytes[static_cast<int>(MeterCounter::kNvlinkRx)] ==
-                       prev[g]->bytes[static_cast<int>(MeterCounter::kNvlinkRx)];
+        still[g] = prev[g] && r->bytes[kTx] == prev[g]->bytes[kTx] && r->bytes[kRx] == prev[g]->bytes[kRx];
         prev[g] = r;
       }
       all = all && still[g];
@@ -300,11 +299,7 @@ bool AllReduceBench::nvlinkSettled(int limit_ms) {
     if (Meter::now() > give_up) {
       // A GPU whose NVLink counters gave no good read in all that time is not waited for again.
       for (size_t g = 0; g < ngpu; ++g)
-        if (!still[g] && !unread_[g][k] && newer[g] == 0) {
-          unread_[g][k] = true;
-          TPS_LOG_WARN("the meter read no nvlink counters of GPU {} for {} ms; those columns show N/A from here on",
-                       meter_->gpus()[g].index, limit_ms);
-        }
+        if (!still[g] && awaited(g, MeterGroup::kNvlink) && newer[g] == 0) giveUp(g, MeterGroup::kNvlink, limit_ms);
       return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -66,6 +66,10 @@ class AllReduceBench {
   MeteredBytes metered(tpsBackend_t backend, tpsDataType_t dtype, size_t count, double us_per_call);
   std::optional<int64_t> readSince(int64_t after_ns, int limit_ms);
   bool nvlinkSettled(int limit_ms);
+  // Whether the edges wait for `group` of GPU g: it has a counter of that group, not yet given up on.
+  bool awaited(size_t g, MeterGroup group) const;
+  // No good read of `group` on GPU g within limit_ms: not waited for again, its columns N/A (warns).
+  void giveUp(size_t g, MeterGroup group, int limit_ms);
 
   BenchOptions options_;
   std::vector<int> devices_;
