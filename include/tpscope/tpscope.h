@@ -131,6 +131,54 @@ tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backend, void* c
                                    const void* const* weight, void* const* normed, size_t rows, size_t width,
                                    float eps, tpsDataType_t dtype, const tpsStream_t* streams);
 
+/* ---- Pushed reductions: the producing kernel sends, the reduction only waits and sums ---------
+ * At decode sizes a reduction's cost is its kernel boundary: the kernel that makes the partial ends,
+ * the reduction's kernel starts, sends, waits for the peers. A caller that writes its own producing
+ * kernel (a projection) can instead send each finished 8-byte word of the partial to the peers from
+ * that kernel, as it is computed, through a push channel; the reduction it then enqueues
+ * (tpsAllReducePushedAddRmsNorm) only polls for the peers' words in its own memory and sums. The
+ * lines and sequence numbers are those of the p2p backend's LL one-shot, so pushed and ordinary calls
+ * may alternate on one communicator.
+ *
+ * Sending word w (elements 4i..4i+3 of row `row`, w = row x width / 4 + i), from a kernel that has
+ * waited for the work before it on its stream (the sequence numbers are the previous call's writes):
+ *   seq  = counters[row] + 1                      (64-bit load from device memory, past L1)
+ *   line = {d.x, (u32)seq, d.y, (u32)seq}         (d: the word's 8 bytes as two u32)
+ *   for every rank q != rank: one 16-byte volatile store of line to
+ *        (uint4*)lines[q] + ((seq & 1) x nranks + rank) x lines_per_sender + w
+ * One store carries the data and the sequence number together, so the receiver knows a line is whole
+ * and of this call when both flags read seq. tpscope's own kernels do it with pushWord
+ * (src/allreduce/push.cuh). */
+
+/* The device-side address book of one GPU's pushes, passed by value to the producing kernel. */
+typedef struct {
+  void* lines[TPS_MAX_DEVICES];        /* each rank's receive lines (device memory of that rank) */
+  const unsigned long long* counters;  /* this rank's sequence number per row (device memory) */
+  unsigned long long lines_per_sender; /* lines per (slot, sender) */
+  int rank;                            /* this GPU's position in the communicator */
+  int nranks;
+  int max_rows;                 /* rows per pushed call */
+  int max_width;                /* elements per row (bf16), a multiple of 4 */
+  unsigned long long max_words; /* 8-byte words per pushed call: rows x width / 4 at most */
+} tpsPushChannel_t;
+
+/* The push channel of the GPU at position `rank`: tpsUnavailable when the communicator has no p2p
+ * backend (or the channel is switched off with TPSCOPE_P2P_PUSH=0), tpsInvalidArgument for a NULL
+ * pointer or a rank outside 0..N-1. */
+tpsResult_t tpsCommGetPushChannel(tpsComm_t comm, int rank, tpsPushChannel_t* channel);
+
+/* As tpsAllReduceAddRmsNorm on the p2p backend, for a call whose partials every GPU has already sent
+ * through its push channel (above), word w = row x width / 4 + i holding elements 4i..4i+3 of row `row`, each word of
+ * every row exactly once, from a kernel enqueued on streams[i] before this call with nothing of this
+ * communicator between them. partial[i] must hold the same values (the GPU's own part is read from it).
+ * bf16 only; rows <= max_rows, width a multiple of 4 <= max_width; residual_out may be residual_in (the
+ * residual updated in place) or partial. Arguments as tpsAllReduceAddRmsNorm; tpsUnavailable when the
+ * communicator has no push channel. A GPU whose peer never pushes reports tpsTimeout as any p2p call. */
+tpsResult_t tpsAllReducePushedAddRmsNorm(tpsComm_t comm, void* const* partial, const void* const* residual_in,
+                                         void* const* residual_out, const void* const* weight, void* const* normed,
+                                         size_t rows, size_t width, float eps, tpsDataType_t dtype,
+                                         const tpsStream_t* streams);
+
 /* Errors that happen after a call returned: tpsTimeout when a kernel gave up waiting for a peer within
  * spin_timeout_ms. Once set the communicator refuses further calls; destroy it. Reads host memory only
  * (no synchronisation); call it after synchronising the streams to see everything enqueued so far. */

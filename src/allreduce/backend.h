@@ -33,6 +33,7 @@ struct NormArgs {
   void* const* normed;             // [ndev] rows x width, written when weight is given
   size_t rows = 0, width = 0;
   float eps = 0;
+  bool pushed = false;  // the partials were sent by the caller's kernels (tpsAllReducePushedAddRmsNorm)
 };
 
 // Bytes one GPU moved for one call over the path's medium (see tpsStatsCell_t).
@@ -55,6 +56,9 @@ class Backend {
   // The reduction fused with NormArgs' residual add and RMSNorm, where this backend has such a kernel
   // for the call; tpsUnavailable (nothing enqueued) where it has not, and the caller runs them apart.
   virtual tpsResult_t allReduceAddRmsNorm(const CallArgs&, const NormArgs&) { return tpsUnavailable; }
+  // The device-side address book for pushes from rank `rank` (tpsCommGetPushChannel), where this
+  // backend takes pushed calls; tpsUnavailable where it does not.
+  virtual tpsResult_t pushChannel(int /*rank*/, tpsPushChannel_t*) const { return tpsUnavailable; }
   // tpsSuccess, or an error a kernel reported after its call returned (tpsTimeout).
   virtual tpsResult_t asyncError() const { return tpsSuccess; }
 };

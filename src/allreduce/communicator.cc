@@ -282,6 +282,47 @@ extern "C" tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backe
   return r;
 }
 
+extern "C" tpsResult_t tpsCommGetPushChannel(tpsComm_t comm, int rank, tpsPushChannel_t* channel) {
+  TPS_EXPECT(comm != nullptr && channel != nullptr, tpsInvalidArgument, "tpsCommGetPushChannel: NULL argument");
+  TPS_EXPECT(rank >= 0 && rank < static_cast<int>(comm->devices.size()), tpsInvalidArgument,
+             "tpsCommGetPushChannel: rank {} is outside 0..{}", rank, comm->devices.size() - 1);
+  const Backend* b = comm->backends[tpsBackendP2p].get();
+  if (b == nullptr) return tpsUnavailable;  // quiet: the caller reduces the ordinary way
+  return b->pushChannel(rank, channel);
+}
+
+extern "C" tpsResult_t tpsAllReducePushedAddRmsNorm(tpsComm_t comm, void* const* partial,
+                                                    const void* const* residual_in, void* const* residual_out,
+                                                    const void* const* weight, void* const* normed, size_t rows,
+                                                    size_t width, float eps, tpsDataType_t dtype,
+                                                    const tpsStream_t* streams) {
+  TPS_EXPECT(comm != nullptr, tpsInvalidArgument, "tpsAllReducePushedAddRmsNorm: comm is NULL");
+  TPS_EXPECT(rows > 0 && width > 0 && rows <= SIZE_MAX / width, tpsInvalidArgument,
+             "tpsAllReducePushedAddRmsNorm: rows {} x width {} is not a shape", rows, width);
+  TPS_EXPECT(residual_in != nullptr && residual_out != nullptr && (weight == nullptr || normed != nullptr),
+             tpsInvalidArgument,
+             "tpsAllReducePushedAddRmsNorm: residual_in, residual_out (and normed, with a weight) must not be NULL");
+  TPS_EXPECT(eps > 0 || weight == nullptr, tpsInvalidArgument,
+             "tpsAllReducePushedAddRmsNorm: eps must be positive");
+  for (size_t r = 0; r < comm->devices.size(); ++r)
+    TPS_EXPECT(residual_in[r] != nullptr && residual_out[r] != nullptr &&
+                   (weight == nullptr || (weight[r] != nullptr && normed[r] != nullptr)),
+               tpsInvalidArgument,
+               "tpsAllReducePushedAddRmsNorm: a residual, weight or normed pointer of GPU {} is NULL", r);
+  if (checkAsync(comm) != tpsSuccess) return tpsInvalidUsage;
+  const size_t count = rows * width;
+  TPS_CHECK(validateCall(comm, partial, count, dtype, streams));
+  Backend* b = comm->backends[tpsBackendP2p].get();
+  tpsPushChannel_t ch;
+  TPS_EXPECT(b != nullptr && b->pushChannel(0, &ch) == tpsSuccess, tpsUnavailable,
+             "tpsAllReducePushedAddRmsNorm: the communicator has no push channel");
+  CallArgs args{partial, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
+  NormArgs norm{residual_in, residual_out, weight, weight ? normed : nullptr, rows, width, eps, true};
+  TPS_CHECK(b->allReduceAddRmsNorm(args, norm));
+  record(comm, *b, count * tpsDataTypeSize(dtype));
+  return tpsSuccess;
+}
+
 extern "C" tpsResult_t tpsAllReduce(tpsComm_t comm, void* const* bufs, size_t count, tpsDataType_t dtype,
                                     const tpsStream_t* streams) {
   return tpsAllReduceWith(comm, tpsBackendAuto, bufs, count, dtype, streams);

@@ -53,6 +53,9 @@ TPS_PARAM_INT(P2pPdl, "TPSCOPE_P2P_PDL", 1)
 // one block; 0: rows spread over the LL grid, the row's last block normalising (p2pOneShotLLAddNorm).
 // 8b tensor decode with the fused kernel on 2xH200: 2.595 ms/step by row, 2.629 spread.
 TPS_PARAM_INT(P2pFusedRow, "TPSCOPE_P2P_FUSED_ROW", 1)
+// 1: the communicator hands out push channels (tpsCommGetPushChannel) and takes pushed calls; 0: it
+// says tpsUnavailable, and callers reduce the ordinary way (for comparison).
+TPS_PARAM_INT(P2pPush, "TPSCOPE_P2P_PUSH", 1)
 // Blocks of the two-shot kernel: enough to keep NVLink busy while some blocks wait on flags. Measured
 // on 2xH200 (graph, 64 MiB-1 GiB): 32 blocks 238 GB/s busbw, 64 blocks 295, 128 blocks 341-344.
 TPS_PARAM_INT(P2pTwoShotBlocks, "TPSCOPE_P2P_BLOCKS", 128)
@@ -91,9 +94,11 @@ class P2pBackend final : public Backend {
   }
   tpsResult_t asyncError() const override { return status_.error(static_cast<int>(devices_.size())); }
   tpsResult_t allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) override;
+  tpsResult_t pushChannel(int rank, tpsPushChannel_t* ch) const override;
 
  private:
   tpsResult_t initAlgo(Algo* a, int blocks, size_t recv_stride);
+  tpsResult_t pushedAddRmsNorm(const CallArgs& a, const NormArgs& m);
   template <typename T>
   tpsResult_t run(const CallArgs& a);
   template <typename T>
@@ -241,9 +246,26 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__half>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__nv_bfloat16>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNorm));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNormRow));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNormRow<false>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNormRow<true>));
   }
   TPS_LOG_INFO("p2p backend: {} GPUs, one-shot up to {} B, two-shot pieces of {} B", n, kOneShotMax, kTwoShotPiece);
+  return tpsSuccess;
+}
+
+// A pushed call's rows are the LL grid's blocks (each row one block of the by-row kernel, whose
+// counter the pushing kernel reads), its words the LL lines.
+tpsResult_t P2pBackend::pushChannel(int rank, tpsPushChannel_t* ch) const {
+  if (tpsParamP2pPush() == 0) return tpsUnavailable;
+  const P2pLLHandle& h = ll_[rank];
+  *ch = tpsPushChannel_t{};
+  for (int q = 0; q < h.nranks; ++q) ch->lines[q] = h.recv[q];
+  ch->counters = h.counters;
+  ch->lines_per_sender = h.lines;
+  ch->rank = rank, ch->nranks = h.nranks;
+  ch->max_rows = ll_blocks_;
+  ch->max_width = kRowThreads * kRowWords * 4;
+  ch->max_words = ll_max_ / 8;
   return tpsSuccess;
 }
 
@@ -253,6 +275,7 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
 // reads the whole new residual row; the add alone may update the residual in place).
 tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) {
   const size_t n = devices_.size();
+  if (m.pushed) return pushedAddRmsNorm(a, m);
   bool ok = a.dtype == tpsBfloat16 && p2pAlgoFor(a.bytes(), true, false, ll_max_) == P2pAlgo::kLL && m.width % 4 == 0 &&
             m.rows <= static_cast<size_t>(ll_blocks_) && ll_threads_ <= kFusedThreads;
   for (size_t r = 0; r < n && ok; ++r) {
@@ -270,7 +293,7 @@ tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m
     DeviceGuard g(devices_[r]);
     if (by_row) {
       // The whole LL grid, so every block's sequence number advances as in the other LL kernels.
-      TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNormRow, dim3(ll_blocks_), dim3(kRowThreads), a.streams[r],
+      TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNormRow<false>, dim3(ll_blocks_), dim3(kRowThreads), a.streams[r],
                                   ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]),
                                   static_cast<const __nv_bfloat16*>(m.residual_in[r]),
                                   static_cast<__nv_bfloat16*>(m.residual_out[r]),
@@ -286,6 +309,36 @@ tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m
                                 m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
                                 m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr, static_cast<int>(m.rows),
                                 static_cast<int>(m.width), m.eps));
+  }
+  return tpsSuccess;
+}
+
+// The peers' words are already on their way: only the by-row kernel's wait, sum, add and norm remain.
+// The shape was the caller's to check against the channel before it pushed, so a call outside it is
+// an argument error (not tpsUnavailable: the steps cannot be run apart any more).
+tpsResult_t P2pBackend::pushedAddRmsNorm(const CallArgs& a, const NormArgs& m) {
+  TPS_EXPECT(tpsParamP2pPush() != 0, tpsUnavailable, "pushed reduction: TPSCOPE_P2P_PUSH=0");
+  TPS_EXPECT(a.dtype == tpsBfloat16, tpsInvalidArgument, "pushed reduction: dtype {} (bf16 only)",
+             tpsDataTypeName(a.dtype));
+  TPS_EXPECT(m.rows <= static_cast<size_t>(ll_blocks_) && m.width % 4 == 0 &&
+                 m.width / 4 <= static_cast<size_t>(kRowThreads) * kRowWords && a.count / 4 <= ll_max_ / 8,
+             tpsInvalidArgument, "pushed reduction: {} rows x {} do not fit the push channel ({} rows, {} words)",
+             m.rows, m.width, ll_blocks_, ll_max_ / 8);
+  for (size_t r = 0; r < devices_.size(); ++r)
+    for (const void* p :
+         std::initializer_list<const void*>{a.bufs[r], m.residual_in[r], m.residual_out[r],
+                                            m.normed ? m.normed[r] : nullptr, m.weight ? m.weight[r] : nullptr})
+      TPS_EXPECT(reinterpret_cast<uintptr_t>(p) % 8 == 0, tpsInvalidArgument,
+                 "pushed reduction: a buffer of GPU {} is not 8-byte aligned", r);
+  for (size_t r = 0; r < devices_.size(); ++r) {
+    DeviceGuard g(devices_[r]);
+    TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNormRow<true>, dim3(ll_blocks_), dim3(kRowThreads),
+                                a.streams[r], ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]),
+                                static_cast<const __nv_bfloat16*>(m.residual_in[r]),
+                                static_cast<__nv_bfloat16*>(m.residual_out[r]),
+                                m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
+                                m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr,
+                                static_cast<int>(m.rows), static_cast<int>(m.width), m.eps));
   }
   return tpsSuccess;
 }

@@ -21,6 +21,7 @@
 
 #include "allreduce/reduce_ops.cuh"
 #include "common/pdl.cuh"
+#include "allreduce/push.cuh"
 
 namespace tpscope::detail {
 
@@ -217,10 +218,6 @@ struct P2pLLHandle {
   }
 };
 
-__device__ inline void storeLine(uint4* p, uint4 v) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
 __device__ inline uint4 loadLine(const uint4* p) {
   uint4 v;
   asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
@@ -230,43 +227,78 @@ __device__ inline uint4 loadLine(const uint4* p) {
   return v;
 }
 
-// Word w of an LL call summed over the ranks in rank order into acc: this rank's part from `own`, each
-// peer's from the line it wrote into this rank's memory, polled until both flags read s. False when a
-// peer's line has not come within the timeout (counted from t0). Every kernel that sums LL lines does it
-// here, so the order of the sum, and so the bits of the result, are the same in all of them.
-template <typename T>
-__device__ __forceinline__ bool sumLLWord(const P2pLLHandle& h, int slot, unsigned s, size_t w, uint2 own,
-                                          unsigned long long t0, float (&acc)[8 / sizeof(T)]) {
-  union {
+// Words w0 + k * stride (k < n <= kWords) of an LL call summed over the ranks in rank order into acc[k]
+// (zero on entry): this rank's part from `own`, each peer's from the lines it wrote into this rank's
+// memory, polled until both flags read s. A peer's n lines are requested together and only the ones
+// not there yet are requested again, so a thread with several words waits one memory latency per
+// round, not one per word. False when a peer's line has not come within the timeout (counted from t0).
+// Every kernel that sums LL lines does it here, so the order of the sum, and so the bits of the result,
+// are the same in all of them.
+template <typename T, int kWords>
+__device__ __forceinline__ bool sumLLWords(const P2pLLHandle& h, int slot, unsigned s, size_t w0, size_t stride,
+                                           int n, const uint2 (&own)[kWords], unsigned long long t0,
+                                           float (&acc)[kWords][8 / sizeof(T)]) {
+  constexpr int kPerWord = 8 / sizeof(T);
+  union Word {
     uint2 u;
-    T e[8 / sizeof(T)];
-  } in;
+    T e[kPerWord];
+  };
+  auto add = [&](int k, uint2 v) {
+    Word in;
+    in.u = v;
+#pragma unroll
+    for (int e = 0; e < kPerWord; ++e) acc[k][e] += Elem<T>::toFloat(in.e[e]);
+  };
 #pragma unroll
   for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
     if (q >= h.nranks) break;
     if (q == h.rank) {
-      in.u = own;
-    } else {
-      const uint4* p = h.receivedLines(slot, q) + w;
-      uint4 line = loadLine(p);
-      while (line.y != s || line.w != s) {
-        if (globalTimerNs() - t0 > h.timeout_ns) return false;
-        line = loadLine(p);
-      }
-      in.u = make_uint2(line.x, line.z);
+#pragma unroll
+      for (int k = 0; k < kWords; ++k)
+        if (k < n) add(k, own[k]);
+      continue;
+    }
+    const uint4* p = h.receivedLines(slot, q) + w0;
+    uint4 line[kWords];
+#pragma unroll
+    for (int k = 0; k < kWords; ++k)
+      if (k < n) line[k] = loadLine(p + k * stride);
+    auto missing = [&](int k) { return k < n && (line[k].y != s || line[k].w != s); };
+    for (;;) {
+      bool ready = true;
+#pragma unroll
+      for (int k = 0; k < kWords; ++k) ready = ready && !missing(k);
+      if (ready) break;
+      if (globalTimerNs() - t0 > h.timeout_ns) return false;
+#pragma unroll
+      for (int k = 0; k < kWords; ++k)
+        if (missing(k)) line[k] = loadLine(p + k * stride);
     }
 #pragma unroll
-    for (int k = 0; k < static_cast<int>(8 / sizeof(T)); ++k) acc[k] += Elem<T>::toFloat(in.e[k]);
+    for (int k = 0; k < kWords; ++k)
+      if (k < n) add(k, make_uint2(line[k].x, line[k].z));
   }
   return true;
 }
 
-// This rank's word w of an LL call, sent as one line {d0, s, d1, s} into every peer's memory.
+// One word w: sumLLWords for a thread with a single word.
+template <typename T>
+__device__ __forceinline__ bool sumLLWord(const P2pLLHandle& h, int slot, unsigned s, size_t w, uint2 own,
+                                          unsigned long long t0, float (&acc)[8 / sizeof(T)]) {
+  const uint2 mine[1] = {own};
+  float sum[1][8 / sizeof(T)] = {};
+  const bool ok = sumLLWords<T, 1>(h, slot, s, w, 0, 1, mine, t0, sum);
+#pragma unroll
+  for (int e = 0; e < static_cast<int>(8 / sizeof(T)); ++e) acc[e] += sum[0][e];
+  return ok;
+}
+
+// This rank's word w of an LL call, sent as one line {d0, s, d1, s} into every peer's memory (the
+// line format of allreduce/push.cuh, which callers' kernels use to push a call's words themselves).
 __device__ __forceinline__ void sendLLWord(const P2pLLHandle& h, int slot, unsigned s, size_t w, uint2 v) {
-  const uint4 line = make_uint4(v.x, s, v.y, s);
 #pragma unroll
   for (int q = 0; q < TPS_MAX_DEVICES; ++q)
-    if (q < h.nranks && q != h.rank) storeLine(h.sendLines(q, slot, h.rank) + w, line);
+    if (q < h.nranks && q != h.rank) storeLLLine(h.sendLines(q, slot, h.rank) + w, v, s);
 }
 
 // Four bf16 values, one LL word, for the fused kernels.
@@ -455,11 +487,17 @@ __global__ void __launch_bounds__(kFusedThreads)
 // the row in registers, so the sum of squares is one block reduction and the norm needs no second
 // pass over memory and no other block: no counter, no fence, no last-block tail. Blocks from `rows` on
 // only advance their sequence number, so every LL counter stays in step with the other LL kernels
-// (launched on the whole LL grid). Results as p2pOneShotLLAddNorm: the new residual bit for bit the
+// (launched on the whole LL grid). (A grid of `rows` blocks, block 0 advancing the others' numbers at
+// its end, measured slower on 2xH200: 8b tensor decode 2.532 against 2.446 ms/step.) Results as p2pOneShotLLAddNorm: the new residual bit for bit the
 // unfused one, the same scale on every GPU (the block's reduction order is fixed). residual_out may be
 // residual_in or partial (each word is read before it is written, by the thread that writes it).
-constexpr int kRowThreads = 256, kRowWords = 8;  // rows of up to 8192 bf16
+// kPushed: the call's words were sent by the kernel that made the partial (allreduce/push.cuh), and
+// this one only waits for the peers' lines and sums (tpsAllReducePushedAddRmsNorm).
+// 512 x 4: measured on 2xH200, 8b tensor decode with pushed reductions, ms/step: 256 x 8 2.500,
+// 512 x 4 2.403, 1024 x 2 2.413 (docs/PERFORMANCE.md, session 6).
+constexpr int kRowThreads = 512, kRowWords = 4;  // rows of up to 8192 bf16
 
+template <bool kPushed>
 __global__ void __launch_bounds__(kRowThreads)
     p2pOneShotLLAddNormRow(P2pLLHandle h, const __nv_bfloat16* partial, const __nv_bfloat16* residual_in,
                            __nv_bfloat16* residual_out, const __nv_bfloat16* weight, __nv_bfloat16* normed, int rows,
@@ -485,7 +523,7 @@ __global__ void __launch_bounds__(kRowThreads)
       const int i = tid + k * kRowThreads;
       if (i >= words) break;
       own[k] = in[i];
-      sendLLWord(h, slot, s, base + i, own[k]);
+      if (!kPushed) sendLLWord(h, slot, s, base + i, own[k]);
     }
     // The residual and the norm weight are loaded while the peers' lines travel.
 #pragma unroll
@@ -495,21 +533,17 @@ __global__ void __launch_bounds__(kRowThreads)
       x[k].u = res[i];
       if (weight != nullptr) g[k].u = reinterpret_cast<const uint2*>(weight)[i];
     }
-    bool timed_out = false;
     float ss = 0.0f;
-    const unsigned long long t0 = globalTimerNs();
+    const int n = tid < words ? min(kRowWords, (words - tid + kRowThreads - 1) / kRowThreads) : 0;
+    float acc[kRowWords][4] = {};
+    const bool timed_out = !sumLLWords<__nv_bfloat16, kRowWords>(h, slot, s, base + tid, kRowThreads, n, own,
+                                                                  globalTimerNs(), acc);
     uint2* out = reinterpret_cast<uint2*>(residual_out) + base;
 #pragma unroll
     for (int k = 0; k < kRowWords; ++k) {
-      const int i = tid + k * kRowThreads;
-      if (i >= words) break;
-      float acc[4] = {};
-      if (!sumLLWord<__nv_bfloat16>(h, slot, s, base + i, own[k], t0, acc)) {
-        timed_out = true;
-        break;
-      }
-      ss += addResidualWord(x[k], acc);
-      out[i] = x[k].u;
+      if (k >= n || timed_out) break;
+      ss += addResidualWord(x[k], acc[k]);
+      out[tid + k * kRowThreads] = x[k].u;
     }
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if ((tid & 31) == 0) red[tid >> 5] = ss;

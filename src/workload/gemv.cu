@@ -11,6 +11,7 @@
 #include <array>
 #include <utility>
 
+#include "allreduce/push.cuh"
 #include "workload/kernels.h"
 #include "workload/pdl.cuh"
 
@@ -37,10 +38,15 @@ __device__ __forceinline__ float roundBf16(float v) { return __bfloat162float(__
 // grid ceil(n / kGemvWarps), kGemvWarps warps; k % 8 == 0 and 16-byte aligned w and x (checked by the
 // launcher). R = 1: warp j computes row j. R = 2 (SwiGLU): warp j computes gate row j and up row n + j
 // and writes silu(gate) * up, both rounded to bf16 first as the separate kernels would.
-template <int T, int R>
+// kPush (R = 1, n % kGemvWarps == 0): y is the partial of a pushed reduction; the block's kGemvWarps
+// outputs of each token, one 8-byte word, also go to the peers through `push` (allreduce/push.cuh).
+template <int T, int R, bool kPush>
 __global__ void __launch_bounds__(32 * kGemvWarps)
-    gemvKernel(const bf16_t* __restrict__ w, const bf16_t* __restrict__ x, bf16_t* __restrict__ y, int n, int k) {
+    gemvKernel(const bf16_t* __restrict__ w, const bf16_t* __restrict__ x, bf16_t* __restrict__ y, int n, int k,
+               tpsPushChannel_t push) {
+  static_assert(!kPush || (R == 1 && kGemvWarps == 4), "a pushed word is one block's four rows of one token");
   constexpr int U = kGemvLoads / R;  // 16-byte loads in flight per row and lane
+  __shared__ __align__(8) __nv_bfloat16 word[kPush ? T : 1][kGemvWarps];  // kPush: token t's four outputs
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kGemvWarps + (threadIdx.x >> 5);
   if (row >= n) return;
@@ -117,20 +123,28 @@ __global__ void __launch_bounds__(32 * kGemvWarps)
       out = g / (1.0f + __expf(-g)) * u;
     }
     reinterpret_cast<__nv_bfloat16*>(y)[static_cast<int64_t>(lane) * n + row] = __float2bfloat16(out);
+    if constexpr (kPush) word[lane][threadIdx.x >> 5] = __float2bfloat16(out);
+  }
+  if constexpr (kPush) {
+    __syncthreads();  // (no warp returned early: n % kGemvWarps == 0)
+    if (threadIdx.x < T)
+      pushWord(push, threadIdx.x, static_cast<size_t>(threadIdx.x) * (n / kGemvWarps) + blockIdx.x,
+                  *reinterpret_cast<const uint2*>(word[threadIdx.x]));
   }
 }
 
-// gemvKernel<tokens, R> for tokens 1..kGemvMaxTokens, indexed by tokens - 1.
-template <int R, int... I>
+// gemvKernel<tokens, R, kPush> for tokens 1..kGemvMaxTokens, indexed by tokens - 1.
+template <int R, bool kPush, int... I>
 constexpr auto kernelsByTokens(std::integer_sequence<int, I...>) {
-  return std::array{gemvKernel<I + 1, R>...};
+  return std::array{gemvKernel<I + 1, R, kPush>...};
 }
 
-template <int R>
-cudaError_t launchRows(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k, int tokens, cudaStream_t stream) {
-  static constexpr auto kKernels = kernelsByTokens<R>(std::make_integer_sequence<int, kGemvMaxTokens>());
+template <int R, bool kPush = false>
+cudaError_t launchRows(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k, int tokens, cudaStream_t stream,
+                       const tpsPushChannel_t& push = {}) {
+  static constexpr auto kKernels = kernelsByTokens<R, kPush>(std::make_integer_sequence<int, kGemvMaxTokens>());
   const dim3 grid((n + kGemvWarps - 1) / kGemvWarps), block(32 * kGemvWarps);
-  return launchPdl(kKernels[tokens - 1], grid, block, stream, w, x, y, n, k);
+  return launchPdl(kKernels[tokens - 1], grid, block, stream, w, x, y, n, k, push);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -144,6 +158,17 @@ bool gemvApplies(const bf16_t* w, const bf16_t* x, int k, int tokens) {
 cudaError_t launchGemv(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k, int tokens, cudaStream_t stream) {
   if (!gemvApplies(w, x, k, tokens) || n < 1) return cudaErrorInvalidValue;
   return launchRows<1>(w, x, y, n, k, tokens, stream);
+}
+
+bool gemvPushApplies(const bf16_t* w, const bf16_t* x, int n, int k, int tokens, const tpsPushChannel_t& push) {
+  return gemvApplies(w, x, k, tokens) && n % kGemvWarps == 0 && tokens <= push.max_rows && n <= push.max_width &&
+         static_cast<unsigned long long>(tokens) * n / 4 <= push.max_words;
+}
+
+cudaError_t launchGemvPush(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k, int tokens,
+                           const tpsPushChannel_t& push, cudaStream_t stream) {
+  if (!gemvPushApplies(w, x, n, k, tokens, push) || n < 1) return cudaErrorInvalidValue;
+  return launchRows<1, true>(w, x, y, n, k, tokens, stream, push);
 }
 
 cudaError_t launchGemvSwiGlu(const bf16_t* w, const bf16_t* x, bf16_t* act, int ffn, int k, int tokens,

@@ -17,12 +17,19 @@ namespace tpscope::workload {
 namespace {
 
 // 1: `tensor` fuses each AllReduce with the residual add and norm after it where the library can
-// (tpsAllReduceAddRmsNorm, p2p). Off by default: on 2xH200 the fused kernel measured slower under
+// (tpsAllReduceAddRmsNorm, p2p), for forwards that do not push (TPSCOPE_TP_PUSH below, which takes
+// precedence). Off by default: on 2xH200 the fused kernel measured slower under
 // graphs than the LL AllReduce followed by the add+norm kernel launched as its programmatic
 // dependent: session 2 (whole-row gather per block) 8b decode 2.956 against 2.729 ms/step; session 4
 // (per-slice waits, the row's last block normalises) 8b 2.698 against 2.637; session 5 (one block per
 // row) 8b 2.595 against 2.542, 32b 9.410 against 9.311 (docs/PERFORMANCE.md).
 TPS_PARAM_INT(TpFused, "TPSCOPE_TP_FUSED", 0)
+
+// 1: `tensor` decode pushes the partials from the projections that make them (allreduce/push.cuh) where
+// the communicator has push channels (p2p), and the reduction only waits and sums
+// (tpsAllReducePushedAddRmsNorm). 0: the reduction sends them itself (tpsAllReduce + the add + norm).
+// 8b decode on 2xH200: 2.393 ms/step pushed against 2.502 not (one GPU 4.124; docs/PERFORMANCE.md).
+TPS_PARAM_INT(TpPush, "TPSCOPE_TP_PUSH", 1)
 
 // The layer ranges, heads and FFN columns of GPU position `rank`.
 ShardDims dimsFor(const ModelConfig& c, SplitMode mode, int ngpu, int rank) {
@@ -118,6 +125,12 @@ tpsResult_t Model::create(const ModelOptions& o, std::unique_ptr<Model>* out, st
                             tpsGetErrorString(r));
       return r;
     }
+    // Pushes go through the p2p backend's lines: only when the calls would be p2p's anyway.
+    if (tpsParamTpPush() != 0 && (o.backend == tpsBackendP2p || o.backend == tpsBackendAuto)) {
+      m->push_.resize(n);
+      for (int r = 0; r < n && !m->push_.empty(); ++r)
+        if (tpsCommGetPushChannel(m->comm_, r, &m->push_[r]) != tpsSuccess) m->push_.clear();
+    }
   }
   *out = std::move(m);
   return tpsSuccess;
@@ -147,18 +160,49 @@ tpsResult_t Model::allReduce(int tokens) {
   return tpsSuccess;
 }
 
+bool Model::preparePush(int tokens) {
+  // Not while skipping the reductions: lines pushed with no reduction to take them would carry a
+  // sequence number the next real call uses too.
+  bool push = !push_.empty() && !skip_allreduce_;
+  for (size_t i = 0; i < shards_.size() && push; ++i) push = shards_[i]->canPush(tokens, push_[i]);
+  for (size_t i = 0; i < shards_.size(); ++i) shards_[i]->setPush(push ? &push_[i] : nullptr);
+  return push;
+}
+
 tpsResult_t Model::forwardTensor(int tokens, int pos0) {
+  const bool pushed = preparePush(tokens);
   for (auto& s : shards_) TPS_CHECK(s->fillInput(tokens, pos0));
   for (int l = 0; l < options_.config.layers; ++l) {
     for (auto& s : shards_) TPS_CHECK(s->attentionBlock(l, tokens, pos0));
-    TPS_CHECK(reduceThenResidual(l, tokens, Shard::kAfterAttention));
+    TPS_CHECK(reduceThenResidual(l, tokens, Shard::kAfterAttention, pushed));
     for (auto& s : shards_) TPS_CHECK(s->ffnBlock(l, tokens));
-    TPS_CHECK(reduceThenResidual(l, tokens, Shard::kAfterFfn));
+    TPS_CHECK(reduceThenResidual(l, tokens, Shard::kAfterFfn, pushed));
   }
   return tpsSuccess;
 }
 
-tpsResult_t Model::reduceThenResidual(int layer, int tokens, Shard::After after) {
+tpsResult_t Model::reduceThenResidual(int layer, int tokens, Shard::After after, bool pushed) {
+  if (pushed) {
+    // In place: the by-row kernel reads each residual word before the same thread writes it.
+    void* partial[TPS_MAX_DEVICES];
+    const void* residual_in[TPS_MAX_DEVICES];
+    void* residual_out[TPS_MAX_DEVICES];
+    const void* weight[TPS_MAX_DEVICES];
+    void* normed[TPS_MAX_DEVICES];
+    tpsStream_t streams[TPS_MAX_DEVICES];
+    bool with_norm = true;
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      const Shard& s = *shards_[i];
+      partial[i] = s.partial(), residual_in[i] = s.x(), residual_out[i] = s.x();
+      weight[i] = s.nextNorm(layer, after), normed[i] = s.xn(), streams[i] = s.stream();
+      with_norm = with_norm && weight[i] != nullptr;
+    }
+    TPS_CHECK(tpsAllReducePushedAddRmsNorm(comm_, partial, residual_in, residual_out, with_norm ? weight : nullptr,
+                                           normed, static_cast<size_t>(tokens), options_.config.hidden,
+                                           options_.config.rms_eps, tpsBfloat16, streams));
+    for (auto& s : shards_) TPS_CHECK(s->mark("allreduce (pushed) + residual + rmsnorm"));
+    return tpsSuccess;
+  }
   if (!skip_allreduce_ && tpsParamTpFused() != 0) {
     // The new residual goes into the partial buffer (the kernel reads x whole while it writes), and
     // the two buffers then trade roles.

@@ -182,6 +182,22 @@ tpsResult_t Shard::gemm(const bf16_t* w, const bf16_t* xin, bf16_t* y, int n, in
   return tpsSuccess;
 }
 
+bool Shard::canPush(int tokens, const tpsPushChannel_t& channel) const {
+  if (tpsParamTpGemv() == 0) return false;
+  const int h = config_.hidden;
+  for (const LayerWeights& w : layers_)
+    if (!gemvPushApplies(w.wo, attn_.as<bf16_t>(), h, dims_.q_heads * config_.head_dim, tokens, channel) ||
+        !gemvPushApplies(w.wdown, act_.as<bf16_t>(), h, dims_.ffn, tokens, channel))
+      return false;
+  return true;
+}
+
+tpsResult_t Shard::projectPartial(const bf16_t* w, const bf16_t* xin, int k, int tokens) {
+  if (push_ == nullptr) return gemm(w, xin, partial(), config_.hidden, k, tokens);
+  TPS_CUDA_CHECK(launchGemvPush(w, xin, partial(), config_.hidden, k, tokens, *push_, stream()));
+  return tpsSuccess;
+}
+
 tpsResult_t Shard::attentionBlock(int layer, int tokens, int pos0) {
   DeviceGuard on(device_);
   const LayerWeights& w = layers_[local(layer)];
@@ -211,7 +227,7 @@ tpsResult_t Shard::attentionBlock(int layer, int tokens, int pos0) {
   }
   TPS_CUDA_CHECK(launchAttention(qkv_.as<bf16_t>(), kc, vc, attn_.as<bf16_t>(), scratch_.as<float>(), s, stream()));
   TPS_CHECK(mark(s.store_kv ? "rope + kv store + attention" : "attention"));
-  TPS_CHECK(gemm(w.wo, attn_.as<bf16_t>(), partial(), h, dims_.q_heads * d, tokens));
+  TPS_CHECK(projectPartial(w.wo, attn_.as<bf16_t>(), dims_.q_heads * d, tokens));
   return mark("proj o", uint64_t(h) * dims_.q_heads * d * 2);
 }
 
@@ -228,7 +244,7 @@ tpsResult_t Shard::ffnBlock(int layer, int tokens) {
     TPS_CUDA_CHECK(launchSiluMul(gu_.as<bf16_t>(), act_.as<bf16_t>(), tokens, f, stream()));
     TPS_CHECK(mark("silu * up"));
   }
-  TPS_CHECK(gemm(w.wdown, act_.as<bf16_t>(), partial(), h, f, tokens));
+  TPS_CHECK(projectPartial(w.wdown, act_.as<bf16_t>(), f, tokens));
   return mark("proj down", uint64_t(h) * f * 2);
 }
 

@@ -55,6 +55,13 @@ class Shard {
   // roles (x() is then that buffer). Every forward swaps an even number of times.
   void swapResidualAndPartial() { std::swap(x_, partial_); }
 
+  // Pushed reductions (tensor split, decode): while a channel is set, the two projections that make
+  // the partial (attentionBlock's and ffnBlock's last) send it to the peers as they compute it
+  // (launchGemvPush); the caller then reduces with tpsAllReducePushedAddRmsNorm instead of
+  // tpsAllReduce + residual(). Set only for forwards of `tokens` that canPush(tokens, channel).
+  void setPush(const tpsPushChannel_t* channel) { push_ = channel; }
+  bool canPush(int tokens, const tpsPushChannel_t& channel) const;
+
   // Step profile: while set, every op records an event after itself (profile.h). Not during a capture.
   void setProfile(StepProfile* p) { profile_ = p; }
   // Records the end of op `op` when a profile is set (also for ops the model enqueues on this stream).
@@ -77,6 +84,8 @@ class Shard {
   Shard() = default;
   tpsResult_t generateWeights();
   tpsResult_t gemm(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k, int tokens);
+  // partial = w . x (hidden rows): pushed while a push channel is set, else gemm().
+  tpsResult_t projectPartial(const bf16_t* w, const bf16_t* x, int k, int tokens);
   int local(int layer) const { return layer - dims_.first_layer; }
 
   ModelConfig config_;
@@ -91,6 +100,7 @@ class Shard {
   std::vector<LayerWeights> layers_;
   bf16_t* final_norm_ = nullptr;
   StepProfile* profile_ = nullptr;
+  const tpsPushChannel_t* push_ = nullptr;
 };
 
 // Tensor ids for the hash: per layer, and two outside the layers.

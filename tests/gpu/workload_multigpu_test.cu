@@ -5,6 +5,9 @@
 // tensor-split decode step as a CUDA graph equals the eager one.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "gpu_test_util.h"
 #include "workload/phases.h"
 #include "workload_test_util.h"
@@ -99,13 +102,19 @@ TEST(WorkloadSplits, TensorProfileShowsTheAllReduces) {
   std::vector<std::vector<workload::OpTime>> ops;
   ASSERT_EQ(m->profileForward(1, 32, &ops), tpsSuccess);
   ASSERT_EQ(ops.size(), 2u);
+  // By default p2p decode pushes the partials from the projections (tpsAllReducePushedAddRmsNorm);
+  // TPSCOPE_TP_PUSH=0 reduces the ordinary way, fused with the residual add and norm
+  // (tpsAllReduceAddRmsNorm) where asked (TPSCOPE_TP_FUSED=1).
+  auto off = [](const char* env) { return std::getenv(env) != nullptr && std::string(std::getenv(env)) == "0"; };
+  const bool pushing = !off("TPSCOPE_TP_PUSH") && !off("TPSCOPE_P2P_PUSH");
   for (const auto& gpu : ops) {
-    // p2p fuses the reduction with the residual add and norm (tpsAllReduceAddRmsNorm) where asked
-    // (TPSCOPE_TP_FUSED=1) at decode sizes.
-    int calls = 0;
-    for (const auto& t : gpu)
+    int calls = 0, pushed = 0;
+    for (const auto& t : gpu) {
       if (t.op == "allreduce" || t.op == "allreduce + residual + rmsnorm") calls += t.calls;
+      if (t.op == "allreduce (pushed) + residual + rmsnorm") calls += t.calls, pushed += t.calls;
+    }
     EXPECT_EQ(calls, 2 * c.layers);
+    EXPECT_EQ(pushed, pushing ? 2 * c.layers : 0);
   }
 }
 
