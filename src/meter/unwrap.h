@@ -13,7 +13,8 @@ namespace tpscope::detail {
 
 class Unwrapper {
  public:
-  explicit Unwrapper(int bits = 64) : mask_(bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1) {}
+  Unwrapper() : Unwrapper(64) {}  // not explicit: arrays of them are value-initialised ({})
+  explicit Unwrapper(int bits) : mask_(bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1) {}
   // The total advanced since the first value pushed (0 for the first).
   uint64_t push(uint64_t raw) {
     raw &= mask_;

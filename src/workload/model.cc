@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "common/checks.h"
 #include "common/cuda_raii.h"
@@ -45,6 +47,27 @@ ShardDims dimsFor(const ModelConfig& c, SplitMode mode, int ngpu, int rank) {
   }
   return d;
 }
+
+// The per-GPU arguments of a reduction fused with the residual add and the norm after layer `layer`'s
+// `after` (tpsAllReduceAddRmsNorm, tpsAllReducePushedAddRmsNorm).
+struct NormCall {
+  void* partial[TPS_MAX_DEVICES];
+  void* x[TPS_MAX_DEVICES];  // the residual, for in-place updates
+  const void* residual[TPS_MAX_DEVICES];
+  const void* weight[TPS_MAX_DEVICES];
+  void* normed[TPS_MAX_DEVICES];
+  tpsStream_t streams[TPS_MAX_DEVICES];
+  bool with_norm = true;
+  NormCall(const std::vector<std::unique_ptr<Shard>>& shards, int layer, Shard::After after) {
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const Shard& s = *shards[i];
+      partial[i] = s.partial(), x[i] = s.x(), residual[i] = s.x();
+      weight[i] = s.nextNorm(layer, after), normed[i] = s.xn(), streams[i] = s.stream();
+      with_norm = with_norm && weight[i] != nullptr;
+    }
+  }
+  const void* const* weights() const { return with_norm ? weight : nullptr; }  // null: the add alone
+};
 
 }  // namespace
 
@@ -182,45 +205,21 @@ tpsResult_t Model::forwardTensor(int tokens, int pos0) {
 }
 
 tpsResult_t Model::reduceThenResidual(int layer, int tokens, Shard::After after, bool pushed) {
+  const NormCall c(shards_, layer, after);
+  const size_t rows = static_cast<size_t>(tokens), width = options_.config.hidden;
   if (pushed) {
     // In place: the by-row kernel reads each residual word before the same thread writes it.
-    void* partial[TPS_MAX_DEVICES];
-    const void* residual_in[TPS_MAX_DEVICES];
-    void* residual_out[TPS_MAX_DEVICES];
-    const void* weight[TPS_MAX_DEVICES];
-    void* normed[TPS_MAX_DEVICES];
-    tpsStream_t streams[TPS_MAX_DEVICES];
-    bool with_norm = true;
-    for (size_t i = 0; i < shards_.size(); ++i) {
-      const Shard& s = *shards_[i];
-      partial[i] = s.partial(), residual_in[i] = s.x(), residual_out[i] = s.x();
-      weight[i] = s.nextNorm(layer, after), normed[i] = s.xn(), streams[i] = s.stream();
-      with_norm = with_norm && weight[i] != nullptr;
-    }
-    TPS_CHECK(tpsAllReducePushedAddRmsNorm(comm_, partial, residual_in, residual_out, with_norm ? weight : nullptr,
-                                           normed, static_cast<size_t>(tokens), options_.config.hidden,
-                                           options_.config.rms_eps, tpsBfloat16, streams));
+    TPS_CHECK(tpsAllReducePushedAddRmsNorm(comm_, c.partial, c.residual, c.x, c.weights(), c.normed, rows, width,
+                                           options_.config.rms_eps, tpsBfloat16, c.streams));
     for (auto& s : shards_) TPS_CHECK(s->mark("allreduce (pushed) + residual + rmsnorm"));
     return tpsSuccess;
   }
   if (!skip_allreduce_ && tpsParamTpFused() != 0) {
     // The new residual goes into the partial buffer (the kernel reads x whole while it writes), and
     // the two buffers then trade roles.
-    void* partial[TPS_MAX_DEVICES];
-    const void* residual[TPS_MAX_DEVICES];
-    const void* weight[TPS_MAX_DEVICES];
-    void* normed[TPS_MAX_DEVICES];
-    tpsStream_t streams[TPS_MAX_DEVICES];
-    bool with_norm = true;
-    for (size_t i = 0; i < shards_.size(); ++i) {
-      const Shard& s = *shards_[i];
-      partial[i] = s.partial(), residual[i] = s.x(), weight[i] = s.nextNorm(layer, after), normed[i] = s.xn();
-      streams[i] = s.stream();
-      with_norm = with_norm && weight[i] != nullptr;
-    }
-    const tpsResult_t r = tpsAllReduceAddRmsNorm(comm_, options_.backend, partial, residual, partial,
-                                                 with_norm ? weight : nullptr, normed, static_cast<size_t>(tokens),
-                                                 options_.config.hidden, options_.config.rms_eps, tpsBfloat16, streams);
+    const tpsResult_t r = tpsAllReduceAddRmsNorm(comm_, options_.backend, c.partial, c.residual, c.partial,
+                                                 c.weights(), c.normed, rows, width, options_.config.rms_eps,
+                                                 tpsBfloat16, c.streams);
     if (r == tpsSuccess) {
       for (auto& s : shards_) {
         s->swapResidualAndPartial();

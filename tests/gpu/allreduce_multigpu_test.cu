@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "host_gate.cuh"
 #include "tpscope/tpscope.h"
 
 namespace {
@@ -353,10 +354,6 @@ TEST(AllReduceMultiGpu, HundredThousandP2pCallsNeverConfuseSequences) {
   hundredThousandCalls(tpsBackendP2p);
 }
 
-__global__ void waitForHost(const volatile int* flag) {
-  while (*flag == 0) __nanosleep(1000);
-}
-
 // GPU1's stream is held behind a kernel that waits for the host, so GPU0 calls and its peer never
 // arrives within the timeout: GPU0's kernel must give up, the error must reach the host as tpsTimeout,
 // and the process must stay usable.
@@ -369,14 +366,9 @@ TEST(AllReduceMultiGpu, MissingPeerTimesOutInsteadOfHanging) {
   Fixture f;
   f.setUp(2, &cfg);
   f.fill(tpsBfloat16, 4096, 0, 3);
-  int* gate = nullptr;
-  CUDA_OK(cudaHostAlloc(&gate, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
-  *gate = 0;
-  int* dgate = nullptr;
-  CUDA_OK(cudaSetDevice(1));
-  CUDA_OK(cudaHostGetDevicePointer(&dgate, gate, 0));
-  waitForHost<<<1, 1, 0, f.streams[1]>>>(dgate);
-  CUDA_OK(cudaGetLastError());
+  tpscope::testing::HostGate gate;
+  gate.hold(1, f.streams[1]);
+  ASSERT_TRUE(gate.ok());
   const auto t0 = std::chrono::steady_clock::now();
   TPS_OK(tpsAllReduce(f.comm, f.bufs.data(), 4096, tpsBfloat16, reinterpret_cast<tpsStream_t*>(f.streams.data())));
   CUDA_OK(cudaSetDevice(0));
@@ -389,13 +381,12 @@ TEST(AllReduceMultiGpu, MissingPeerTimesOutInsteadOfHanging) {
   EXPECT_EQ(async, tpsTimeout);
   EXPECT_STREQ(tpsGetErrorString(async), "timeout");
   // Release GPU1: it finds GPU0's published data and finishes; nothing hangs.
-  *reinterpret_cast<volatile int*>(gate) = 1;
+  gate.open();
   CUDA_OK(cudaSetDevice(1));
   CUDA_OK(cudaStreamSynchronize(f.streams[1]));
   // The communicator refuses further work; a new one works.
   EXPECT_EQ(tpsAllReduce(f.comm, f.bufs.data(), 4096, tpsBfloat16, reinterpret_cast<tpsStream_t*>(f.streams.data())),
             tpsInvalidUsage);
-  cudaFreeHost(gate);
   f.tearDown();
   Fixture g;
   g.setUp(2, &cfg);

@@ -15,6 +15,7 @@
 
 #include "bf16_multigpu.h"
 #include "gpu_test_util.h"
+#include "host_gate.cuh"
 #include "allreduce/push.cuh"
 #include "tpscope/tpscope.h"
 
@@ -212,10 +213,6 @@ TEST(AllReducePushMultiGpu, GraphReplaysNeverConfuseCalls) {
   for (int i = 0; i < n; ++i) cudaEventDestroy(fork[i]), cudaEventDestroy(join[i]);
 }
 
-__global__ void waitForHost(const volatile int* flag) {
-  while (*flag == 0) __nanosleep(1000);
-}
-
 // GPU 1 is held behind a kernel that waits for the host, so it pushes nothing: GPU 0's pushed call must
 // give up within the timeout and report tpsTimeout.
 TEST(AllReducePushMultiGpu, PeerThatNeverPushesTimesOut) {
@@ -229,13 +226,9 @@ TEST(AllReducePushMultiGpu, PeerThatNeverPushesTimesOut) {
   const size_t rows = 1, width = 4096;
   PerGpu partial(2, width), residual(2, width), out(2, width);
   for (PerGpu* p : {&partial, &residual}) p->up();
-  int* gate = nullptr;
-  ASSERT_EQ(cudaHostAlloc(&gate, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable), cudaSuccess);
-  *gate = 0;
-  int* dgate = nullptr;
-  cudaSetDevice(1);
-  ASSERT_EQ(cudaHostGetDevicePointer(&dgate, gate, 0), cudaSuccess);
-  waitForHost<<<1, 1, 0, g.streams[1]>>>(dgate);
+  tpscope::testing::HostGate gate;
+  gate.hold(1, g.streams[1]);
+  ASSERT_TRUE(gate.ok());
   const auto t0 = std::chrono::steady_clock::now();
   push(g, ch, partial, rows, width);
   const std::vector<const void*> rin(residual.dev.begin(), residual.dev.end());
@@ -250,12 +243,11 @@ TEST(AllReducePushMultiGpu, PeerThatNeverPushesTimesOut) {
   tpsResult_t async = tpsSuccess;
   EXPECT_EQ(tpsCommGetAsyncError(g.comm, &async), tpsSuccess);
   EXPECT_EQ(async, tpsTimeout);
-  *reinterpret_cast<volatile int*>(gate) = 1;  // GPU 1 then finds GPU 0's lines and finishes
+  gate.open();  // GPU 1 then finds GPU 0's lines and finishes
   g.sync();
   EXPECT_EQ(tpsAllReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr,
                                          rows, width, 1e-5f, tpsBfloat16, g.s()),
             tpsInvalidUsage);
-  cudaFreeHost(gate);
 }
 
 // Bad input: tpsInvalidArgument (or tpsUnavailable without a p2p backend), nothing enqueued.
