@@ -44,13 +44,19 @@ struct Fixture {
   tpsComm_t comm = nullptr;
 
   void setUp(int n, const tpsConfig_t* cfg = nullptr) {
-    for (int i = 0; i < n; ++i) devs.push_back(i);
-    streams.resize(n);
-    for (int i = 0; i < n; ++i) {
-      ASSERT_EQ(cudaSetDevice(i), cudaSuccess);
+    std::vector<int> d;
+    for (int i = 0; i < n; ++i) d.push_back(i);
+    setUp(d, cfg);
+  }
+  // Rank r on GPU d[r] (a GPU may appear twice under TPSCOPE_TEST_SHARED_DEVICES=1).
+  void setUp(const std::vector<int>& d, const tpsConfig_t* cfg = nullptr) {
+    devs = d;
+    streams.resize(d.size());
+    for (size_t i = 0; i < d.size(); ++i) {
+      ASSERT_EQ(cudaSetDevice(d[i]), cudaSuccess);
       ASSERT_EQ(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking), cudaSuccess);
     }
-    ASSERT_EQ(tpsCommCreate(&comm, n, devs.data(), cfg), tpsSuccess);
+    ASSERT_EQ(tpsCommCreate(&comm, static_cast<int>(d.size()), devs.data(), cfg), tpsSuccess);
   }
   void fill(tpsDataType_t t, size_t count, size_t offset_elems, unsigned seed) {
     for (size_t i = 0; i < alloc.size(); ++i) {
@@ -117,10 +123,14 @@ struct Fixture {
 
 int gpus() { return tpscope::testing::gpuCount(); }
 
-// Runs the correctness matrix for one backend on n GPUs.
-void correctness(tpsBackend_t backend, int n) {
+// Runs the correctness matrix for one backend on n GPUs, or on the ranks of `devs` when given.
+void correctness(tpsBackend_t backend, int n, const std::vector<int>& devs = {}) {
   Fixture f;
-  f.setUp(n);
+  if (devs.empty())
+    f.setUp(n);
+  else
+    f.setUp(devs);
+  ASSERT_NE(f.comm, nullptr);
   // 8, 4096 and 1 << 16 elements are whole 8-byte words: the p2p backend's LL one-shot takes them.
   const size_t counts[] = {1, 7, 8, 4096, 4097, 1u << 16, 65536 + 3, (1u << 20) + 1, (20u << 20) + 5};
   const tpsDataType_t types[] = {tpsFloat32, tpsFloat16, tpsBfloat16};
@@ -171,6 +181,21 @@ TEST(AllReduceMultiGpu, HostBackendAllGpus) {
 TEST(AllReduceMultiGpu, NcclBackendAllGpus) {
   TPS_REQUIRE_GPUS(3);
   correctness(tpsBackendNccl, std::min(gpus(), 8));
+}
+
+// Four ranks on two GPUs (ranks 0 and 2 on GPU 0, 1 and 3 on GPU 1): the N = 4 code paths of host and
+// p2p (rank-order sums, slots, flags, two-shot slices of four) on a box with two GPUs, until a 4-GPU
+// machine runs the AllGpus tests above. Disabled in the plain run: the ctest entry AllReduceSharedGpus
+// runs them with TPSCOPE_TEST_SHARED_DEVICES=1 (ranks may share a GPU) and TPSCOPE_P2P_BLOCKS=32 (two
+// ranks' two-shot grids must be resident on one GPU together: 82 registers x 512 threads is one block
+// per SM).
+TEST(AllReduceSharedGpus, DISABLED_P2pFourRanksOnTwoGpus) {
+  TPS_REQUIRE_GPUS(2);
+  correctness(tpsBackendP2p, 4, {0, 1, 0, 1});
+}
+TEST(AllReduceSharedGpus, DISABLED_HostFourRanksOnTwoGpus) {
+  TPS_REQUIRE_GPUS(2);
+  correctness(tpsBackendHost, 4, {0, 1, 0, 1});
 }
 
 // Both host paths on the same data, forced by the threshold, and a copy-engine chunk that does not

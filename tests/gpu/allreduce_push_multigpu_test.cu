@@ -43,7 +43,7 @@ std::vector<tpsPushChannel_t> channels(const Gpus& g) {
 
 void push(const Gpus& g, const std::vector<tpsPushChannel_t>& ch, const PerGpu& partial, size_t rows, size_t width) {
   for (int i = 0; i < g.n; ++i) {
-    cudaSetDevice(i);
+    cudaSetDevice(g.devs[i]);
     pushPartial<<<8, 128, 0, g.streams[i]>>>(ch[i], static_cast<const Bf*>(partial.dev[i]), static_cast<int>(rows),
                                              static_cast<int>(width));
   }
@@ -52,10 +52,8 @@ void push(const Gpus& g, const std::vector<tpsPushChannel_t>& ch, const PerGpu& 
 // The pushed call against the unpushed one (tpsAllReduceAddRmsNorm, the same by-row kernel sending its
 // own lines) on the same inputs: residual and norm bit for bit, on every GPU; between the shapes an
 // ordinary LL AllReduce advances the same sequence numbers.
-TEST(AllReducePushMultiGpu, PushedEqualsTheUnpushedCall) {
-  TPS_REQUIRE_GPUS(2);
-  const int n = std::min(tpscope::testing::gpuCount(), 8);
-  Gpus g(n);
+void pushedEqualsUnpushed(const Gpus& g) {
+  const int n = g.n;
   const std::vector<tpsPushChannel_t> ch = channels(g);
   ASSERT_EQ(ch[0].nranks, n);
   ASSERT_GE(ch[0].max_rows, 8);
@@ -65,8 +63,8 @@ TEST(AllReducePushMultiGpu, PushedEqualsTheUnpushedCall) {
   const float eps = 1e-5f;
   for (auto [rows, width] : {std::pair<size_t, size_t>{1, 4096}, {8, 4096}, {3, 5120}, {2, 8}, {4, 8192}}) {
     const size_t count = rows * width;
-    PerGpu partial(n, count), residual(n, count), mine(n, count), theirs(n, count), weight(n, width);
-    PerGpu normed_mine(n, count), normed_theirs(n, count), other(n, 1000);
+    PerGpu partial(g, count), residual(g, count), mine(g, count), theirs(g, count), weight(g, width);
+    PerGpu normed_mine(g, count), normed_theirs(g, count), other(g, 1000);
     for (int i = 0; i < n; ++i) {
       for (auto& v : partial.host[i]) v = bf(u(rng));
       for (auto& v : other.host[i]) v = bf(u(rng));
@@ -105,7 +103,7 @@ TEST(AllReducePushMultiGpu, PushedEqualsTheUnpushedCall) {
   }
   // The add alone, the residual updated in place.
   const size_t rows = 2, width = 4096, count = rows * width;
-  PerGpu partial(n, count), residual(n, count);
+  PerGpu partial(g, count), residual(g, count);
   for (int i = 0; i < n; ++i)
     for (auto& v : partial.host[i]) v = bf(u(rng));
   for (auto& v : residual.host[0]) v = bf(u(rng));
@@ -136,6 +134,20 @@ TEST(AllReducePushMultiGpu, PushedEqualsTheUnpushedCall) {
   EXPECT_EQ(calls, 5u * 3 + 1);
 }
 
+TEST(AllReducePushMultiGpu, PushedEqualsTheUnpushedCall) {
+  TPS_REQUIRE_GPUS(2);
+  const Gpus g(std::min(tpscope::testing::gpuCount(), 8));
+  pushedEqualsUnpushed(g);
+}
+
+// Four ranks on two GPUs, as AllReduceSharedGpus in allreduce_multigpu_test.cu (the ctest entry of that
+// name runs it with TPSCOPE_TEST_SHARED_DEVICES=1): the pushed path's N = 4 sums and line slots.
+TEST(AllReduceSharedGpus, DISABLED_PushedFourRanksOnTwoGpus) {
+  TPS_REQUIRE_GPUS(2);
+  const Gpus g(std::vector<int>{0, 1, 0, 1});
+  pushedEqualsUnpushed(g);
+}
+
 // 2,000 graph replays of {ordinary LL call, push, pushed call, push, pushed call}: the sequence numbers
 // and the two line slots never confuse two calls (each replay's results are checked at the end and
 // must equal the first eager run's, which equals the unpushed call's).
@@ -145,8 +157,8 @@ TEST(AllReducePushMultiGpu, GraphReplaysNeverConfuseCalls) {
   Gpus g(n);
   const std::vector<tpsPushChannel_t> ch = channels(g);
   const size_t rows = 1, width = 4096, count = rows * width;
-  PerGpu a(n, count), b(n, count), residual(n, count), out_a(n, count), out_b(n, count), weight(n, width);
-  PerGpu normed_a(n, count), normed_b(n, count), zeros(n, 512);
+  PerGpu a(g, count), b(g, count), residual(g, count), out_a(g, count), out_b(g, count), weight(g, width);
+  PerGpu normed_a(g, count), normed_b(g, count), zeros(g, 512);
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (int i = 0; i < n; ++i)

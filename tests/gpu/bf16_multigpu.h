@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "tpscope/tpscope.h"
@@ -20,11 +21,13 @@ struct Gpus {
   int n = 0;
   std::vector<cudaStream_t> streams;
   tpsComm_t comm = nullptr;
-  explicit Gpus(int count, const tpsConfig_t* config = nullptr) : n(count), streams(count) {
-    std::vector<int> devs;
+  std::vector<int> devs;  // rank r's GPU
+  explicit Gpus(int count, const tpsConfig_t* config = nullptr) : Gpus(firstGpus(count), config) {}
+  // Rank r on GPU devices[r] (a GPU may appear twice under TPSCOPE_TEST_SHARED_DEVICES=1).
+  explicit Gpus(std::vector<int> devices, const tpsConfig_t* config = nullptr)
+      : n(static_cast<int>(devices.size())), streams(devices.size()), devs(std::move(devices)) {
     for (int i = 0; i < n; ++i) {
-      devs.push_back(i);
-      cudaSetDevice(i);
+      cudaSetDevice(devs[i]);
       cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking);
     }
     EXPECT_EQ(tpsCommCreate(&comm, n, devs.data(), config), tpsSuccess);
@@ -32,32 +35,41 @@ struct Gpus {
   ~Gpus() {
     tpsCommDestroy(comm);
     for (int i = 0; i < n; ++i) {
-      cudaSetDevice(i);
+      cudaSetDevice(devs[i]);
       cudaStreamDestroy(streams[i]);
     }
   }
+  static std::vector<int> firstGpus(int count) {
+    std::vector<int> d(count);
+    for (int i = 0; i < count; ++i) d[i] = i;
+    return d;
+  }
   const tpsStream_t* s() const { return reinterpret_cast<const tpsStream_t*>(streams.data()); }
-  void sync() {
+  void sync() const {
     for (int i = 0; i < n; ++i) {
-      cudaSetDevice(i);
+      cudaSetDevice(devs[i]);
       cudaStreamSynchronize(streams[i]);
     }
   }
 };
 
-// One bf16 array per GPU, copied in and out.
+// One bf16 array per rank, on the rank's GPU, copied in and out.
 struct PerGpu {
+  std::vector<int> gpu;
   std::vector<void*> dev;
   std::vector<std::vector<Bf>> host;
-  PerGpu(int n, size_t count) : dev(n), host(n, std::vector<Bf>(count)) {
-    for (int i = 0; i < n; ++i) {
-      cudaSetDevice(i);
+  PerGpu(int n, size_t count) : PerGpu(Gpus::firstGpus(n), count) {}
+  PerGpu(const Gpus& g, size_t count) : PerGpu(g.devs, count) {}
+  PerGpu(std::vector<int> gpus, size_t count)
+      : gpu(std::move(gpus)), dev(gpu.size()), host(gpu.size(), std::vector<Bf>(count)) {
+    for (size_t i = 0; i < gpu.size(); ++i) {
+      cudaSetDevice(gpu[i]);
       cudaMalloc(&dev[i], count * sizeof(Bf));
     }
   }
   ~PerGpu() {
     for (size_t i = 0; i < dev.size(); ++i) {
-      cudaSetDevice(static_cast<int>(i));
+      cudaSetDevice(gpu[i]);
       cudaFree(dev[i]);
     }
   }
