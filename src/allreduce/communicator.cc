@@ -258,6 +258,25 @@ extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, vo
   return tpsSuccess;
 }
 
+// The checks tpsAllReduceAddRmsNorm and tpsAllReducePushedAddRmsNorm share (`what` names the call in
+// the log); tpsInvalidUsage, quietly, after an asynchronous error.
+static tpsResult_t validateNormCall(tpsComm_t comm, const char* what, void* const* partial,
+                                    const void* const* residual_in, void* const* residual_out,
+                                    const void* const* weight, void* const* normed, size_t rows, size_t width,
+                                    float eps, tpsDataType_t dtype, const tpsStream_t* streams) {
+  TPS_EXPECT(rows > 0 && width > 0 && rows <= SIZE_MAX / width, tpsInvalidArgument, "{}: rows {} x width {} is not a shape",
+             what, rows, width);
+  TPS_EXPECT(residual_in != nullptr && residual_out != nullptr && (weight == nullptr || normed != nullptr),
+             tpsInvalidArgument, "{}: residual_in, residual_out (and normed, with a weight) must not be NULL", what);
+  TPS_EXPECT(eps > 0 || weight == nullptr, tpsInvalidArgument, "{}: eps must be positive", what);
+  for (size_t r = 0; r < comm->devices.size(); ++r)
+    TPS_EXPECT(residual_in[r] != nullptr && residual_out[r] != nullptr &&
+                   (weight == nullptr || (weight[r] != nullptr && normed[r] != nullptr)),
+               tpsInvalidArgument, "{}: a residual, weight or normed pointer of GPU {} is NULL", what, r);
+  if (checkAsync(comm) != tpsSuccess) return tpsInvalidUsage;
+  return validateCall(comm, partial, rows * width, dtype, streams);
+}
+
 extern "C" tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backend, void* const* partial,
                                               const void* const* residual_in, void* const* residual_out,
                                               const void* const* weight, void* const* normed, size_t rows, size_t width,
@@ -265,19 +284,9 @@ extern "C" tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backe
   TPS_EXPECT(comm != nullptr, tpsInvalidArgument, "tpsAllReduceAddRmsNorm: comm is NULL");
   TPS_EXPECT(backend >= tpsBackendAuto && backend < tpsNumBackends, tpsInvalidArgument,
              "tpsAllReduceAddRmsNorm: backend {} is not a backend", static_cast<int>(backend));
-  TPS_EXPECT(rows > 0 && width > 0 && rows <= SIZE_MAX / width, tpsInvalidArgument,
-             "tpsAllReduceAddRmsNorm: rows {} x width {} is not a shape", rows, width);
-  TPS_EXPECT(residual_in != nullptr && residual_out != nullptr && (weight == nullptr || normed != nullptr),
-             tpsInvalidArgument,
-             "tpsAllReduceAddRmsNorm: residual_in, residual_out (and normed, with a weight) must not be NULL");
-  TPS_EXPECT(eps > 0 || weight == nullptr, tpsInvalidArgument, "tpsAllReduceAddRmsNorm: eps must be positive");
-  for (size_t r = 0; r < comm->devices.size(); ++r)
-    TPS_EXPECT(residual_in[r] != nullptr && residual_out[r] != nullptr &&
-                   (weight == nullptr || (weight[r] != nullptr && normed[r] != nullptr)),
-               tpsInvalidArgument, "tpsAllReduceAddRmsNorm: a residual, weight or normed pointer of GPU {} is NULL", r);
-  if (checkAsync(comm) != tpsSuccess) return tpsInvalidUsage;
+  TPS_CHECK(validateNormCall(comm, "tpsAllReduceAddRmsNorm", partial, residual_in, residual_out, weight, normed, rows,
+                             width, eps, dtype, streams));
   const size_t count = rows * width;
-  TPS_CHECK(validateCall(comm, partial, count, dtype, streams));
   const size_t bytes = count * tpsDataTypeSize(dtype);
   Backend* b = resolveBackend(comm, backend, bytes, nullptr);
   if (b == nullptr) return tpsUnavailable;  // quiet: the caller runs the steps apart
@@ -303,28 +312,14 @@ extern "C" tpsResult_t tpsAllReducePushedAddRmsNorm(tpsComm_t comm, void* const*
                                                     size_t width, float eps, tpsDataType_t dtype,
                                                     const tpsStream_t* streams) {
   TPS_EXPECT(comm != nullptr, tpsInvalidArgument, "tpsAllReducePushedAddRmsNorm: comm is NULL");
-  TPS_EXPECT(rows > 0 && width > 0 && rows <= SIZE_MAX / width, tpsInvalidArgument,
-             "tpsAllReducePushedAddRmsNorm: rows {} x width {} is not a shape", rows, width);
-  TPS_EXPECT(residual_in != nullptr && residual_out != nullptr && (weight == nullptr || normed != nullptr),
-             tpsInvalidArgument,
-             "tpsAllReducePushedAddRmsNorm: residual_in, residual_out (and normed, with a weight) must not be NULL");
-  TPS_EXPECT(eps > 0 || weight == nullptr, tpsInvalidArgument,
-             "tpsAllReducePushedAddRmsNorm: eps must be positive");
-  for (size_t r = 0; r < comm->devices.size(); ++r)
-    TPS_EXPECT(residual_in[r] != nullptr && residual_out[r] != nullptr &&
-                   (weight == nullptr || (weight[r] != nullptr && normed[r] != nullptr)),
-               tpsInvalidArgument,
-               "tpsAllReducePushedAddRmsNorm: a residual, weight or normed pointer of GPU {} is NULL", r);
-  if (checkAsync(comm) != tpsSuccess) return tpsInvalidUsage;
-  const size_t count = rows * width;
-  TPS_CHECK(validateCall(comm, partial, count, dtype, streams));
+  TPS_CHECK(validateNormCall(comm, "tpsAllReducePushedAddRmsNorm", partial, residual_in, residual_out, weight,
+                             normed, rows, width, eps, dtype, streams));
   Backend* b = comm->backends[tpsBackendP2p].get();
-  tpsPushChannel_t ch;
-  TPS_EXPECT(b != nullptr && b->pushChannel(0, &ch) == tpsSuccess, tpsUnavailable,
-             "tpsAllReducePushedAddRmsNorm: the communicator has no push channel");
+  TPS_EXPECT(b != nullptr, tpsUnavailable, "tpsAllReducePushedAddRmsNorm: the communicator has no p2p backend");
+  const size_t count = rows * width;
   CallArgs args{partial, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
   NormArgs norm{residual_in, residual_out, weight, weight ? normed : nullptr, rows, width, eps, true};
-  TPS_CHECK(b->allReduceAddRmsNorm(args, norm));
+  TPS_CHECK(b->allReduceAddRmsNorm(args, norm));  // tpsUnavailable there when the channels are off
   record(comm, *b, count * tpsDataTypeSize(dtype));
   return tpsSuccess;
 }

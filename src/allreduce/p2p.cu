@@ -99,6 +99,10 @@ class P2pBackend final : public Backend {
  private:
   tpsResult_t initAlgo(Algo* a, int blocks, size_t recv_stride);
   tpsResult_t pushedAddRmsNorm(const CallArgs& a, const NormArgs& m);
+  // p2pOneShotLLAddNormRow<kPushed> on every GPU, one block per row on the whole LL grid (so every
+  // block's sequence number advances as in the other LL kernels).
+  template <bool kPushed>
+  tpsResult_t launchByRow(const CallArgs& a, const NormArgs& m);
   template <typename T>
   tpsResult_t run(const CallArgs& a);
   template <typename T>
@@ -269,39 +273,47 @@ tpsResult_t P2pBackend::pushChannel(int rank, tpsPushChannel_t* ch) const {
   return tpsSuccess;
 }
 
+// Every buffer of a fused call 8-byte aligned (the LL kernels move 8-byte words).
+bool aligned8(const CallArgs& a, const NormArgs& m, size_t ndev) {
+  for (size_t r = 0; r < ndev; ++r)
+    for (const void* p :
+         std::initializer_list<const void*>{a.bufs[r], m.residual_in[r], m.residual_out[r],
+                                            m.normed ? m.normed[r] : nullptr, m.weight ? m.weight[r] : nullptr})
+      if (reinterpret_cast<uintptr_t>(p) % 8 != 0) return false;
+  return true;
+}
+
+template <bool kPushed>
+tpsResult_t P2pBackend::launchByRow(const CallArgs& a, const NormArgs& m) {
+  for (size_t r = 0; r < devices_.size(); ++r) {
+    DeviceGuard g(devices_[r]);
+    TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNormRow<kPushed>, dim3(ll_blocks_), dim3(kRowThreads),
+                                a.streams[r], ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]),
+                                static_cast<const __nv_bfloat16*>(m.residual_in[r]),
+                                static_cast<__nv_bfloat16*>(m.residual_out[r]),
+                                m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
+                                m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr,
+                                static_cast<int>(m.rows), static_cast<int>(m.width), m.eps));
+  }
+  return tpsSuccess;
+}
+
 // Fused where the call would take the LL one-shot: bf16, 8-byte aligned buffers, width a multiple of
 // 4, rows <= LL blocks (each row needs a block), an LL grid of at most kFusedThreads threads (the
 // default 64 x 128 is), and, with a norm, residual_out apart from residual_in (the row's last block
 // reads the whole new residual row; the add alone may update the residual in place).
 tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) {
-  const size_t n = devices_.size();
   if (m.pushed) return pushedAddRmsNorm(a, m);
+  const size_t n = devices_.size();
   bool ok = a.dtype == tpsBfloat16 && p2pAlgoFor(a.bytes(), true, false, ll_max_) == P2pAlgo::kLL && m.width % 4 == 0 &&
-            m.rows <= static_cast<size_t>(ll_blocks_) && ll_threads_ <= kFusedThreads;
-  for (size_t r = 0; r < n && ok; ++r) {
-    ok = m.weight == nullptr || m.residual_in[r] != m.residual_out[r];
-    for (const void* p :
-         std::initializer_list<const void*>{a.bufs[r], m.residual_in[r], m.residual_out[r],
-                                            m.normed ? m.normed[r] : nullptr, m.weight ? m.weight[r] : nullptr})
-      ok = ok && reinterpret_cast<uintptr_t>(p) % 8 == 0;
-  }
+            m.rows <= static_cast<size_t>(ll_blocks_) && ll_threads_ <= kFusedThreads && aligned8(a, m, n);
+  for (size_t r = 0; r < n && ok; ++r) ok = m.weight == nullptr || m.residual_in[r] != m.residual_out[r];
   if (!ok) return tpsUnavailable;
   // The add alone takes the spread kernel: without a norm it is the LL kernel plus the add.
-  const bool by_row = tpsParamP2pFusedRow() != 0 && m.weight != nullptr &&
-                      m.width / 4 <= static_cast<size_t>(kRowThreads) * kRowWords;
+  if (tpsParamP2pFusedRow() != 0 && m.weight != nullptr && m.width / 4 <= static_cast<size_t>(kRowThreads) * kRowWords)
+    return launchByRow<false>(a, m);
   for (size_t r = 0; r < n; ++r) {
     DeviceGuard g(devices_[r]);
-    if (by_row) {
-      // The whole LL grid, so every block's sequence number advances as in the other LL kernels.
-      TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNormRow<false>, dim3(ll_blocks_), dim3(kRowThreads), a.streams[r],
-                                  ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]),
-                                  static_cast<const __nv_bfloat16*>(m.residual_in[r]),
-                                  static_cast<__nv_bfloat16*>(m.residual_out[r]),
-                                  m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
-                                  m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr,
-                                  static_cast<int>(m.rows), static_cast<int>(m.width), m.eps));
-      continue;
-    }
     TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNorm, dim3(ll_blocks_), dim3(ll_threads_), a.streams[r], ll_[r],
                                 static_cast<const __nv_bfloat16*>(a.bufs[r]),
                                 static_cast<const __nv_bfloat16*>(m.residual_in[r]),
@@ -324,23 +336,8 @@ tpsResult_t P2pBackend::pushedAddRmsNorm(const CallArgs& a, const NormArgs& m) {
                  m.width / 4 <= static_cast<size_t>(kRowThreads) * kRowWords && a.count / 4 <= ll_max_ / 8,
              tpsInvalidArgument, "pushed reduction: {} rows x {} do not fit the push channel ({} rows, {} words)",
              m.rows, m.width, ll_blocks_, ll_max_ / 8);
-  for (size_t r = 0; r < devices_.size(); ++r)
-    for (const void* p :
-         std::initializer_list<const void*>{a.bufs[r], m.residual_in[r], m.residual_out[r],
-                                            m.normed ? m.normed[r] : nullptr, m.weight ? m.weight[r] : nullptr})
-      TPS_EXPECT(reinterpret_cast<uintptr_t>(p) % 8 == 0, tpsInvalidArgument,
-                 "pushed reduction: a buffer of GPU {} is not 8-byte aligned", r);
-  for (size_t r = 0; r < devices_.size(); ++r) {
-    DeviceGuard g(devices_[r]);
-    TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNormRow<true>, dim3(ll_blocks_), dim3(kRowThreads),
-                                a.streams[r], ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]),
-                                static_cast<const __nv_bfloat16*>(m.residual_in[r]),
-                                static_cast<__nv_bfloat16*>(m.residual_out[r]),
-                                m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
-                                m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr,
-                                static_cast<int>(m.rows), static_cast<int>(m.width), m.eps));
-  }
-  return tpsSuccess;
+  TPS_EXPECT(aligned8(a, m, devices_.size()), tpsInvalidArgument, "pushed reduction: a buffer is not 8-byte aligned");
+  return launchByRow<true>(a, m);
 }
 
 template <typename T>

@@ -19,9 +19,9 @@
 // reaches call s+2 has seen every peer start call s+1, so nobody still reads slot s mod 2.
 #pragma once
 
+#include "allreduce/push.cuh"
 #include "allreduce/reduce_ops.cuh"
 #include "common/pdl.cuh"
-#include "allreduce/push.cuh"
 
 namespace tpscope::detail {
 
@@ -488,9 +488,10 @@ __global__ void __launch_bounds__(kFusedThreads)
 // pass over memory and no other block: no counter, no fence, no last-block tail. Blocks from `rows` on
 // only advance their sequence number, so every LL counter stays in step with the other LL kernels
 // (launched on the whole LL grid). (A grid of `rows` blocks, block 0 advancing the others' numbers at
-// its end, measured slower on 2xH200: 8b tensor decode 2.532 against 2.446 ms/step.) Results as p2pOneShotLLAddNorm: the new residual bit for bit the
-// unfused one, the same scale on every GPU (the block's reduction order is fixed). residual_out may be
-// residual_in or partial (each word is read before it is written, by the thread that writes it).
+// its end, measured slower on 2xH200: 8b tensor decode 2.532 against 2.446 ms/step.) Results as
+// p2pOneShotLLAddNorm: the new residual bit for bit the unfused one, the same scale on every GPU (the
+// block's reduction order is fixed). residual_out may be residual_in or partial (each word is read
+// before it is written, by the thread that writes it).
 // kPushed: the call's words were sent by the kernel that made the partial (allreduce/push.cuh), and
 // this one only waits for the peers' lines and sums (tpsAllReducePushedAddRmsNorm).
 // 512 x 4: measured on 2xH200, 8b tensor decode with pushed reductions, ms/step: 256 x 8 2.500,
@@ -513,37 +514,33 @@ __global__ void __launch_bounds__(kRowThreads)
   const int slot = static_cast<int>(seq & 1);
   if (b < rows) {  // uniform in the block
     const int words = width / 4;
-    const size_t base = static_cast<size_t>(b) * words;
+    // This thread's words of the row: tid + k * kRowThreads for k < n.
+    const int n = tid < words ? min(kRowWords, (words - tid + kRowThreads - 1) / kRowThreads) : 0;
+    const size_t base = static_cast<size_t>(b) * words + tid;
     const uint2* in = reinterpret_cast<const uint2*>(partial) + base;
     const uint2* res = reinterpret_cast<const uint2*>(residual_in) + base;
     uint2 own[kRowWords];
     Bf16Word x[kRowWords], g[kRowWords];
 #pragma unroll
-    for (int k = 0; k < kRowWords; ++k) {
-      const int i = tid + k * kRowThreads;
-      if (i >= words) break;
-      own[k] = in[i];
-      if (!kPushed) sendLLWord(h, slot, s, base + i, own[k]);
+    for (int k = 0; k < kRowWords && k < n; ++k) {
+      own[k] = in[k * kRowThreads];
+      if (!kPushed) sendLLWord(h, slot, s, base + k * kRowThreads, own[k]);
     }
     // The residual and the norm weight are loaded while the peers' lines travel.
 #pragma unroll
-    for (int k = 0; k < kRowWords; ++k) {
-      const int i = tid + k * kRowThreads;
-      if (i >= words) break;
-      x[k].u = res[i];
-      if (weight != nullptr) g[k].u = reinterpret_cast<const uint2*>(weight)[i];
+    for (int k = 0; k < kRowWords && k < n; ++k) {
+      x[k].u = res[k * kRowThreads];
+      if (weight != nullptr) g[k].u = reinterpret_cast<const uint2*>(weight)[tid + k * kRowThreads];
     }
     float ss = 0.0f;
-    const int n = tid < words ? min(kRowWords, (words - tid + kRowThreads - 1) / kRowThreads) : 0;
     float acc[kRowWords][4] = {};
-    const bool timed_out = !sumLLWords<__nv_bfloat16, kRowWords>(h, slot, s, base + tid, kRowThreads, n, own,
-                                                                  globalTimerNs(), acc);
+    const bool timed_out =
+        !sumLLWords<__nv_bfloat16, kRowWords>(h, slot, s, base, kRowThreads, n, own, globalTimerNs(), acc);
     uint2* out = reinterpret_cast<uint2*>(residual_out) + base;
 #pragma unroll
-    for (int k = 0; k < kRowWords; ++k) {
-      if (k >= n || timed_out) break;
+    for (int k = 0; k < kRowWords && k < n && !timed_out; ++k) {
       ss += addResidualWord(x[k], acc[k]);
-      out[tid + k * kRowThreads] = x[k].u;
+      out[k * kRowThreads] = x[k].u;
     }
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if ((tid & 31) == 0) red[tid >> 5] = ss;
@@ -555,11 +552,7 @@ __global__ void __launch_bounds__(kRowThreads)
       const float inv = rsqrtf(total / width + eps);
       uint2* nrm = reinterpret_cast<uint2*>(normed) + base;
 #pragma unroll
-      for (int k = 0; k < kRowWords; ++k) {
-        const int i = tid + k * kRowThreads;
-        if (i >= words) break;
-        nrm[i] = normWord(x[k], g[k], inv);
-      }
+      for (int k = 0; k < kRowWords && k < n; ++k) nrm[k * kRowThreads] = normWord(x[k], g[k], inv);
     }
     if (timed_out) reportTimeout(h.status, h.rank);
   }

@@ -52,8 +52,7 @@ ShardDims dimsFor(const ModelConfig& c, SplitMode mode, int ngpu, int rank) {
 // `after` (tpsAllReduceAddRmsNorm, tpsAllReducePushedAddRmsNorm).
 struct NormCall {
   void* partial[TPS_MAX_DEVICES];
-  void* x[TPS_MAX_DEVICES];  // the residual, for in-place updates
-  const void* residual[TPS_MAX_DEVICES];
+  void* x[TPS_MAX_DEVICES];  // the residual (read, or updated in place)
   const void* weight[TPS_MAX_DEVICES];
   void* normed[TPS_MAX_DEVICES];
   tpsStream_t streams[TPS_MAX_DEVICES];
@@ -61,7 +60,7 @@ struct NormCall {
   NormCall(const std::vector<std::unique_ptr<Shard>>& shards, int layer, Shard::After after) {
     for (size_t i = 0; i < shards.size(); ++i) {
       const Shard& s = *shards[i];
-      partial[i] = s.partial(), x[i] = s.x(), residual[i] = s.x();
+      partial[i] = s.partial(), x[i] = s.x();
       weight[i] = s.nextNorm(layer, after), normed[i] = s.xn(), streams[i] = s.stream();
       with_norm = with_norm && weight[i] != nullptr;
     }
@@ -209,7 +208,7 @@ tpsResult_t Model::reduceThenResidual(int layer, int tokens, Shard::After after,
   const size_t rows = static_cast<size_t>(tokens), width = options_.config.hidden;
   if (pushed) {
     // In place: the by-row kernel reads each residual word before the same thread writes it.
-    TPS_CHECK(tpsAllReducePushedAddRmsNorm(comm_, c.partial, c.residual, c.x, c.weights(), c.normed, rows, width,
+    TPS_CHECK(tpsAllReducePushedAddRmsNorm(comm_, c.partial, c.x, c.x, c.weights(), c.normed, rows, width,
                                            options_.config.rms_eps, tpsBfloat16, c.streams));
     for (auto& s : shards_) TPS_CHECK(s->mark("allreduce (pushed) + residual + rmsnorm"));
     return tpsSuccess;
@@ -217,7 +216,7 @@ tpsResult_t Model::reduceThenResidual(int layer, int tokens, Shard::After after,
   if (!skip_allreduce_ && tpsParamTpFused() != 0) {
     // The new residual goes into the partial buffer (the kernel reads x whole while it writes), and
     // the two buffers then trade roles.
-    const tpsResult_t r = tpsAllReduceAddRmsNorm(comm_, options_.backend, c.partial, c.residual, c.partial,
+    const tpsResult_t r = tpsAllReduceAddRmsNorm(comm_, options_.backend, c.partial, c.x, c.partial,
                                                  c.weights(), c.normed, rows, width, options_.config.rms_eps,
                                                  tpsBfloat16, c.streams);
     if (r == tpsSuccess) {
