@@ -133,9 +133,10 @@ struct MeterSpread {
 std::optional<MeterSpread> meterSpread(const std::vector<std::optional<double>>& values);
 
 struct QuiesceOptions {
-  int64_t idle_ms = 8000;       // how long the GPUs must stay idle
-  double threshold_mbps = 100;  // highest mean rate any counter of any GPU may show meanwhile
-  bool check_processes = true;  // fail when another process has a compute context on a GPU
+  int64_t idle_ms = 8000;          // how long the GPUs must stay idle
+  double threshold_mbps = 100;     // highest mean rate any counter of any GPU may show meanwhile
+  bool check_processes = true;     // fail when another process has a compute context on a GPU
+  std::vector<unsigned> own_pids;  // processes of the measurement (a server under test); this one always counts
 };
 
 // The record of one quiescing attempt; part of any result measured after it.
@@ -158,7 +159,7 @@ struct MeterCadence {
   double period_mean_ms = 0, period_p50_ms = 0, period_p99_ms = 0, period_max_ms = 0;
   double read_cost_mean_ms = 0, read_cost_p99_ms = 0;  // t_after - t_before
   int64_t dropped = 0;                                 // reads lost because the ring was full (should be 0)
-  int64_t wrap_gaps = 0;  // PCIe: gaps long enough for a 32-bit counter to wrap unseen (always 0 for NVLink)
+  int64_t wrap_gaps = 0;     // PCIe: gaps long enough for a 32-bit counter to wrap unseen (always 0 for NVLink)
   int64_t failed_reads = 0;  // reads that returned no value for a counter the GPU supports
   std::string last_error;    // the source's reason for the latest failed read ("" when none failed)
 };

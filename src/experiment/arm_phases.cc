@@ -15,6 +15,9 @@ PhaseResult makePhaseResult(const PhaseOutcome& o, const std::vector<GpuTraffic>
   p.tok_s = s > 0 ? o.tokens / s : 0;
   p.step_ms = o.steps > 0 ? s * 1e3 / o.steps : 0;
   p.allreduce = o.allreduce;
+  p.engine_tok_s = o.engine_tok_s;
+  p.engine_ms = o.engine_ms;
+  p.engine = o.engine;
   p.gpus = traffic;
   return p;
 }

@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// arm_phases.h - what the runner (`tpscope arms`, later) needs from the workload: run one arm's phases.
+// arm_phases.h - what the runner (`tpscope arms`) needs from an engine: run one arm's phases.
 //
-// The runner owns the meter, the quiescing and the run folder; the workload (src/workload, issue 6)
-// owns the model. Per arm the runner calls prepare() once, then per repetition: quiesce, runPhases(),
-// and pairs every PhaseOutcome with the meter window of the same [start_ns, end_ns] (makePhaseResult).
-// Nothing here depends on src/workload; its adapter implements this interface.
+// The runner owns the meter, the quiescing and the run folder; the engine (the synthetic workload in
+// src/workload, a llama-server, a marked command) owns the model. Per arm the runner calls prepare() once, then per
+// repetition: quiesce, runPhases(), and pairs every PhaseOutcome with the meter window of the same [start_ns, end_ns]
+// (makePhaseResult). Nothing here depends on src/workload or src/engine; their adapters implement this interface
+// (workload_phases.h, server_phases.h). An engine that holds a process stops it when destroyed.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +28,13 @@ struct PhaseOutcome {
   int64_t tokens = 0;                // tokens produced (decode) or consumed (prefill)
   int64_t steps = 0;                 // forward passes
   std::vector<PathCalls> allreduce;  // the library's accounting across the phase (tpsStats_t difference)
+  // An engine's own account of the phase (llama-server's `timings`): its tokens/s, milliseconds and
+  // raw figures. The report gives its tok/s as the arm's (the study's figure) with the client's beside.
+  std::optional<double> engine_tok_s, engine_ms;
+  nlohmann::json engine = nullptr;
+  // Not empty: the repetition saw work that was not the rig's (another client on the server); the
+  // runner records it as invalid and retries it.
+  std::string disturbed;
 };
 
 class ArmPhases {
@@ -37,6 +47,8 @@ class ArmPhases {
   // windows on it (begin/end around the synchronised edges) reports those edges in PhaseOutcome;
   // the runner adds a window only for a phase the workload did not mark.
   virtual void useMeter(Meter* /*meter*/) {}
+  // Processes the engine runs on the GPUs (a server): quiescing does not count them as other users.
+  virtual std::vector<unsigned> processes() const { return {}; }
   // Runs `phases` once, in order, with a synchronised edge between them.
   virtual tpsResult_t runPhases(const std::vector<std::string>& phases, std::vector<PhaseOutcome>* out,
                                 std::string* reason) = 0;

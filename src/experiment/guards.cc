@@ -21,6 +21,8 @@ const char* settingSourceName(SettingSource s) {
       return "derived";
     case SettingSource::kAuto:
       return "auto";
+    case SettingSource::kEngine:
+      return "engine";
   }
   return "?";
 }
@@ -37,11 +39,14 @@ std::string EffectiveSettings::value(const std::string& key) const {
 }
 
 const std::vector<std::string>& deltaKeys() {
-  static const std::vector<std::string> k = {"devices", "split", "backend", "tokens_per_step", "acceptance"};
+  static const std::vector<std::string> k = {"devices",   "split", "backend",   "tokens_per_step", "acceptance",
+                                             "allreduce", "draft", "spec_type", "draft_max"};
   return k;
 }
 const std::vector<std::string>& derivedKeys() {
-  static const std::vector<std::string> k = {"gpu_count", "allreduce_backend", "expected_tokens_per_step"};
+  static const std::vector<std::string> k = {
+      "gpu_count",  "allreduce_backend", "expected_tokens_per_step", "cuda_visible_devices", "speculative_in_effect",
+      "server_args"};
   return k;
 }
 
@@ -80,6 +85,8 @@ bool isDeltaOrDerived(const std::string& key) {
 std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, const AutoDecider& decide) {
   const SharedSettings& sh = spec.shared;
   const SharedSettings defaults;
+  const EngineSettings& en = sh.engine;
+  const Engine engine = en.engine;
   auto shared = [&](bool differs) { return differs ? SettingSource::kShared : SettingSource::kDefault; };
   std::vector<EffectiveSettings> out;
   for (const ArmSpec& arm : spec.arms) {
@@ -89,37 +96,79 @@ std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, con
     const ArmDelta& b = sh.base;
     const std::vector<int> devices = d.devices ? *d.devices : b.devices ? *b.devices : std::vector<int>{0};
     const SplitMode split = d.split ? *d.split : b.split.value_or(SplitMode::kNone);
-    const std::string backend = d.backend ? *d.backend : b.backend.value_or("auto");
-    const int tps = d.tokens_per_step ? *d.tokens_per_step : b.tokens_per_step.value_or(1);
-    const double acc = d.acceptance ? *d.acceptance : b.acceptance.value_or(1.0);
-    // Shared settings first, in spec order.
-    e.settings = {
-        {"preset", sh.preset, shared(sh.preset != defaults.preset)},
-        {"prompt_tokens", std::to_string(sh.prompt_tokens), shared(sh.prompt_tokens != defaults.prompt_tokens)},
-        {"decode_tokens", std::to_string(sh.decode_tokens), shared(sh.decode_tokens != defaults.decode_tokens)},
-        {"context", std::to_string(sh.context), shared(sh.context != defaults.context)},
-        {"phases", fmt::format("{}", fmt::join(sh.phases, ",")), shared(sh.phases != defaults.phases)},
-        {"repetitions", std::to_string(sh.repetitions), shared(sh.repetitions != defaults.repetitions)},
-        {"idle_seconds", num(sh.idle_seconds), shared(sh.idle_seconds != defaults.idle_seconds)},
-        {"baseline_threshold_mbps", num(sh.baseline_threshold_mbps),
-         shared(sh.baseline_threshold_mbps != defaults.baseline_threshold_mbps)},
-        {"baseline_retries", std::to_string(sh.baseline_retries),
-         shared(sh.baseline_retries != defaults.baseline_retries)},
-        {"meter_period_ms", num(sh.meter_period_ms), shared(sh.meter_period_ms != defaults.meter_period_ms)},
-        // The delta.
-        {"devices", joinInts(devices), sourceOf(d.devices, b.devices)},
-        {"split", splitModeName(split), sourceOf(d.split, b.split)},
-        {"backend", backend, sourceOf(d.backend, b.backend)},
-        {"tokens_per_step", std::to_string(tps), sourceOf(d.tokens_per_step, b.tokens_per_step)},
-        {"acceptance", num(acc), sourceOf(d.acceptance, b.acceptance)},
-        // What follows from it. Only tensor split reduces across GPUs; the others carry activations.
-        {"gpu_count", std::to_string(devices.size()), SettingSource::kDerived},
-        {"allreduce_backend", split == SplitMode::kTensor ? backend : "none", SettingSource::kDerived},
-        {"expected_tokens_per_step", num(1 + (tps - 1) * acc), SettingSource::kDerived},
-    };
+    auto& S = e.settings;
+    // Shared settings first, in spec order; each engine has its own.
+    if (engine != Engine::kSynthetic) S.push_back({"engine", engineName(engine), SettingSource::kShared});
+    if (engine == Engine::kSynthetic) S.push_back({"preset", sh.preset, shared(sh.preset != defaults.preset)});
+    if (engine == Engine::kLlamaServer) {
+      S.push_back({"server", en.server, SettingSource::kShared});
+      S.push_back({"model", en.model, SettingSource::kShared});
+      S.push_back({"flags", en.flags, shared(!en.flags.empty())});
+      S.push_back({"start_timeout_s", num(en.start_timeout_s), shared(en.start_timeout_s != 600)});
+      S.push_back({"request_timeout_s", num(en.request_timeout_s), shared(en.request_timeout_s != 300)});
+    }
+    if (engine == Engine::kCommand)
+      S.push_back({"command", fmt::format("{}", fmt::join(en.command, " ")), SettingSource::kShared});
+    if (engine != Engine::kCommand) {
+      S.push_back(
+          {"prompt_tokens", std::to_string(sh.prompt_tokens), shared(sh.prompt_tokens != defaults.prompt_tokens)});
+      S.push_back(
+          {"decode_tokens", std::to_string(sh.decode_tokens), shared(sh.decode_tokens != defaults.decode_tokens)});
+    }
+    if (engine == Engine::kSynthetic)
+      S.push_back({"context", std::to_string(sh.context), shared(sh.context != defaults.context)});
+    S.insert(S.end(),
+             {
+                 {"phases", fmt::format("{}", fmt::join(sh.phases, ",")), shared(sh.phases != defaults.phases)},
+                 {"repetitions", std::to_string(sh.repetitions), shared(sh.repetitions != defaults.repetitions)},
+                 {"idle_seconds", num(sh.idle_seconds), shared(sh.idle_seconds != defaults.idle_seconds)},
+                 {"baseline_threshold_mbps", num(sh.baseline_threshold_mbps),
+                  shared(sh.baseline_threshold_mbps != defaults.baseline_threshold_mbps)},
+                 {"baseline_retries", std::to_string(sh.baseline_retries),
+                  shared(sh.baseline_retries != defaults.baseline_retries)},
+                 {"meter_period_ms", num(sh.meter_period_ms), shared(sh.meter_period_ms != defaults.meter_period_ms)},
+                 // The delta.
+                 {"devices", joinInts(devices), sourceOf(d.devices, b.devices)},
+                 {"split", splitModeName(split), sourceOf(d.split, b.split)},
+             });
+    if (engine == Engine::kSynthetic) {
+      const std::string backend = d.backend ? *d.backend : b.backend.value_or("auto");
+      const int tps = d.tokens_per_step ? *d.tokens_per_step : b.tokens_per_step.value_or(1);
+      const double acc = d.acceptance ? *d.acceptance : b.acceptance.value_or(1.0);
+      S.insert(S.end(),
+               {
+                   {"backend", backend, sourceOf(d.backend, b.backend)},
+                   {"tokens_per_step", std::to_string(tps), sourceOf(d.tokens_per_step, b.tokens_per_step)},
+                   {"acceptance", num(acc), sourceOf(d.acceptance, b.acceptance)},
+                   // What follows from it. Only tensor split reduces across GPUs; the others carry activations.
+                   {"gpu_count", std::to_string(devices.size()), SettingSource::kDerived},
+                   {"allreduce_backend", split == SplitMode::kTensor ? backend : "none", SettingSource::kDerived},
+                   {"expected_tokens_per_step", num(1 + (tps - 1) * acc), SettingSource::kDerived},
+               });
+    } else if (engine == Engine::kLlamaServer) {
+      // "default": GGML_CUDA_ALLREDUCE is removed from the server's environment, so llama.cpp's own
+      // default runs (nccl on Linux), never whatever the user's shell had set.
+      const std::string allreduce = d.allreduce ? *d.allreduce : b.allreduce.value_or("default");
+      const std::string draft = d.draft ? *d.draft : b.draft.value_or("none");
+      const std::string type = d.spec_type ? *d.spec_type : b.spec_type.value_or("none");
+      const auto draft_max = d.draft_max ? d.draft_max : b.draft_max;
+      S.insert(
+          S.end(),
+          {
+              {"allreduce", allreduce, sourceOf(d.allreduce, b.allreduce)},
+              {"draft", draft, sourceOf(d.draft, b.draft)},
+              {"spec_type", type, sourceOf(d.spec_type, b.spec_type)},
+              {"draft_max", draft_max ? std::to_string(*draft_max) : "default", sourceOf(d.draft_max, b.draft_max)},
+              {"gpu_count", std::to_string(devices.size()), SettingSource::kDerived},
+              {"allreduce_backend", split == SplitMode::kTensor ? allreduce : "none", SettingSource::kDerived},
+          });
+    } else {
+      S.push_back({"gpu_count", std::to_string(devices.size()), SettingSource::kDerived});
+      S.push_back({"allreduce_backend", "none", SettingSource::kDerived});
+    }
     if (decide)
       for (Setting s : decide(e)) {
-        s.source = SettingSource::kAuto;
+        if (s.source != SettingSource::kEngine) s.source = SettingSource::kAuto;
         put(&e, s);
       }
     out.push_back(std::move(e));
@@ -172,8 +221,16 @@ std::string formatDifferences(const std::vector<Difference>& diffs) {
     for (size_t i = 0; i < d.values.size(); ++i)
       s += fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", i == 0 ? d.setting : "", w0, d.values[i].first, w1,
                        d.values[i].second, w2, d.sources[i]);
-  s += "Arms must differ only in what they declare (devices, split, backend, tokens_per_step, acceptance): "
-       "set the differing settings explicitly in [experiment] so every arm runs them the same way.\n";
+  bool engine = false;
+  for (const Difference& d : diffs)
+    for (const std::string& src : d.sources) engine |= src == settingSourceName(SettingSource::kEngine);
+  if (engine)
+    s += "Arms must differ only in what they declare (devices, split, allreduce, draft, spec_type, draft_max): the "
+         "engine decided the settings above for itself; set them explicitly in the shared flags (and turn off what "
+         "decides per arm, e.g. -fit off) so every arm runs them the same way.\n";
+  else
+    s += "Arms must differ only in what they declare (devices, split, backend, tokens_per_step, acceptance): set "
+         "the differing settings explicitly in [experiment] so every arm runs them the same way.\n";
   return s;
 }
 
@@ -201,6 +258,8 @@ std::vector<Refusal> checkAvailability(const std::vector<EffectiveSettings>& arm
                                         box.gpu_count == 1 ? "" : "s")});
       continue;
     }
+    // A server's AllReduce is its own; the server's log says which ran (engine/llama_server.h).
+    if (e.value("engine") == "llama-server" || e.value("engine") == "command") continue;
     const std::string ar = e.value("allreduce_backend");
     if (ar != "none" && ar != "auto" && !has(box.backends, ar)) {
       const auto why = box.backend_reasons.find(ar);

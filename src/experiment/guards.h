@@ -19,8 +19,9 @@
 
 namespace tpscope::experiment {
 
-enum class SettingSource { kDefault, kShared, kArm, kDerived, kAuto };
-const char* settingSourceName(SettingSource s);  // "default", "shared", "arm", "derived", "auto"
+// kEngine: what an engine reported about itself once started (a server's context, batch, offload).
+enum class SettingSource { kDefault, kShared, kArm, kDerived, kAuto, kEngine };
+const char* settingSourceName(SettingSource s);  // "default", "shared", "arm", "derived", "auto", "engine"
 
 struct Setting {
   std::string key;    // snake_case, e.g. "split", "allreduce_backend", "cuda_graph"
@@ -36,13 +37,14 @@ struct EffectiveSettings {
 };
 
 // The keys an arm may declare, and the keys that follow from them (gpu_count from devices,
-// allreduce_backend from split and backend, expected_tokens_per_step from tokens and acceptance).
+// allreduce_backend from split and backend, expected_tokens_per_step from tokens and acceptance; for a
+// server: the devices it sees, the speculation in effect and its command line).
 const std::vector<std::string>& deltaKeys();
 const std::vector<std::string>& derivedKeys();
 
 // Automatic decisions made on an arm's behalf, given its settings so far; each returned setting is
-// added (or replaces one) with source kAuto. The runner plugs in the workload's (e.g. whether decode
-// runs as a CUDA graph, the dtype, what `backend = "auto"` resolves to); tests plug in scripted ones.
+// added (or replaces one) with source kAuto (kEngine stays kEngine). The runner plugs in the workload's (e.g. whether
+// decode runs as a CUDA graph, the dtype, what `backend = "auto"` resolves to); tests plug in scripted ones.
 using AutoDecider = std::function<std::vector<Setting>(const EffectiveSettings&)>;
 
 std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, const AutoDecider& decide = {});

@@ -38,7 +38,7 @@ EffectiveSettings effectiveFromJson(const json& j) {
     Setting s{x.at("key").get<std::string>(), x.at("value").get<std::string>(), SettingSource::kDefault};
     const std::string src = x.value("source", "default");
     for (SettingSource c : {SettingSource::kDefault, SettingSource::kShared, SettingSource::kArm,
-                            SettingSource::kDerived, SettingSource::kAuto})
+                            SettingSource::kDerived, SettingSource::kAuto, SettingSource::kEngine})
       if (src == settingSourceName(c)) s.source = c;
     e.settings.push_back(s);
   }
@@ -133,18 +133,21 @@ json toJson(const RepetitionResult& r) {
                       {"dmon_tx_mbps", opt(g.dmon_tx_mbps)},
                       {"dmon_samples", g.dmon_samples},
                       {"pcie_ceiling_mbps", opt(g.ceiling_mbps)}});
-    phases.push_back({{"phase", p.phase},
-                      {"start_ns", p.start_ns},
-                      {"end_ns", p.end_ns},
-                      {"tokens", p.tokens},
-                      {"steps", p.steps},
-                      {"tok_s", p.tok_s},
-                      {"step_ms", p.step_ms},
-                      {"allreduce", ar},
-                      {"gpus", gpus}});
+    json pj = {{"phase", p.phase},     {"start_ns", p.start_ns}, {"end_ns", p.end_ns},
+               {"tokens", p.tokens},   {"steps", p.steps},       {"tok_s", p.tok_s},
+               {"step_ms", p.step_ms}, {"allreduce", ar},        {"gpus", gpus}};
+    // An engine's own figures only where it reports them, so synthetic runs keep their shape.
+    if (p.engine_tok_s || p.engine_ms || !p.engine.is_null()) {
+      pj["engine_tok_s"] = opt(p.engine_tok_s);
+      pj["engine_ms"] = opt(p.engine_ms);
+      pj["engine"] = p.engine;
+    }
+    phases.push_back(std::move(pj));
   }
-  return {{"arm", r.arm},         {"repetition", r.repetition},   {"attempt", r.attempt}, {"valid", r.valid},
-          {"devices", r.devices}, {"quiesce", toJson(r.quiesce)}, {"phases", phases}};
+  json out = {{"arm", r.arm},         {"repetition", r.repetition},   {"attempt", r.attempt}, {"valid", r.valid},
+              {"devices", r.devices}, {"quiesce", toJson(r.quiesce)}, {"phases", phases}};
+  if (!r.disturbed.empty()) out["disturbed"] = r.disturbed;
+  return out;
 }
 
 RepetitionResult repetitionFromJson(const json& j) {
@@ -155,6 +158,7 @@ RepetitionResult repetitionFromJson(const json& j) {
   r.valid = j.at("valid").get<bool>();
   r.devices = j.value("devices", std::vector<int>{});
   r.quiesce = quiesceFromJson(j.at("quiesce"));
+  r.disturbed = j.value("disturbed", std::string());
   for (const json& pj : j.at("phases")) {
     PhaseResult p;
     p.phase = pj.at("phase").get<std::string>();
@@ -164,6 +168,9 @@ RepetitionResult repetitionFromJson(const json& j) {
     p.steps = pj.at("steps").get<int64_t>();
     p.tok_s = pj.at("tok_s").get<double>();
     p.step_ms = pj.at("step_ms").get<double>();
+    p.engine_tok_s = getOpt<double>(pj, "engine_tok_s");
+    p.engine_ms = getOpt<double>(pj, "engine_ms");
+    p.engine = pj.value("engine", json(nullptr));
     for (const json& c : pj.value("allreduce", json::array()))
       p.allreduce.push_back({c.at("path").get<std::string>(), c.at("calls").get<uint64_t>(),
                              c.at("payload_bytes").get<uint64_t>(), c.at("tx_bytes").get<std::vector<uint64_t>>(),
@@ -222,6 +229,19 @@ RunWriter::RunWriter(const std::string& dir, const Manifest& manifest) : dir_(di
   results_.open(dir + "/results.jsonl");
   samples_.open(dir + "/samples.jsonl");
   if (!m || !results_ || !samples_) throw RecordError(fmt::format("cannot write into the run folder {}", dir));
+}
+
+void RunWriter::rewrite(const Manifest& manifest) {
+  // Written beside and renamed over, so a reader never sees half a manifest.
+  const std::string tmp = dir_ + "/manifest.json.tmp";
+  {
+    std::ofstream m(tmp);
+    m << toJson(manifest).dump(2) << "\n";
+    if (!m) throw RecordError(fmt::format("cannot write {}", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, dir_ + "/manifest.json", ec);
+  if (ec) throw RecordError(fmt::format("cannot replace {}/manifest.json: {}", dir_, ec.message()));
 }
 
 void RunWriter::append(const RepetitionResult& r) { results_ << toJson(r).dump() << "\n" << std::flush; }

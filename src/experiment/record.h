@@ -70,8 +70,11 @@ struct PhaseResult {
   std::string phase;  // "prefill" | "decode"
   int64_t start_ns = 0, end_ns = 0;
   int64_t tokens = 0, steps = 0;
-  double tok_s = 0;    // tokens / window duration
+  double tok_s = 0;    // tokens / window duration (the client's clock)
   double step_ms = 0;  // window duration / steps
+  // The engine's own figures (llama-server's timings), when it reports them: tokens/s, ms, raw.
+  std::optional<double> engine_tok_s, engine_ms;
+  nlohmann::json engine = nullptr;
   std::vector<PathCalls> allreduce;
   std::vector<GpuTraffic> gpus;
   double seconds() const { return (end_ns - start_ns) * 1e-9; }
@@ -79,9 +82,11 @@ struct PhaseResult {
 
 struct RepetitionResult {
   std::string arm;
-  int repetition = 0;  // 0-based
-  int attempt = 0;     // 0 first try; >0 retries after a failed baseline
-  bool valid = true;   // false: baseline failed (quiesce.reason says why); kept, not used in statistics
+  int repetition = 0;     // 0-based
+  int attempt = 0;        // 0 first try; >0 retries after a failed baseline
+  bool valid = true;      // false: baseline failed (quiesce.reason says why) or the run was disturbed; kept,
+                          // not used in statistics
+  std::string disturbed;  // why a repetition whose baseline passed is invalid (work that was not the rig's)
   QuiesceRecord quiesce;
   std::vector<int> devices;  // CUDA ordinals of quiesce.idle_mbps rows
   std::vector<PhaseResult> phases;
@@ -121,6 +126,8 @@ class RunWriter {
   RunWriter(const std::string& dir, const Manifest& manifest);
   void append(const RepetitionResult& r);
   void append(const std::vector<SampleRow>& samples);
+  // Writes manifest.json again (the engines' own settings are known only once they started).
+  void rewrite(const Manifest& manifest);
 
  private:
   std::string dir_;

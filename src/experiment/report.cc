@@ -78,6 +78,7 @@ std::string describe(const ReportArm& a) {
   std::string s = a.gpu_count == 1 ? "single GPU" : fmt::format("{} GPUs, {}", a.gpu_count, a.split);
   if (a.backend != "none") s += ", " + a.backend;
   if (a.tokens_per_step > 1) s += fmt::format(", {} tokens/step", a.tokens_per_step);
+  if (!a.speculative.empty()) s += ", " + a.speculative;
   return s;
 }
 
@@ -179,6 +180,17 @@ Report buildReport(const RunRecord& run) {
   r.recording = man.recording;
   r.machine = man.machine.value("description", man.machine.value("hostname", std::string()));
   r.phases = man.phases;
+  if (!man.effective.empty() && !man.effective[0].value("engine").empty()) {
+    const EffectiveSettings& e = man.effective[0];
+    r.engine = "Engine: " + e.value("engine");
+    if (const std::string b = e.value("server_build_info"); !b.empty()) r.engine += " (build " + b + ")";
+    if (const std::string m = e.value("model"); !m.empty()) {
+      std::string ftype = e.value("server_model_ftype");
+      r.engine += ", model " + m.substr(m.find_last_of('/') + 1) + (ftype.empty() ? "" : " (" + ftype + ")");
+    }
+    if (const std::string f = e.value("flags"); !f.empty()) r.engine += ", flags `" + f + "`";
+    if (const std::string c = e.value("command"); !c.empty()) r.engine += ", command `" + c + "`";
+  }
   for (const std::string& name : man.arms) {
     ReportArm a;
     a.name = name;
@@ -192,6 +204,11 @@ Report buildReport(const RunRecord& run) {
         a.backend = e.value("allreduce_backend");
         a.tokens_per_step = std::stoi(e.value("tokens_per_step").empty() ? "1" : e.value("tokens_per_step"));
         a.acceptance = std::stod(e.value("acceptance").empty() ? "1" : e.value("acceptance"));
+        const std::string draft = e.value("draft"), type = e.value("spec_type"), n = e.value("draft_max");
+        if ((!draft.empty() && draft != "none") || (!type.empty() && type != "none")) {
+          a.speculative = !type.empty() && type != "none" ? type : "draft " + (draft == "self" ? draft : "model");
+          if (!n.empty() && n != "default") a.speculative += ", up to " + n;
+        }
       }
     a.gpu_count = static_cast<int>(parseDevices(a.devices).size());
     std::vector<const RepetitionResult*> reps;
@@ -202,7 +219,9 @@ Report buildReport(const RunRecord& run) {
         reps.push_back(&rep);
       else
         r.failed.push_back(fmt::format("arm {} repetition {} attempt {}: {}", name, rep.repetition + 1, rep.attempt + 1,
-                                       rep.quiesce.reason.empty() ? "baseline failed" : rep.quiesce.reason));
+                                       !rep.disturbed.empty()       ? rep.disturbed
+                                       : rep.quiesce.reason.empty() ? "baseline failed"
+                                                                    : rep.quiesce.reason));
       for (const PhaseResult& p : rep.phases)
         r.windows.push_back({{"arm", name},
                              {"repetition", rep.repetition},
@@ -218,11 +237,19 @@ Report buildReport(const RunRecord& run) {
       ReportArmPhase ap;
       ap.arm = name;
       ap.phase = phase;
-      Values tok_s, step_ms, calls;
+      Values tok_s, step_ms, calls, client_tok_s, engine_ms, window_ms;
+      bool engine_figures = false;
       std::vector<double> bytes_per_call, calls_per_token;
       for (const RepetitionResult* rep : reps)
         if (const PhaseResult* p = findPhase(*rep, phase)) {
-          tok_s.push_back(p->tok_s);
+          engine_figures |= p->engine_tok_s.has_value();
+          // A command engine reports no tokens: its tok/s is N/A, not 0.
+          tok_s.push_back(p->engine_tok_s ? p->engine_tok_s
+                          : p->tokens > 0 ? std::optional<double>(p->tok_s)
+                                          : std::nullopt);
+          client_tok_s.push_back(p->tok_s);
+          engine_ms.push_back(p->engine_ms);
+          window_ms.push_back(p->seconds() * 1e3);
           step_ms.push_back(p->step_ms);
           uint64_t c = 0, payload = 0;
           for (const PathCalls& pc : p->allreduce) {
@@ -237,6 +264,11 @@ Report buildReport(const RunRecord& run) {
         }
       ap.tok_s = meterSpread(tok_s);
       ap.step_ms = meterSpread(step_ms);
+      if (engine_figures) {
+        ap.client_tok_s = meterSpread(client_tok_s);
+        ap.engine_ms = meterSpread(engine_ms);
+        ap.window_ms = meterSpread(window_ms);
+      }
       ap.allreduce_calls = meterSpread(calls);
       auto median = [](std::vector<double> v) -> std::optional<double> {
         Values o(v.begin(), v.end());
@@ -334,6 +366,7 @@ Report buildReport(const RunRecord& run) {
 std::string formatMarkdown(const Report& r) {
   std::string s = fmt::format("# Experiment {}\n\n", r.experiment);
   if (!r.recording.empty()) s += fmt::format("> {}\n\n", r.recording);
+  if (!r.engine.empty()) s += r.engine + "\n\n";
   s += fmt::format(
       "Started {}{}. Per repetition: mean inside the phase window (bytes / duration). Across "
       "repetitions: median (min–max). MB/s = 10^6 bytes/s, PCIe counters, per card.\n\n",
@@ -353,7 +386,27 @@ std::string formatMarkdown(const Report& r) {
     }
     s += "\n";
   }
-  s += "\nrx MB/s per card: the mean of the arm's GPUs.\n";
+  s += "\nrx MB/s per card: the mean of the arm's GPUs.";
+  bool engine_figures = false;
+  for (const ReportArmPhase& ap : r.arm_phases) engine_figures |= ap.client_tok_s.has_value();
+  if (engine_figures)
+    s += " tok/s: the engine's own timings (the study's figure); the client's clock is beside them below.";
+  s += "\n";
+  if (engine_figures) {
+    s += "\n## The engine's timings beside the client's clock\n\n| arm | phase | engine tok/s | client tok/s | engine "
+         "ms "
+         "| window ms |\n| --- | --- | ---: | ---: | ---: | ---: |\n";
+    for (const ReportArmPhase& ap : r.arm_phases) {
+      if (!ap.client_tok_s) continue;
+      auto num = [](const std::optional<MeterSpread>& v, int digits) {
+        return v ? fmt::format("{:.{}f}", v->median, digits) : std::string("N/A");
+      };
+      s += fmt::format("| {} | {} | {} | {} | {} | {} |\n", ap.arm, ap.phase, num(ap.tok_s, 1), num(ap.client_tok_s, 1),
+                       num(ap.engine_ms, 1), num(ap.window_ms, 1));
+    }
+    s += "\nprefill window: request sent → first token; decode window: first → last token (the client's clock, "
+         "which the meter's windows use).\n";
+  }
   // Net cost.
   if (!r.net.empty()) {
     s += "\n## Net AllReduce cost (tensor − layer, rx per card)\n\n| phase | tensor arm | layer arm | tensor rx | "
@@ -428,16 +481,23 @@ json toJson(const Report& r) {
   json arms = json::array();
   for (const ReportArm& a : r.arms) {
     json phases = json::object();
-    for (const std::string& p : r.phases)
-      if (const ReportArmPhase* ap = armPhase(r, a.name, p))
-        phases[p] = {{"tok_s", spreadJson(ap->tok_s)},
-                     {"step_ms", spreadJson(ap->step_ms)},
-                     {"rx_per_card_mbps", opt(ap->rx_per_card_mbps)},
-                     {"tx_per_card_mbps", opt(ap->tx_per_card_mbps)},
-                     {"allreduce_calls", spreadJson(ap->allreduce_calls)},
-                     {"allreduce_bytes_per_call", opt(ap->allreduce_bytes_per_call)},
-                     {"allreduce_calls_per_token", opt(ap->allreduce_calls_per_token)},
-                     {"allreduce_paths", ap->paths}};
+    for (const std::string& p : r.phases) {
+      const ReportArmPhase* ap = armPhase(r, a.name, p);
+      if (!ap) continue;
+      phases[p] = {{"tok_s", spreadJson(ap->tok_s)},
+                   {"step_ms", spreadJson(ap->step_ms)},
+                   {"rx_per_card_mbps", opt(ap->rx_per_card_mbps)},
+                   {"tx_per_card_mbps", opt(ap->tx_per_card_mbps)},
+                   {"allreduce_calls", spreadJson(ap->allreduce_calls)},
+                   {"allreduce_bytes_per_call", opt(ap->allreduce_bytes_per_call)},
+                   {"allreduce_calls_per_token", opt(ap->allreduce_calls_per_token)},
+                   {"allreduce_paths", ap->paths}};
+      if (ap->client_tok_s) {  // an engine that reports its own timings
+        phases[p]["client_tok_s"] = spreadJson(ap->client_tok_s);
+        phases[p]["engine_ms"] = spreadJson(ap->engine_ms);
+        phases[p]["window_ms"] = spreadJson(ap->window_ms);
+      }
+    }
     arms.push_back({{"arm", a.name},
                     {"setup", describe(a)},
                     {"split", a.split},
@@ -484,18 +544,20 @@ json toJson(const Report& r) {
                {"mbps", r.busiest->mbps},
                {"share_of_ceiling", r.busiest->share},
                {"ceiling_mbps", r.busiest->ceiling_mbps}};
-  return {{"experiment", r.experiment},
-          {"start_time", r.start_time},
-          {"recording", r.recording},
-          {"machine", r.machine},
-          {"phases", r.phases},
-          {"arms", arms},
-          {"cells", cells},
-          {"net_allreduce", net},
-          {"busiest", busiest},
-          {"failed_baselines", r.failed},
-          {"meaning", r.meaning},
-          {"windows", r.windows}};
+  json out = {{"experiment", r.experiment},
+              {"start_time", r.start_time},
+              {"recording", r.recording},
+              {"machine", r.machine},
+              {"phases", r.phases},
+              {"arms", arms},
+              {"cells", cells},
+              {"net_allreduce", net},
+              {"busiest", busiest},
+              {"failed_baselines", r.failed},
+              {"meaning", r.meaning},
+              {"windows", r.windows}};
+  if (!r.engine.empty()) out["engine"] = r.engine;
+  return out;
 }
 
 }  // namespace tpscope::experiment

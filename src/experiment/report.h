@@ -36,7 +36,10 @@ struct ReportCell {
 // One arm, one phase.
 struct ReportArmPhase {
   std::string arm, phase;
-  std::optional<MeterSpread> tok_s, step_ms;
+  // tok_s: the engine's own figure where it reports one (llama-server's timings, the study's figure),
+  // else the client's; client_tok_s: tokens over the window on the client's clock, always.
+  std::optional<MeterSpread> tok_s, step_ms, client_tok_s;
+  std::optional<MeterSpread> engine_ms, window_ms;
   std::optional<double> rx_per_card_mbps, tx_per_card_mbps;  // mean over GPUs of the medians
   std::optional<MeterSpread> allreduce_calls;                // per repetition
   std::optional<double> allreduce_bytes_per_call;            // payload bytes per call (median rep)
@@ -48,6 +51,7 @@ struct ReportArm {
   std::string name, split, devices, backend;  // backend: allreduce_backend ("none" unless tensor)
   int gpu_count = 1, tokens_per_step = 1;
   double acceptance = 1;
+  std::string speculative;  // a server's drafting ("draft self, up to 3"); "" when none
   int valid_repetitions = 0, attempts = 0;
 };
 
@@ -65,6 +69,7 @@ struct BusiestCell {
 
 struct Report {
   std::string experiment, start_time, recording, machine;
+  std::string engine;  // "" for the synthetic engine; else one line: engine, build, model, flags
   std::vector<std::string> phases;
   std::vector<ReportArm> arms;
   std::vector<ReportArmPhase> arm_phases;  // arm-major, phases in spec order

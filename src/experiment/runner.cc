@@ -67,7 +67,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
   }
 
   // 1. Guards, before anything runs.
-  const std::vector<EffectiveSettings> arms = effectiveSettings(spec, c.decide);
+  std::vector<EffectiveSettings> arms = effectiveSettings(spec, c.decide);
   if (const std::vector<Difference> diffs = undeclaredDifferences(arms); !diffs.empty()) {
     out.status = RunOutcome::Status::kRefused;
     out.message = "the arms differ in settings no arm declares; nothing was run\n" + formatDifferences(diffs);
@@ -98,6 +98,39 @@ RunOutcome runExperiment(const RunnerConfig& c) {
   } catch (const std::exception& e) {
     out.message = e.what();
     return out;
+  }
+
+  // 2b. Engines that know their settings only once started: start each arm's once, then compare.
+  if (c.probe) {
+    for (EffectiveSettings& arm : arms) {
+      say(c, fmt::format("arm {}: starting the engine to read what it decides ...", arm.arm));
+      std::unique_ptr<ArmPhases> phases = c.make_phases(arm);
+      std::vector<Setting> reported;
+      std::string reason;
+      if (!phases || phases->prepare(arm, &reported, &reason) != tpsSuccess) {
+        out.message = "arm " + arm.arm + ": " + (phases ? reason : "no engine for it");
+        return out;
+      }
+      for (const Setting& s : reported) {
+        bool replaced = false;
+        for (Setting& old : arm.settings)
+          if (old.key == s.key) old = s, replaced = true;
+        if (!replaced) arm.settings.push_back(s);
+      }
+    }
+    m.effective = arms;
+    try {
+      writer->rewrite(m);
+    } catch (const std::exception& e) {
+      out.message = e.what();
+      return out;
+    }
+    if (const std::vector<Difference> diffs = undeclaredDifferences(arms); !diffs.empty()) {
+      out.status = RunOutcome::Status::kRefused;
+      out.message = "the arms' engines decided differently in settings no arm declares; nothing was measured\n" +
+                    formatDifferences(diffs);
+      return out;
+    }
   }
 
   const MeterFactory start_meter = c.start_meter ? c.start_meter : MeterFactory(&Meter::start);
@@ -136,6 +169,8 @@ RunOutcome runExperiment(const RunnerConfig& c) {
         return out;
       }
 
+    QuiesceOptions arm_qo = qo;
+    arm_qo.own_pids = phases->processes();
     for (int rep = 0; rep < sh.repetitions; ++rep) {
       bool done = false;
       for (int attempt = 0; attempt <= sh.baseline_retries && !done; ++attempt) {
@@ -158,7 +193,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
         r.attempt = attempt;
         r.devices.clear();
         for (const MeterGpu& g : meter->gpus()) r.devices.push_back(g.index);
-        if (quiesce(*meter, qo, &r.quiesce) != tpsSuccess) {
+        if (quiesce(*meter, arm_qo, &r.quiesce) != tpsSuccess) {
           out.message = "arm " + arm.arm + ": quiescing failed: " + r.quiesce.reason;
           return out;
         }
@@ -179,6 +214,15 @@ RunOutcome runExperiment(const RunnerConfig& c) {
           out.message = fmt::format("{}: {}", tag, reason);
           return out;
         }
+        for (const PhaseOutcome& o : outcomes)
+          if (!o.disturbed.empty() && r.disturbed.empty()) r.disturbed = o.disturbed;
+        if (c.tail_seconds > 0 && !outcomes.empty()) {
+          // Traffic that goes on after the rig's work ended is someone else's (the study's quiescing lesson).
+          int64_t end = 0;
+          for (const PhaseOutcome& o : outcomes) end = std::max(end, o.end_ns);
+          std::this_thread::sleep_for(std::chrono::duration<double>(c.tail_seconds));
+          (void)meter->addWindow("after", end, Meter::now());
+        }
         auto marked = [&meter](const PhaseOutcome& o) {
           for (const MeterWindow& w : meter->windows())
             if (w.name == o.phase && w.start_ns == o.start_ns && w.end_ns == o.end_ns) return true;
@@ -188,6 +232,18 @@ RunOutcome runExperiment(const RunnerConfig& c) {
           if (!marked(o)) meter->addWindow(o.phase, o.start_ns, o.end_ns);
         meter->stop();
         const std::vector<MeterWindow> windows = meter->windows();
+        if (c.tail_seconds > 0 && r.disturbed.empty())
+          for (const MeterWindow& w : windows) {
+            if (w.name != "after") continue;
+            for (size_t g = 0; g < w.cells.size() && r.disturbed.empty(); ++g)
+              for (MeterCounter k : {MeterCounter::kPcieRx, MeterCounter::kPcieTx}) {
+                const std::optional<double> rate = w.cells[g][static_cast<int>(k)].mean_mbps;
+                if (rate && *rate > sh.baseline_threshold_mbps && r.disturbed.empty())
+                  r.disturbed = fmt::format(
+                      "traffic went on after the phases ended: GPU {} {} {:.0f} MB/s over {:g} s (threshold {:g} MB/s)",
+                      meter->gpus()[g].index, meterCounterName(k), *rate, c.tail_seconds, sh.baseline_threshold_mbps);
+              }
+          }
         std::string summary;
         for (const PhaseOutcome& o : outcomes) {
           std::vector<GpuTraffic> traffic;
@@ -199,9 +255,15 @@ RunOutcome runExperiment(const RunnerConfig& c) {
           r.phases.push_back(makePhaseResult(o, traffic));
           summary += fmt::format(" {} {:.1f} tok/s", o.phase, r.phases.back().tok_s);
         }
-        r.valid = true;
+        r.valid = r.disturbed.empty();
         writer->append(r);
         writer->append(rowsFromSamples(arm.arm, rep, meter->samples(), meter->gpus()));
+        if (!r.valid) {
+          ++out.failed_attempts;
+          say(c, fmt::format("{}: disturbed ({}){}", tag, r.disturbed,
+                             attempt < sh.baseline_retries ? "; retrying" : "; reported as failed"));
+          continue;
+        }
         say(c, fmt::format("{}: baseline {:.0f} MB/s max ...{}", tag, highestIdle(r.quiesce), summary));
         done = true;
       }

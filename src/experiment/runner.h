@@ -8,8 +8,9 @@
 //
 // One meter per repetition attempt, on the arm's devices: its quiesce() is the attempt's baseline,
 // its samples are the attempt's samples.jsonl rows, its windows the phases' traffic. An attempt whose
-// baseline fails is recorded (valid = false) and retried up to spec baseline_retries times; after
-// that the repetition is reported as failed and the run goes on. None is silently dropped.
+// baseline fails, or that the engine or the tail check found disturbed by work that was not the rig's,
+// is recorded (valid = false) and retried up to spec baseline_retries times; after that the repetition
+// is reported as failed and the run goes on. None is silently dropped.
 #pragma once
 
 #include <functional>
@@ -46,6 +47,13 @@ struct RunnerConfig {
   nlohmann::json topology = nlohmann::json::object();
   nlohmann::json machine = nlohmann::json::object();
   std::ostream* progress = nullptr;  // progress lines; nullptr: none
+  // Start every arm's engine once before anything is measured and add what it reports about itself
+  // (settings of source kEngine) to the arms' effective settings before the guards compare them: a
+  // server decides its context, batch sizes and offload only once started.
+  bool probe = false;
+  // After the last phase the meter runs this much longer; traffic above the baseline threshold then
+  // (another client still at work) marks the repetition as disturbed. 0: no such check.
+  double tail_seconds = 0;
 };
 
 struct RunOutcome {

@@ -29,6 +29,18 @@ const char* splitModeName(SplitMode m) {
   return "?";
 }
 
+const char* engineName(Engine e) {
+  switch (e) {
+    case Engine::kSynthetic:
+      return "synthetic";
+    case Engine::kLlamaServer:
+      return "llama-server";
+    case Engine::kCommand:
+      return "command";
+  }
+  return "?";
+}
+
 std::optional<SplitMode> parseSplitMode(const std::string& text) {
   for (SplitMode m : {SplitMode::kNone, SplitMode::kLayer, SplitMode::kTensor, SplitMode::kRow})
     if (text == splitModeName(m)) return m;
@@ -99,6 +111,20 @@ struct Reader {
       d->tokens_per_step = integer(n, key, 1, 16);
     } else if (key == "acceptance") {
       d->acceptance = number(n, key, 0, 1, /*lo_open=*/true);
+    } else if (key == "allreduce") {
+      const std::string s = string(n, key);
+      if (s != "internal" && s != "nccl" && s != "none")
+        error(n, fmt::format("'allreduce' = \"{}\" is not one of internal, nccl, none (GGML_CUDA_ALLREDUCE)", s));
+      d->allreduce = s;
+    } else if (key == "draft") {
+      d->draft = string(n, key);
+      if (d->draft->empty()) error(n, "'draft' is empty: name a draft GGUF, \"self\" or \"none\"");
+    } else if (key == "spec_type") {
+      d->spec_type = string(n, key);
+      if (d->spec_type->empty() || d->spec_type->find_first_of(" \t") != std::string::npos)
+        error(n, "'spec_type' must be one of llama-server's --spec-type names, e.g. \"ngram-simple\"");
+    } else if (key == "draft_max") {
+      d->draft_max = integer(n, key, 1, 16);
     } else {
       return false;
     }
@@ -107,18 +133,108 @@ struct Reader {
 };
 
 const char* kSharedKeys =
-    "name, preset, prompt_tokens, decode_tokens, context, phases, repetitions, idle_seconds, "
+    "name, engine, preset, prompt_tokens, decode_tokens, context, phases, repetitions, idle_seconds, "
     "baseline_threshold_mbps, baseline_retries, meter_period_ms, recorded_run, devices, split, backend, "
-    "tokens_per_step, acceptance";
-const char* kArmKeys = "name, devices, split, backend, tokens_per_step, acceptance";
+    "tokens_per_step, acceptance; engine llama-server: server, model, flags, port, start_timeout_s, "
+    "request_timeout_s, allreduce, draft, spec_type, draft_max; engine command: command";
+const char* kArmKeys =
+    "name, devices, split, backend, tokens_per_step, acceptance, allreduce, draft, spec_type, draft_max";
 
-void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec) {
+// Names become file and folder names (the run folder, a server's log): nothing that leaves the folder.
+void checkName(const Reader& r, const toml::node& n, const std::string& what, const std::string& name) {
+  if (name == "." || name == ".." || name.find('/') != std::string::npos || name.find('\\') != std::string::npos)
+    r.error(n, fmt::format("{} \"{}\" would name a path outside the run folder: use a plain name without '/', "
+                           "'\\', \".\" or \"..\"",
+                           what, name));
+  for (unsigned char c : name)
+    if (c < 0x20 || c == 0x7f) r.error(n, fmt::format("{} \"{}\" holds a control character", what, name));
+  if (name.size() > 100) r.error(n, fmt::format("{} is longer than 100 characters", what));
+}
+
+// Keys each engine does not take, with what to write instead.
+struct Foreign {
+  const char* key;
+  const char* instead;
+};
+const Foreign kNotForServer[] = {
+    {"preset", "llama-server loads 'model' (scripts/llama/make-gguf writes one of a preset's shape)"},
+    {"backend", "tpscope's AllReduce belongs to the synthetic engine; llama-server takes 'allreduce'"},
+    {"tokens_per_step", "llama-server drafts with 'draft' and 'draft_max'"},
+    {"acceptance", "llama-server's acceptance is measured, not set: use 'draft' and 'draft_max'"},
+    {"context", "give llama-server its context in 'flags' (-c N); the guards compare what it reports"},
+    {"command", "'command' is for engine = \"command\""},
+};
+const Foreign kNotForSynthetic[] = {
+    {"server", "set engine = \"llama-server\""},
+    {"model", "set engine = \"llama-server\""},
+    {"flags", "set engine = \"llama-server\""},
+    {"port", "set engine = \"llama-server\""},
+    {"start_timeout_s", "set engine = \"llama-server\""},
+    {"request_timeout_s", "set engine = \"llama-server\""},
+    {"allreduce", "the synthetic engine's AllReduce is 'backend'"},
+    {"draft", "the synthetic engine drafts with 'tokens_per_step' and 'acceptance'"},
+    {"draft_max", "the synthetic engine drafts with 'tokens_per_step' and 'acceptance'"},
+    {"spec_type", "the synthetic engine drafts with 'tokens_per_step' and 'acceptance'"},
+    {"command", "set engine = \"command\""},
+};
+const Foreign kNotForCommand[] = {
+    {"preset", "the command runs its own model"},
+    {"backend", "the command chooses its own AllReduce"},
+    {"tokens_per_step", "the command runs its own steps"},
+    {"acceptance", "the command runs its own steps"},
+    {"context", "the command sizes its own context"},
+    {"server", "set engine = \"llama-server\""},
+    {"model", "set engine = \"llama-server\""},
+    {"flags", "set engine = \"llama-server\""},
+    {"port", "set engine = \"llama-server\""},
+    {"allreduce", "set engine = \"llama-server\""},
+    {"draft", "set engine = \"llama-server\""},
+    {"draft_max", "set engine = \"llama-server\""},
+    {"spec_type", "set engine = \"llama-server\""},
+    {"start_timeout_s", "set engine = \"llama-server\""},
+    {"request_timeout_s", "set engine = \"llama-server\""},
+};
+
+// Keys given in [experiment] and in any [[arm]], with the line of the first, for the engine check.
+using GivenKeys = std::vector<std::pair<std::string, const toml::node*>>;
+
+void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec, GivenKeys* given) {
   SharedSettings& s = spec->shared;
+  EngineSettings& e = s.engine;
   for (auto&& [k, v] : t) {
     const std::string key(k.str());
-    if (key == "name")
+    given->emplace_back(key, &v);
+    if (key == "name") {
       spec->name = r.string(v, key);
-    else if (key == "preset") {
+      checkName(r, v, "experiment name", spec->name);
+    } else if (key == "engine") {
+      const std::string name = r.string(v, key);
+      if (name == "synthetic")
+        e.engine = Engine::kSynthetic;
+      else if (name == "llama-server")
+        e.engine = Engine::kLlamaServer;
+      else if (name == "command")
+        e.engine = Engine::kCommand;
+      else
+        r.error(v, fmt::format("'engine' = \"{}\" is not one of synthetic, llama-server, command", name));
+    } else if (key == "server") {
+      e.server = r.string(v, key);
+    } else if (key == "model") {
+      e.model = r.string(v, key);
+      if (e.model.empty()) r.error(v, "'model' is empty: name a GGUF file");
+    } else if (key == "flags") {
+      e.flags = r.string(v, key);
+    } else if (key == "port") {
+      e.port = r.integer(v, key, 1, 65535);
+    } else if (key == "start_timeout_s") {
+      e.start_timeout_s = r.number(v, key, 0, 86400, true);
+    } else if (key == "request_timeout_s") {
+      e.request_timeout_s = r.number(v, key, 0, 86400, true);
+    } else if (key == "command") {
+      const toml::array* a = v.as_array();
+      if (!a || a->empty()) r.error(v, "'command' must be a non-empty list: the program and its arguments");
+      for (const toml::node& x : *a) e.command.push_back(r.string(x, key));
+    } else if (key == "preset") {
       s.preset = r.string(v, key);
       if (s.preset.empty()) r.error(v, "'preset' is empty");
     } else if (key == "prompt_tokens")
@@ -156,21 +272,23 @@ void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec) {
                       fmt::format("unknown key '{}' in [experiment] (known: {})", key, kSharedKeys));
     }
   }
-  if (s.prompt_tokens + s.decode_tokens > s.context)
+  if (e.engine == Engine::kSynthetic && s.prompt_tokens + s.decode_tokens > s.context)
     throw SpecError(r.source, lineOf(t),
                     fmt::format("prompt_tokens + decode_tokens = {} does not fit context = {}",
                                 s.prompt_tokens + s.decode_tokens, s.context));
 }
 
-ArmSpec parseArm(const Reader& r, const toml::table& t, const SharedSettings& shared) {
+ArmSpec parseArm(const Reader& r, const toml::table& t, const SharedSettings& shared, GivenKeys* given) {
   ArmSpec arm;
   arm.line = lineOf(t);
   bool named = false;
   for (auto&& [k, v] : t) {
     const std::string key(k.str());
+    given->emplace_back(key, &v);
     if (key == "name") {
       arm.name = r.string(v, key);
       named = true;
+      checkName(r, v, "arm name", arm.name);
     } else if (!r.delta(key, v, &arm.delta)) {
       throw SpecError(r.source, static_cast<int>(k.source().begin.line),
                       fmt::format("unknown key '{}' in [[arm]] (known: {})", key, kArmKeys));
@@ -190,6 +308,40 @@ ArmSpec parseArm(const Reader& r, const toml::table& t, const SharedSettings& sh
                     fmt::format("arm '{}': split \"{}\" needs at least 2 devices", arm.name, splitModeName(mode)));
   if (ndev > 8) throw SpecError(r.source, arm.line, fmt::format("arm '{}': at most 8 devices", arm.name));
   return arm;
+}
+
+void checkEngine(const Reader& r, const ExperimentSpec& spec, const GivenKeys& given) {
+  const EngineSettings& e = spec.shared.engine;
+  auto refuse = [&](const auto& table) {
+    for (const auto& [key, node] : given)
+      for (const Foreign& f : table)
+        if (key == f.key)
+          r.error(*node,
+                  fmt::format("'{}' is not a setting of engine = \"{}\": {}", key, engineName(e.engine), f.instead));
+  };
+  switch (e.engine) {
+    case Engine::kSynthetic:
+      refuse(kNotForSynthetic);
+      break;
+    case Engine::kLlamaServer:
+      refuse(kNotForServer);
+      if (e.model.empty()) throw SpecError(r.source, 0, "engine = \"llama-server\" needs model = \"FILE.gguf\"");
+      for (const ArmSpec& a : spec.arms) {
+        const auto& draft = a.delta.draft ? a.delta.draft : spec.shared.base.draft;
+        const auto& type = a.delta.spec_type ? a.delta.spec_type : spec.shared.base.spec_type;
+        const auto& draft_max = a.delta.draft_max ? a.delta.draft_max : spec.shared.base.draft_max;
+        const bool drafting = (draft && *draft != "none") || (type && *type != "none");
+        if (draft_max && !drafting)
+          throw SpecError(r.source, a.line,
+                          fmt::format("arm '{}': draft_max needs a draft (a GGUF or \"self\") or a spec_type", a.name));
+      }
+      break;
+    case Engine::kCommand:
+      refuse(kNotForCommand);
+      if (e.command.empty())
+        throw SpecError(r.source, 0, "engine = \"command\" needs command = [\"PROGRAM\", \"ARG\", ...]");
+      break;
+  }
 }
 
 }  // namespace
@@ -212,9 +364,10 @@ ExperimentSpec parseSpec(const std::string& text, const std::string& source) {
       throw SpecError(source, static_cast<int>(k.source().begin.line),
                       fmt::format("unknown key '{}' at top level (known: [experiment], [[arm]])", key));
   }
+  GivenKeys given;
   if (const toml::node* e = root.get("experiment")) {
     if (!e->is_table()) r.error(*e, "'experiment' must be a table: [experiment]");
-    parseShared(r, *e->as_table(), &spec);
+    parseShared(r, *e->as_table(), &spec, &given);
   }
   if (spec.name.empty()) {
     std::string stem = source.substr(source.find_last_of('/') + 1);
@@ -226,12 +379,13 @@ ExperimentSpec parseSpec(const std::string& text, const std::string& source) {
   if (!list || !list->is_array_of_tables()) r.error(*arms, "'arm' must be an array of tables: write [[arm]]");
   std::set<std::string> names;
   for (const toml::node& n : *list) {
-    ArmSpec arm = parseArm(r, *n.as_table(), spec.shared);
+    ArmSpec arm = parseArm(r, *n.as_table(), spec.shared, &given);
     if (!names.insert(arm.name).second)
       throw SpecError(source, arm.line, fmt::format("duplicate arm name '{}'", arm.name));
     spec.arms.push_back(std::move(arm));
   }
   if (spec.arms.empty()) throw SpecError(source, 0, "no arms: add at least one [[arm]] table with a name");
+  checkEngine(r, spec, given);
   return spec;
 }
 
@@ -241,8 +395,26 @@ ExperimentSpec loadSpec(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   ExperimentSpec spec = parseSpec(ss.str(), path);
-  if (!spec.recorded_run.empty() && std::filesystem::path(spec.recorded_run).is_relative())
-    spec.recorded_run = (std::filesystem::path(path).parent_path() / spec.recorded_run).lexically_normal().string();
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  auto resolve = [&dir](std::string* p) {
+    if (!p->empty() && std::filesystem::path(*p).is_relative()) *p = (dir / *p).lexically_normal().string();
+  };
+  resolve(&spec.recorded_run);
+  // Programs and models the engine starts: absolute, so "./server.sh" beside the spec stays a path.
+  auto resolveAbsolute = [&dir](std::string* p) {
+    if (!p->empty() && std::filesystem::path(*p).is_relative())
+      *p = std::filesystem::absolute(dir / *p).lexically_normal().string();
+  };
+  EngineSettings& e = spec.shared.engine;
+  resolveAbsolute(&e.model);
+  // A bare program name is looked up in PATH; a path is the spec's.
+  if (e.server.find('/') != std::string::npos) resolveAbsolute(&e.server);
+  if (!e.command.empty() && e.command[0].find('/') != std::string::npos) resolveAbsolute(&e.command[0]);
+  auto resolveDraft = [&](std::optional<std::string>& d) {
+    if (d && *d != "self" && *d != "none") resolveAbsolute(&*d);
+  };
+  resolveDraft(spec.shared.base.draft);
+  for (ArmSpec& a : spec.arms) resolveDraft(a.delta.draft);
   return spec;
 }
 

@@ -2,7 +2,8 @@
 // spec.h - the experiment spec: shared settings once, each arm as a delta (docs/cli.md, "Spec format").
 //
 // A spec is TOML: one [experiment] table with the settings every arm shares, and one [[arm]] table per
-// arm with only what that arm changes (devices, split mode, backend, tokens per step, acceptance).
+// arm with only what that arm changes (devices, split mode, backend, tokens per step, acceptance; for a
+// llama-server engine: devices, split, allreduce, draft, draft_max).
 // Parsing is strict on purpose: an unknown key anywhere is an error, because a typo that is silently
 // ignored leaves an arm on a default nobody chose (the study's trap 1 starts exactly like that).
 #pragma once
@@ -27,6 +28,27 @@ struct ArmDelta {
   std::optional<std::string> backend;  // host | p2p | nccl | auto (AllReduce; tensor split only)
   std::optional<int> tokens_per_step;  // tokens one decode step proposes (1 + drafts), 1..16
   std::optional<double> acceptance;    // share of drafted tokens accepted, (0, 1]
+  // llama-server only.
+  std::optional<std::string> allreduce;  // GGML_CUDA_ALLREDUCE: internal | nccl | none (tensor split only)
+  std::optional<std::string> draft;      // speculative decoding: a draft GGUF, "self" (the model), or "none"
+  std::optional<std::string> spec_type;  // --spec-type, e.g. "ngram-simple" or "draft-mtp"; "none": off
+  std::optional<int> draft_max;          // tokens drafted per step, 1..16 (--spec-draft-n-max)
+};
+
+// What runs the arms: tpscope's synthetic transformer, llama.cpp's llama-server, or any program that
+// marks its phases through the meter's control pipe.
+enum class Engine { kSynthetic, kLlamaServer, kCommand };
+const char* engineName(Engine e);  // "synthetic", "llama-server", "command"
+
+struct EngineSettings {
+  Engine engine = Engine::kSynthetic;
+  std::string server;                // llama-server binary; "": $TPSCOPE_LLAMA_SERVER
+  std::string model;                 // GGUF the server loads
+  std::string flags;                 // the shared flag string, shell words, the same for every arm
+  std::vector<std::string> command;  // engine "command": the program and its arguments
+  int port = 0;                      // 0: a free port is picked per arm
+  double start_timeout_s = 600;      // a server must be ready (model loaded) within this
+  double request_timeout_s = 300;    // longest silence inside one request
 };
 
 struct ArmSpec {
@@ -48,6 +70,7 @@ struct SharedSettings {
   double meter_period_ms = 2;            // counter read period
   int baseline_retries = 2;              // a repetition whose baseline fails is retried this often, then reported
   ArmDelta base;                         // arm settings given once in [experiment], overridden per arm
+  EngineSettings engine;
 };
 
 struct ExperimentSpec {
@@ -70,9 +93,12 @@ struct SpecError : std::runtime_error {
 };
 
 // Parses and validates. Throws SpecError for malformed TOML, an unknown key, no arms, an arm with no
-// name, duplicate arm names, a value of the wrong type or out of range.
+// name, duplicate arm names, a value of the wrong type or out of range, a key the engine does not
+// take, and an experiment or arm name that could leave the run folder (a '/', "." or "..": names
+// become file and folder names).
 ExperimentSpec parseSpec(const std::string& text, const std::string& source = "<string>");
-// Reads `path` and parses it; SpecError (line 0) when the file cannot be read. Resolves recorded_run.
+// Reads `path` and parses it; SpecError (line 0) when the file cannot be read. Resolves recorded_run,
+// server, model, a draft file and a command's program given as relative paths against the spec's folder.
 ExperimentSpec loadSpec(const std::string& path);
 
 }  // namespace tpscope::experiment

@@ -148,7 +148,9 @@ tpsResult_t Meter::quiesce(const QuiesceOptions& opts, QuiesceRecord* out) {
   if (opts.check_processes)
     for (size_t k = 0; k < gpus().size(); ++k) pids.push_back(impl_->sampler.processes(static_cast<int>(k)));
   const MeterWindow idle = impl_->compute({"quiesce", 0, start, end});
-  *out = detail::evaluateQuiesce(idle, gpus(), opts.threshold_mbps, pids, static_cast<unsigned>(getpid()));
+  std::vector<unsigned> own = opts.own_pids;
+  own.push_back(static_cast<unsigned>(getpid()));
+  *out = detail::evaluateQuiesce(idle, gpus(), opts.threshold_mbps, pids, own);
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->quiesces.push_back(*out);
   return tpsSuccess;

@@ -144,7 +144,8 @@ MeterWindow computeWindow(const std::string& name, int repetition, int64_t start
 }
 
 QuiesceRecord evaluateQuiesce(const MeterWindow& idle, const std::vector<MeterGpu>& gpus, double threshold_mbps,
-                              const std::vector<std::optional<std::vector<unsigned>>>& pids, unsigned self_pid) {
+                              const std::vector<std::optional<std::vector<unsigned>>>& pids,
+                              const std::vector<unsigned>& own_pids) {
   QuiesceRecord q;
   q.start_ns = idle.start_ns;
   q.end_ns = idle.end_ns;
@@ -168,7 +169,7 @@ QuiesceRecord evaluateQuiesce(const MeterWindow& idle, const std::vector<MeterGp
         continue;
       }
       for (unsigned pid : *pids[k]) {
-        if (pid == self_pid) continue;
+        if (std::find(own_pids.begin(), own_pids.end(), pid) != own_pids.end()) continue;
         if (std::find(q.other_pids.begin(), q.other_pids.end(), pid) == q.other_pids.end()) q.other_pids.push_back(pid);
         problems.push_back(fmt::format("process {} uses GPU {}", pid, gpus[k].index));
       }

@@ -42,8 +42,9 @@ MeterWindow computeWindow(const std::string& name, int repetition, int64_t start
                           const std::vector<MeterDmonSample>& dmon, double peak_span_ms);
 
 // The verdict of a quiescing interval from its window. pids[k] lists the processes on GPU k
-// (nullopt: could not list); self_pid is ours and does not count.
+// (nullopt: could not list); own_pids are ours (this process, an engine's server) and do not count.
 QuiesceRecord evaluateQuiesce(const MeterWindow& idle, const std::vector<MeterGpu>& gpus, double threshold_mbps,
-                              const std::vector<std::optional<std::vector<unsigned>>>& pids, unsigned self_pid);
+                              const std::vector<std::optional<std::vector<unsigned>>>& pids,
+                              const std::vector<unsigned>& own_pids);
 
 }  // namespace tpscope::detail

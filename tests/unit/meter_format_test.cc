@@ -93,7 +93,7 @@ cli::MeterSummary summary() {
   }
   MeterWindow idle = detail::computeWindow("quiesce", 0, 0, 10 * kMs, rec, s.gpus, {}, 10);
   s.quiesce.push_back(
-      detail::evaluateQuiesce(idle, s.gpus, 100, {std::vector<unsigned>{}, std::vector<unsigned>{}}, 1));
+      detail::evaluateQuiesce(idle, s.gpus, 100, {std::vector<unsigned>{}, std::vector<unsigned>{}}, {1u}));
   s.command = {"./run.sh", "--steps", "2"};
   s.exit_code = 0;
   return s;

@@ -183,7 +183,7 @@ TEST(MeterQuiesce, PassesWhenIdleAndAlone) {
   g.index = 3;
   g.supported.fill(true);
   MeterWindow idle = computeWindow("q", 0, 0, 1000 * kMs, {series({{0, 0}, {1000, 5000000}})}, {g}, {}, 10);
-  QuiesceRecord q = evaluateQuiesce(idle, {g}, 100, {std::vector<unsigned>{42}}, 42);
+  QuiesceRecord q = evaluateQuiesce(idle, {g}, 100, {std::vector<unsigned>{42}}, {42u});
   EXPECT_TRUE(q.passed) << q.reason;
   EXPECT_TRUE(q.processes_checked);
   EXPECT_TRUE(q.other_pids.empty());
@@ -195,14 +195,14 @@ TEST(MeterQuiesce, FailsOnTrafficOrAnotherProcessAndSaysWhy) {
   g.index = 1;
   g.supported[0] = true;
   MeterWindow busy = computeWindow("q", 0, 0, 1000 * kMs, {series({{0, 0}, {1000, 500000000}})}, {g}, {}, 10);
-  QuiesceRecord q = evaluateQuiesce(busy, {g}, 100, {std::vector<unsigned>{42, 77}}, 42);
+  QuiesceRecord q = evaluateQuiesce(busy, {g}, 100, {std::vector<unsigned>{42, 77}}, {42u});
   EXPECT_FALSE(q.passed);
   EXPECT_NE(q.reason.find("GPU 1 pcie_tx averaged 500.0 MB/s"), std::string::npos) << q.reason;
   EXPECT_NE(q.reason.find("process 77 uses GPU 1"), std::string::npos) << q.reason;
   EXPECT_EQ(q.other_pids, std::vector<unsigned>{77});
   // Process list unavailable: not a failure, but recorded as unchecked.
   MeterWindow idle = computeWindow("q", 0, 0, 1000 * kMs, {series({{0, 0}, {1000, 0}})}, {g}, {}, 10);
-  QuiesceRecord u = evaluateQuiesce(idle, {g}, 100, {std::nullopt}, 42);
+  QuiesceRecord u = evaluateQuiesce(idle, {g}, 100, {std::nullopt}, {42u});
   EXPECT_TRUE(u.passed);
   EXPECT_FALSE(u.processes_checked);
 }

@@ -15,12 +15,15 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "allreduce/paths.h"
 #include "experiment/record.h"
 #include "experiment/report.h"
 #include "experiment/runner.h"
+#include "experiment/server_phases.h"
 #include "experiment/spec.h"
 #include "experiment/workload_phases.h"
 #include "report.h"
@@ -53,6 +56,7 @@ class ArmsCommand : public Command {
     sub_->add_option("SPEC", spec_path_, "Experiment spec (TOML), e.g. examples/four-arms.toml")->required();
     sub_->add_option("--out", out_, "Run folder to write (default: runs/NAME-YYYYMMDD-HHMMSS)");
     sub_->add_flag("--quick", quick_, "Fast run: at most 2 repetitions, 2 s idle, 1024 prompt and 64 decode tokens");
+    sub_->add_option("--arms", only_, "Run only these arms of the spec, e.g. A,B (default: all)")->delimiter(',');
   }
   CLI::App* subcommand() const override { return sub_; }
 
@@ -64,6 +68,20 @@ class ArmsCommand : public Command {
       return fail(kExitUsage, e.what());
     }
     if (quick_) spec = experiment::quickSpec(spec);
+    if (!only_.empty()) {
+      std::vector<experiment::ArmSpec> kept;
+      for (const std::string& name : only_) {
+        auto a = std::find_if(spec.arms.begin(), spec.arms.end(),
+                              [&](const experiment::ArmSpec& x) { return x.name == name; });
+        if (a == spec.arms.end()) {
+          std::string known;
+          for (const experiment::ArmSpec& x : spec.arms) known += (known.empty() ? "" : ", ") + x.name;
+          return fail(kExitUsage, fmt::format("--arms: the spec has no arm \"{}\" (its arms: {})", name, known));
+        }
+        kept.push_back(*a);
+      }
+      spec.arms = kept;
+    }
 
     experiment::RunnerConfig c;
     c.spec = spec;
@@ -77,6 +95,8 @@ class ArmsCommand : public Command {
     c.box.presets = {"tiny", "8b", "32b"};
 
     const bool fake = envIs("TPSCOPE_ARMS_FAKE", "1");
+    const experiment::Engine engine = spec.shared.engine.engine;
+    if (engine != experiment::Engine::kSynthetic) return runEngine(spec, c);
     if (fake) {
       if (!envIs("TPSCOPE_METER_FAKE", "1"))
         return fail(kExitUsage, "TPSCOPE_ARMS_FAKE=1 needs TPSCOPE_METER_FAKE=1 (the fake workload runs on no GPU)");
@@ -117,6 +137,91 @@ class ArmsCommand : public Command {
       c.make_phases = [](const experiment::EffectiveSettings&) { return experiment::makeWorkloadArmPhases(); };
     }
 
+    return runAndReport(spec, c);
+  }
+
+ private:
+  // A server or a command: its binary, model and GPUs checked before the runner starts anything.
+  int runEngine(experiment::ExperimentSpec& spec, experiment::RunnerConfig& c) {
+    experiment::EngineSettings& e = spec.shared.engine;
+    if (e.engine == experiment::Engine::kLlamaServer) {
+      if (e.server.empty()) {
+        const char* env = std::getenv("TPSCOPE_LLAMA_SERVER");
+        e.server = env ? env : "";
+      }
+      if (e.server.empty())
+        return fail(kExitUsage,
+                    "name the llama-server to run: server = \"PATH\" in [experiment], or TPSCOPE_LLAMA_SERVER=PATH "
+                    "(scripts/llama/build-llama-server --print-path builds the pinned one)");
+      std::string why;
+      if (!isGguf(e.model, &why)) return fail(kExitUsage, why);
+      auto checkDraft = [&](const std::optional<std::string>& d) {
+        return !d || *d == "self" || *d == "none" || isGguf(*d, &why);
+      };
+      if (!checkDraft(spec.shared.base.draft)) return fail(kExitUsage, why);
+      for (const experiment::ArmSpec& a : spec.arms)
+        if (!checkDraft(a.delta.draft)) return fail(kExitUsage, why);
+      c.spec = spec;
+      c.box.split_modes = {"none", "layer", "tensor", "row"};  // the server itself says which it implements
+    } else {
+      c.box.split_modes = {"none", "layer", "tensor", "row"};
+    }
+    c.versions["engine"] = experiment::engineName(e.engine);
+    // The meter needs the GPUs; TPSCOPE_METER_FAKE=1 gives it two scripted ones (tests, CI).
+    if (envIs("TPSCOPE_METER_FAKE", "1")) {
+      c.box.gpu_count = 2;
+    } else {
+      int count = 0;
+      std::string why;
+      if (cudaDeviceCount(&count, &why) != tpsSuccess || count == 0) {
+        if (spec.recorded_run.empty())
+          return fail(kExitRuntime, "tpscope arms meters the GPUs and this machine has none visible (" +
+                                        (why.empty() ? std::string("no GPU") : why) +
+                                        "); `tpscope report` renders a recorded run folder anywhere");
+        return showRecording(spec.recorded_run, why.empty() ? "no GPU" : why);
+      }
+      c.box.gpu_count = count;
+    }
+    std::vector<std::string> visible;
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
+      std::stringstream ss(v);
+      for (std::string item; std::getline(ss, item, ',');) visible.push_back(item);
+    }
+    const std::string dir = c.out_dir;
+    const experiment::EngineSettings settings = e;
+    if (e.engine == experiment::Engine::kLlamaServer) {
+      c.make_phases = [settings, dir, visible](const experiment::EffectiveSettings&) {
+        return experiment::makeServerArmPhases(settings, dir, visible);
+      };
+      c.probe = true;
+      c.tail_seconds = 1;
+    } else {
+      c.make_phases = [settings, dir](const experiment::EffectiveSettings&) {
+        return experiment::makeCommandArmPhases(settings, dir);
+      };
+    }
+    return runAndReport(spec, c);
+  }
+
+  // "" when `path` is a readable GGUF file, else the one-line error.
+  static bool isGguf(const std::string& path, std::string* why) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) {
+      *why = "model file " + path + " does not exist or cannot be read";
+      return false;
+    }
+    char magic[4] = {};
+    f.read(magic, 4);
+    if (f.gcount() != 4 || std::string(magic, 4) != "GGUF") {
+      *why = path +
+             " is not a GGUF file (it does not start with the bytes \"GGUF\"); scripts/llama/make-gguf "
+             "writes one";
+      return false;
+    }
+    return true;
+  }
+
+  int runAndReport(const experiment::ExperimentSpec& spec, experiment::RunnerConfig& c) {
     std::cerr << fmt::format("tpscope arms: {} ({} arm{}), run folder {}\n", spec.name, spec.arms.size(),
                              spec.arms.size() == 1 ? "" : "s", c.out_dir);
     const experiment::RunOutcome o = experiment::runExperiment(c);
@@ -140,7 +245,6 @@ class ArmsCommand : public Command {
     }
   }
 
- private:
   // No GPU here: the recording the spec names, rendered as `tpscope report` would, plots beside --out
   // (default runs/recorded-NAME/plots, never inside the shipped folder).
   int showRecording(const std::string& dir, const std::string& why) {
@@ -165,6 +269,7 @@ class ArmsCommand : public Command {
 
   CLI::App* sub_ = nullptr;
   std::string spec_path_, out_;
+  std::vector<std::string> only_;
   bool quick_ = false;
 };
 

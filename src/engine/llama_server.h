@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// llama_server.h - llama.cpp's llama-server as a workload: start it, learn what it decided, send one
+// request at a time, take the phase edges from its token stream, stop it.
+//
+// One server per arm. start() returns once GET /health answers 200 (the model is loaded), or fails
+// with the reason and the last lines of the server's log when it exits, hangs or cannot bind its port.
+// complete() streams one /completion: the prompt as token ids (no tokenizer in the way, the same
+// prompt in every arm), exactly n_predict tokens (ignore_eos), no prompt cache, greedy sampling. The
+// edges come from the client's clock (Meter::now's CLOCK_MONOTONIC): sent = just before the request
+// is written, first = the first event carrying a token, last = the last such event. The server's own
+// `timings` ride along; they are the study's figures.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/process.h"
+#include "tpscope/tpscope.h"
+
+namespace tpscope::engine {
+
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+struct LlamaServerOptions {
+  std::string binary;              // llama-server
+  std::vector<std::string> args;   // everything after the binary except --host/--port (added here)
+  KeyValues env;                   // e.g. CUDA_VISIBLE_DEVICES, GGML_CUDA_ALLREDUCE
+  std::vector<std::string> unset;  // variables the server must not inherit
+  std::string host = "127.0.0.1";
+  int port = 0;                    // 0: a free port picked here
+  std::string log_path;            // the server's stdout and stderr
+  double start_timeout_s = 600;    // model load included
+  double request_timeout_s = 300;  // longest silence inside a request
+  double stop_grace_s = 10;        // SIGTERM, then SIGKILL
+};
+
+struct Completion {
+  int64_t sent_ns = 0, first_ns = 0, last_ns = 0, done_ns = 0;
+  int64_t tokens = 0;        // tokens streamed
+  int64_t first_tokens = 0;  // tokens in the first token event (the rest are the decode window's)
+  int64_t token_events = 0;  // events that carried tokens
+  nlohmann::json timings;    // the server's: prompt_n, prompt_ms, predicted_n, predicted_ms, ...
+};
+
+class LlamaServer {
+ public:
+  static tpsResult_t start(const LlamaServerOptions& options, std::unique_ptr<LlamaServer>* out, std::string* reason);
+  ~LlamaServer();  // stop()
+
+  int port() const { return port_; }
+  pid_t pid() const { return child_->pid(); }
+  bool alive() { return child_->running(); }
+
+  tpsResult_t props(nlohmann::json* out, std::string* reason);
+  // GET /metrics (needs --metrics): Prometheus counters by name; tpsUnavailable when not enabled.
+  tpsResult_t metrics(std::map<std::string, double>* out, std::string* reason);
+  tpsResult_t complete(const std::vector<int>& prompt, int n_predict, Completion* out, std::string* reason);
+  // SIGTERM, SIGKILL after the grace period; how it ended. Idempotent.
+  std::string stop();
+  // The server's log so far.
+  std::string log() const;
+
+ private:
+  LlamaServer() = default;
+  // Why the server is gone or did not answer, with the last lines of its log.
+  std::string gone(const std::string& what);
+  LlamaServerOptions options_;
+  int port_ = 0;
+  std::unique_ptr<ChildProcess> child_;
+};
+
+// What a server decided for itself, from its startup log: n_ctx, n_batch, n_ubatch, n_seq_max,
+// flash_attn, kv_unified, kv_cache (K and V types), offloaded_layers ("37/37"), fit (what --fit did,
+// "no message" when it said nothing). The first occurrence wins: a draft model's context comes second.
+KeyValues settingsFromLog(const std::string& log);
+// The same from GET /props: slot_n_ctx, total_slots, model_path, model_ftype, build_info.
+KeyValues settingsFromProps(const nlohmann::json& props);
+// Log lines where llama.cpp says it did not do what it was asked: an AllReduce that fell back to
+// another, an unknown GGML_CUDA_ALLREDUCE value. Empty when there are none.
+std::vector<std::string> fallbacksInLog(const std::string& log);
+// The last `n` non-empty lines of a log, for error messages.
+std::string tailLines(const std::string& log, int n);
+// Prometheus text format -> name -> value (labels dropped; comments skipped).
+std::map<std::string, double> parsePrometheus(const std::string& text);
+// Shell words ("-c 16384 --chat-template-kwargs '{\"a\":1}'") -> argv items; false with *error for
+// unbalanced quotes or substitutions, which are never run.
+bool splitShellWords(const std::string& text, std::vector<std::string>* words, std::string* error);
+
+}  // namespace tpscope::engine

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+// Engine specs: llama-server and command keys, what each engine refuses, names that stay in the run folder,
+// and what an arm becomes on the server's command line.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "experiment/guards.h"
+#include "experiment/server_phases.h"
+#include "experiment/spec.h"
+
+namespace tpscope::experiment {
+namespace {
+
+const char* kServer = R"([experiment]
+engine = "llama-server"
+model = "m.gguf"
+flags = "-ngl 99 -c 4096 --parallel 1 -fa on -fit off --chat-template-kwargs '{\"enable_thinking\":false}'"
+prompt_tokens = 512
+decode_tokens = 64
+
+[[arm]]
+name = "A"
+devices = [0]
+split = "none"
+
+[[arm]]
+name = "C"
+devices = [0, 1]
+split = "tensor"
+allreduce = "internal"
+
+[[arm]]
+name = "C'"
+devices = [0, 1]
+split = "tensor"
+allreduce = "internal"
+draft = "self"
+draft_max = 3
+)";
+
+std::string errorOf(const std::string& text) {
+  try {
+    parseSpec(text, "spec.toml");
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(EngineSpec, LlamaServerSpecParses) {
+  const ExperimentSpec s = parseSpec(kServer, "spec.toml");
+  EXPECT_EQ(s.shared.engine.engine, Engine::kLlamaServer);
+  EXPECT_EQ(s.shared.engine.model, "m.gguf");
+  ASSERT_EQ(s.arms.size(), 3u);
+  EXPECT_EQ(*s.arms[1].delta.allreduce, "internal");
+  EXPECT_EQ(*s.arms[2].delta.draft, "self");
+  EXPECT_EQ(*s.arms[2].delta.draft_max, 3);
+}
+
+TEST(EngineSpec, EachEngineRefusesTheOthersKeys) {
+  std::string e =
+      errorOf(std::string(kServer).replace(std::string(kServer).find("prompt_tokens"), 0, "preset = \"8b\"\n"));
+  EXPECT_NE(e.find("'preset' is not a setting of engine = \"llama-server\""), std::string::npos) << e;
+  e = errorOf(std::string(kServer) +
+              "\n[[arm]]\nname = \"D\"\ndevices = [0, 1]\nsplit = \"tensor\"\nbackend = \"p2p\"\n");
+  EXPECT_NE(e.find("'backend' is not a setting"), std::string::npos) << e;
+  e = errorOf("[experiment]\nmodel = \"m.gguf\"\n[[arm]]\nname = \"A\"\n");
+  EXPECT_NE(e.find("'model' is not a setting of engine = \"synthetic\""), std::string::npos) << e;
+  e = errorOf("[experiment]\nengine = \"llama-server\"\n[[arm]]\nname = \"A\"\n");
+  EXPECT_NE(e.find("needs model"), std::string::npos) << e;
+  e = errorOf("[experiment]\nengine = \"command\"\n[[arm]]\nname = \"A\"\n");
+  EXPECT_NE(e.find("needs command"), std::string::npos) << e;
+  e = errorOf("[experiment]\nengine = \"vllm\"\n[[arm]]\nname = \"A\"\n");
+  EXPECT_NE(e.find("not one of synthetic, llama-server, command"), std::string::npos) << e;
+  e = errorOf("[experiment]\nengine = \"llama-server\"\nmodel = \"m\"\n[[arm]]\nname = \"A\"\nallreduce = \"mpi\"\n");
+  EXPECT_NE(e.find("not one of internal, nccl, none"), std::string::npos) << e;
+  e = errorOf("[experiment]\nengine = \"llama-server\"\nmodel = \"m\"\n[[arm]]\nname = \"A\"\ndraft_max = 3\n");
+  EXPECT_NE(e.find("draft_max needs a draft"), std::string::npos) << e;
+}
+
+TEST(EngineSpec, NamesThatLeaveTheRunFolderAreRefused) {
+  for (const char* name : {"../../x", "a/b", "..", ".", "x\\\\y"}) {  // TOML "x\\y" is x\y
+    std::string e = errorOf(std::string("[experiment]\nname = \"") + name + "\"\n[[arm]]\nname = \"A\"\n");
+    EXPECT_NE(e.find("outside the run folder"), std::string::npos) << name << ": " << e;
+    e = errorOf(std::string("[[arm]]\nname = \"") + name + "\"\n");
+    EXPECT_NE(e.find("outside the run folder"), std::string::npos) << name << ": " << e;
+  }
+  EXPECT_NE(errorOf("[[arm]]\nname = \"A/../../x\"\n").find("arm name"), std::string::npos);
+  EXPECT_EQ(errorOf("[[arm]]\nname = \"C'\"\n"), "");  // the study's C' is a plain name
+  EXPECT_EQ(armFileName("C'"), "C'");
+  EXPECT_EQ(armFileName("a b*c"), "a_b_c");
+}
+
+TEST(EngineSpec, EffectiveSettingsCarryTheServerDelta) {
+  ExperimentSpec s = parseSpec(kServer, "spec.toml");
+  s.shared.engine.server = "/opt/llama-server";
+  const std::vector<EffectiveSettings> eff = effectiveSettings(s);
+  ASSERT_EQ(eff.size(), 3u);
+  EXPECT_EQ(eff[0].value("engine"), "llama-server");
+  EXPECT_EQ(eff[0].value("allreduce"), "default");
+  EXPECT_EQ(eff[0].value("allreduce_backend"), "none");
+  EXPECT_EQ(eff[1].value("allreduce_backend"), "internal");
+  EXPECT_EQ(eff[2].value("draft"), "self");
+  EXPECT_EQ(eff[0].find("preset"), nullptr);   // a server loads its model
+  EXPECT_EQ(eff[0].find("backend"), nullptr);  // and runs its own AllReduce
+  EXPECT_TRUE(undeclaredDifferences(eff).empty());
+  // What a server reports about itself is compared; a differing n_ctx is the study's trap 1.
+  std::vector<EffectiveSettings> probed = eff;
+  for (size_t i = 0; i < probed.size(); ++i) {
+    probed[i].settings.push_back({"server_n_ctx", i == 1 ? "2048" : "4096", SettingSource::kEngine});
+    probed[i].settings.push_back({"server_args", "differs by -sm " + std::to_string(i), SettingSource::kEngine});
+    probed[i].settings.push_back({"speculative_in_effect", i == 2 ? "draft-simple" : "none", SettingSource::kEngine});
+  }
+  const std::vector<Difference> d = undeclaredDifferences(probed);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].setting, "server_n_ctx");
+  EXPECT_NE(formatDifferences(d).find("engine"), std::string::npos);
+}
+
+TEST(EngineSpec, ServerLaunchMapsTheArm) {
+  ExperimentSpec s = parseSpec(kServer, "spec.toml");
+  const std::vector<EffectiveSettings> eff = effectiveSettings(s);
+  ServerLaunch l;
+  std::string error;
+  ASSERT_TRUE(serverLaunch(s.shared.engine, eff[2], {}, &l, &error)) << error;
+  auto has = [&l](const std::vector<std::string>& seq) {
+    return std::search(l.args.begin(), l.args.end(), seq.begin(), seq.end()) != l.args.end();
+  };
+  EXPECT_TRUE(has({"-m", "m.gguf"}));
+  EXPECT_TRUE(has({"-sm", "tensor"}));
+  EXPECT_TRUE(has({"-md", "m.gguf"}));  // draft = "self"
+  EXPECT_TRUE(has({"--spec-draft-n-max", "3"}));
+  EXPECT_TRUE(has({"--spec-type", "draft-simple"}));  // a draft model alone would be loaded and unused
+  EXPECT_TRUE(has({"-lv", "4"}));                     // the log then says what the server decided
+  EXPECT_TRUE(has({"--chat-template-kwargs", "{\"enable_thinking\":false}"}));  // quotes are shell quotes
+  EXPECT_TRUE(has({"--metrics"}));
+  EXPECT_EQ(l.env, (std::vector<std::pair<std::string, std::string>>{{"CUDA_VISIBLE_DEVICES", "0,1"},
+                                                                     {"GGML_CUDA_ALLREDUCE", "internal"}}));
+  // No allreduce declared: the user's environment must not choose one.
+  ASSERT_TRUE(serverLaunch(s.shared.engine, eff[0], {"3", "5"}, &l, &error)) << error;
+  EXPECT_EQ(l.unset, std::vector<std::string>{"GGML_CUDA_ALLREDUCE"});
+  EXPECT_EQ(l.env[0].second, "3");  // spec ordinal 0 under CUDA_VISIBLE_DEVICES=3,5
+  // Flags that the spec owns, and flags that are not plain words, are refused.
+  s.shared.engine.flags = "-c 4096 -sm row";
+  EXPECT_FALSE(serverLaunch(s.shared.engine, eff[0], {}, &l, &error));
+  EXPECT_NE(error.find("-sm"), std::string::npos) << error;
+  s.shared.engine.flags = "-c $(reboot)";
+  EXPECT_FALSE(serverLaunch(s.shared.engine, eff[0], {}, &l, &error));
+  s.shared.engine.flags = "-c '4096";
+  EXPECT_FALSE(serverLaunch(s.shared.engine, eff[0], {}, &l, &error));
+  EXPECT_NE(error.find("quotes"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace tpscope::experiment
