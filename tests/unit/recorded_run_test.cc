@@ -3,11 +3,14 @@
 // on a CPU-only machine, and the README's first command (`tpscope arms examples/four-arms.toml --quick`)
 // shows it, exit 0, where there is no GPU. The checks read the recording's own manifest, so a new
 // recording copied over the old one passes them unchanged.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli_runner.h"
 #include "experiment_fixture.h"
@@ -144,6 +147,40 @@ TEST(MainJob, WithoutGpusAMissingRecordingIsAnError) {
   EXPECT_NE(r.err.find(dir + "/no-such-run"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tpscope::testing
+
+namespace tpscope::testing {
+namespace {
+
+// The llama-server recording (examples/recorded/h200-llama-a): rendered anywhere, labelled with the
+// engine, and the engine's tok/s in the report is the median of the server's own timings in the folder.
+TEST(RecordedLlamaRun, RendersWithTheServersTimings) {
+  const std::string dir = kSource + "/examples/recorded/h200-llama-a";
+  const CliResult r = runTpscope("report " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Engine: llama-server (build "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("## The engine's timings beside the client's clock"), std::string::npos) << r.out;
+  std::vector<double> decode;
+  std::istringstream results(readFile(dir + "/results.jsonl"));
+  for (std::string line; std::getline(results, line);) {
+    const nlohmann::json rep = nlohmann::json::parse(line);
+    for (const auto& p : rep.at("phases"))
+      if (p.at("phase") == "decode") decode.push_back(p.at("engine_tok_s").get<double>());
+  }
+  ASSERT_FALSE(decode.empty());
+  std::sort(decode.begin(), decode.end());
+  EXPECT_NE(r.out.find(fmt::format("| A | decode | {:.1f} |", decode[decode.size() / 2])), std::string::npos) << r.out;
+  // Without GPUs (CUDA_VISIBLE_DEVICES="" hides any), `tpscope arms` on the spec renders it, exit 0.
+  const std::string out = tempDir("llama_recorded");
+  const CliResult arms =
+      runTpscope("arms " + kSource + "/examples/llama-four-arms.toml --out " + out, "CUDA_VISIBLE_DEVICES=");
+  std::filesystem::remove_all(out);
+  EXPECT_EQ(arms.exit_code, 0) << arms.err;
+  EXPECT_NE(arms.err.find("rendering the recorded run"), std::string::npos) << arms.err;
+  EXPECT_EQ(arms.out, r.out);
 }
 
 }  // namespace

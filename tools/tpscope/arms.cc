@@ -144,6 +144,24 @@ class ArmsCommand : public Command {
   // A server or a command: its binary, model and GPUs checked before the runner starts anything.
   int runEngine(experiment::ExperimentSpec& spec, experiment::RunnerConfig& c) {
     experiment::EngineSettings& e = spec.shared.engine;
+    // The meter needs the GPUs; TPSCOPE_METER_FAKE=1 gives it two scripted ones (tests, CI). Without
+    // GPUs nothing is started: the spec's recording is rendered, as for the synthetic engine.
+    if (envIs("TPSCOPE_METER_FAKE", "1")) {
+      c.box.gpu_count = 2;
+    } else {
+      int count = 0;
+      std::string why;
+      if (cudaDeviceCount(&count, &why) != tpsSuccess || count == 0) {
+        if (why.empty()) why = "no GPU";
+        if (spec.recorded_run.empty())
+          return fail(kExitRuntime, "tpscope arms meters the GPUs and this machine has none visible (" + why +
+                                        "); `tpscope report` renders a recorded run folder anywhere");
+        return showRecording(spec.recorded_run, why);
+      }
+      c.box.gpu_count = count;
+    }
+    // The server itself says which split modes it implements (a mode it lists but lacks fails to load).
+    c.box.split_modes = {"none", "layer", "tensor", "row"};
     if (e.engine == experiment::Engine::kLlamaServer) {
       if (e.server.empty()) {
         const char* env = std::getenv("TPSCOPE_LLAMA_SERVER");
@@ -162,26 +180,8 @@ class ArmsCommand : public Command {
       for (const experiment::ArmSpec& a : spec.arms)
         if (!checkDraft(a.delta.draft)) return fail(kExitUsage, why);
       c.spec = spec;
-      c.box.split_modes = {"none", "layer", "tensor", "row"};  // the server itself says which it implements
-    } else {
-      c.box.split_modes = {"none", "layer", "tensor", "row"};
     }
     c.versions["engine"] = experiment::engineName(e.engine);
-    // The meter needs the GPUs; TPSCOPE_METER_FAKE=1 gives it two scripted ones (tests, CI).
-    if (envIs("TPSCOPE_METER_FAKE", "1")) {
-      c.box.gpu_count = 2;
-    } else {
-      int count = 0;
-      std::string why;
-      if (cudaDeviceCount(&count, &why) != tpsSuccess || count == 0) {
-        if (spec.recorded_run.empty())
-          return fail(kExitRuntime, "tpscope arms meters the GPUs and this machine has none visible (" +
-                                        (why.empty() ? std::string("no GPU") : why) +
-                                        "); `tpscope report` renders a recorded run folder anywhere");
-        return showRecording(spec.recorded_run, why.empty() ? "no GPU" : why);
-      }
-      c.box.gpu_count = count;
-    }
     std::vector<std::string> visible;
     if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v) {
       std::stringstream ss(v);
