@@ -38,6 +38,27 @@ std::string EffectiveSettings::value(const std::string& key) const {
   return s ? s->value : "";
 }
 
+std::vector<int> EffectiveSettings::devices() const { return parseDeviceList(value("devices")); }
+
+void EffectiveSettings::set(const Setting& s) {
+  for (Setting& old : settings)
+    if (old.key == s.key) {
+      old = s;
+      return;
+    }
+  settings.push_back(s);
+}
+
+std::vector<int> parseDeviceList(const std::string& csv) {
+  std::vector<int> out;
+  for (size_t i = 0; i < csv.size();) {
+    const size_t j = std::min(csv.find(',', i), csv.size());
+    if (j > i) out.push_back(std::stoi(csv.substr(i, j - i)));
+    i = j + 1;
+  }
+  return out;
+}
+
 const std::vector<std::string>& deltaKeys() {
   static const std::vector<std::string> k = {"devices",   "split", "backend",   "tokens_per_step", "acceptance",
                                              "allreduce", "draft", "spec_type", "draft_max"};
@@ -58,15 +79,6 @@ std::string joinInts(const std::vector<int>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
   return s;
-}
-
-void put(EffectiveSettings* e, const Setting& s) {
-  for (Setting& old : e->settings)
-    if (old.key == s.key) {
-      old = s;
-      return;
-    }
-  e->settings.push_back(s);
 }
 
 template <typename T>
@@ -169,7 +181,7 @@ std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, con
     if (decide)
       for (Setting s : decide(e)) {
         if (s.source != SettingSource::kEngine) s.source = SettingSource::kAuto;
-        put(&e, s);
+        e.set(s);
       }
     out.push_back(std::move(e));
   }
@@ -248,11 +260,7 @@ std::vector<Refusal> checkAvailability(const std::vector<EffectiveSettings>& arm
     }
     int max_dev = -1;
     const std::string devs = e.value("devices");
-    for (size_t i = 0; i < devs.size();) {
-      const size_t j = devs.find(',', i);
-      max_dev = std::max(max_dev, std::stoi(devs.substr(i, j - i)));
-      i = j == std::string::npos ? devs.size() : j + 1;
-    }
+    for (int d : e.devices()) max_dev = std::max(max_dev, d);
     if (max_dev >= box.gpu_count) {
       out.push_back({e.arm, fmt::format("devices {} need GPU {}, this box has {} GPU{}", devs, max_dev, box.gpu_count,
                                         box.gpu_count == 1 ? "" : "s")});

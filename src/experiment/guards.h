@@ -34,7 +34,13 @@ struct EffectiveSettings {
   std::vector<Setting> settings;  // in a fixed order: the manifest and the difference table use it
   const Setting* find(const std::string& key) const;
   std::string value(const std::string& key) const;  // "" when absent
+  std::vector<int> devices() const;                 // the "devices" value as CUDA ordinals
+  void set(const Setting& s);                       // replaces the setting of that key, or adds it last
 };
+
+// "0,1" -> {0, 1}: a device list as the effective settings print it. Throws std::invalid_argument on
+// an item that is not a number.
+std::vector<int> parseDeviceList(const std::string& csv);
 
 // The keys an arm may declare, and the keys that follow from them (gpu_count from devices,
 // allreduce_backend from split and backend, expected_tokens_per_step from tokens and acceptance; for a

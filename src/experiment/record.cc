@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <ctime>
 #include <filesystem>
 #include <sstream>
 
@@ -229,6 +230,15 @@ RunWriter::RunWriter(const std::string& dir, const Manifest& manifest) : dir_(di
   results_.open(dir + "/results.jsonl");
   samples_.open(dir + "/samples.jsonl");
   if (!m || !results_ || !samples_) throw RecordError(fmt::format("cannot write into the run folder {}", dir));
+}
+
+std::string isoTimeUtc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 void RunWriter::rewrite(const Manifest& manifest) {

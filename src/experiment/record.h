@@ -111,6 +111,9 @@ struct RecordError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Now as ISO 8601 UTC ("2026-12-01T15:58:06Z"), the run folder's time stamps.
+std::string isoTimeUtc();
+
 nlohmann::json toJson(const Manifest& m);
 nlohmann::json toJson(const RepetitionResult& r);
 nlohmann::json toJson(const SampleRow& s);

@@ -28,16 +28,6 @@ const GpuTraffic* findGpu(const PhaseResult& p, int gpu) {
   return nullptr;
 }
 
-std::vector<int> parseDevices(const std::string& s) {
-  std::vector<int> out;
-  for (size_t i = 0; i < s.size();) {
-    const size_t j = s.find(',', i);
-    out.push_back(std::stoi(s.substr(i, j - i)));
-    i = j == std::string::npos ? s.size() : j + 1;
-  }
-  return out;
-}
-
 // 1045.2 -> "1,045"; below 10 one decimal, so small rates do not all read 0.
 std::string mbps(double v) {
   if (std::fabs(v) < 9.95) return fmt::format("{:.1f}", v);
@@ -210,7 +200,7 @@ Report buildReport(const RunRecord& run) {
           if (!n.empty() && n != "default") a.speculative += ", up to " + n;
         }
       }
-    a.gpu_count = static_cast<int>(parseDevices(a.devices).size());
+    a.gpu_count = static_cast<int>(parseDeviceList(a.devices).size());
     std::vector<const RepetitionResult*> reps;
     for (const RepetitionResult& rep : run.repetitions) {
       if (rep.arm != name) continue;
@@ -232,7 +222,7 @@ Report buildReport(const RunRecord& run) {
                              {"end_ns", p.end_ns}});
     }
     a.valid_repetitions = static_cast<int>(reps.size());
-    const std::vector<int> gpus = parseDevices(a.devices);
+    const std::vector<int> gpus = parseDeviceList(a.devices);
     for (const std::string& phase : man.phases) {
       ReportArmPhase ap;
       ap.arm = name;

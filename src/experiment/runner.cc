@@ -16,21 +16,17 @@ namespace tpscope::experiment {
 
 namespace {
 
-std::string isoNow() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-std::vector<int> parseInts(const std::string& csv) {
-  std::vector<int> v;
-  std::stringstream ss(csv);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) v.push_back(std::stoi(item));
-  return v;
+// Why the window after the phases shows someone else's traffic (a PCIe rate above the baseline
+// threshold on any GPU), or "" when it does not.
+std::string trafficAfter(const MeterWindow& w, const std::vector<MeterGpu>& gpus, double threshold_mbps) {
+  for (size_t g = 0; g < w.cells.size(); ++g)
+    for (MeterCounter k : {MeterCounter::kPcieRx, MeterCounter::kPcieTx})
+      if (const std::optional<double> rate = w.cells[g][static_cast<int>(k)].mean_mbps; rate && *rate > threshold_mbps)
+        return fmt::format(
+            "traffic went on after the phases ended: GPU {} {} {:.0f} MB/s over {:.1f} s (threshold {:g} "
+            "MB/s)",
+            gpus[g].index, meterCounterName(k), *rate, (w.end_ns - w.start_ns) * 1e-9, threshold_mbps);
+  return "";
 }
 
 void say(const RunnerConfig& c, const std::string& line) {
@@ -91,7 +87,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
   m.versions = c.versions;
   m.topology = c.topology;
   m.machine = c.machine;
-  m.start_time = isoNow();
+  m.start_time = isoTimeUtc();
   std::unique_ptr<RunWriter> writer;
   try {
     writer = std::make_unique<RunWriter>(c.out_dir, m);
@@ -111,12 +107,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
         out.message = "arm " + arm.arm + ": " + (phases ? reason : "no engine for it");
         return out;
       }
-      for (const Setting& s : reported) {
-        bool replaced = false;
-        for (Setting& old : arm.settings)
-          if (old.key == s.key) old = s, replaced = true;
-        if (!replaced) arm.settings.push_back(s);
-      }
+      for (const Setting& s : reported) arm.set(s);
     }
     m.effective = arms;
     try {
@@ -145,7 +136,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
 
   // 3. Per arm, per repetition.
   for (const EffectiveSettings& arm : arms) {
-    const std::vector<int> devices = parseInts(arm.value("devices"));
+    const std::vector<int> devices = arm.devices();
     std::unique_ptr<ArmPhases> phases = c.make_phases(arm);
     if (!phases) {
       out.message = "arm " + arm.arm + ": no workload for it";
@@ -233,17 +224,8 @@ RunOutcome runExperiment(const RunnerConfig& c) {
         meter->stop();
         const std::vector<MeterWindow> windows = meter->windows();
         if (c.tail_seconds > 0 && r.disturbed.empty())
-          for (const MeterWindow& w : windows) {
-            if (w.name != "after") continue;
-            for (size_t g = 0; g < w.cells.size() && r.disturbed.empty(); ++g)
-              for (MeterCounter k : {MeterCounter::kPcieRx, MeterCounter::kPcieTx}) {
-                const std::optional<double> rate = w.cells[g][static_cast<int>(k)].mean_mbps;
-                if (rate && *rate > sh.baseline_threshold_mbps && r.disturbed.empty())
-                  r.disturbed = fmt::format(
-                      "traffic went on after the phases ended: GPU {} {} {:.0f} MB/s over {:g} s (threshold {:g} MB/s)",
-                      meter->gpus()[g].index, meterCounterName(k), *rate, c.tail_seconds, sh.baseline_threshold_mbps);
-              }
-          }
+          for (const MeterWindow& w : windows)
+            if (w.name == "after") r.disturbed = trafficAfter(w, meter->gpus(), sh.baseline_threshold_mbps);
         std::string summary;
         for (const PhaseOutcome& o : outcomes) {
           std::vector<GpuTraffic> traffic;
@@ -291,7 +273,7 @@ class FakeArmPhases : public ArmPhases {
   FakeArmPhases(const EffectiveSettings& arm, double seconds) : arm_(arm), seconds_(seconds) {}
   tpsResult_t prepare(const EffectiveSettings&, std::vector<Setting>*, std::string*) override { return tpsSuccess; }
   tpsResult_t runPhases(const std::vector<std::string>& phases, std::vector<PhaseOutcome>* out, std::string*) override {
-    const int gpus = std::max<int>(1, static_cast<int>(parseInts(arm_.value("devices")).size()));
+    const int gpus = std::max<int>(1, static_cast<int>(arm_.devices().size()));
     const bool tensor = arm_.value("split") == "tensor";
     const int layers = 32;
     for (const std::string& p : phases) {

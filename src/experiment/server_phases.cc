@@ -20,14 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<int> parseInts(const std::string& csv) {
-  std::vector<int> v;
-  std::stringstream ss(csv);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) v.push_back(std::stoi(item));
-  return v;
-}
-
 bool hasFlag(const std::vector<std::string>& args, std::initializer_list<const char*> names) {
   for (const std::string& a : args)
     for (const char* n : names)
@@ -60,15 +52,6 @@ std::vector<int> promptIds(int n, int64_t vocab) {
   return ids;
 }
 
-std::string isoNow() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 class ServerArmPhases : public ArmPhases {
  public:
   ServerArmPhases(const EngineSettings& engine, std::string run_dir, std::vector<std::string> visible)
@@ -90,7 +73,7 @@ class ServerArmPhases : public ArmPhases {
     o.log_path = run_dir_ + "/server-" + armFileName(arm.arm) + ".log";
     std::string env;
     for (const auto& [k, v] : launch.env) env += k + "=" + v + " ";
-    logHeader(o.log_path, fmt::format("arm {}, start at {}: {}{} {}", arm.arm, isoNow(), env, o.binary,
+    logHeader(o.log_path, fmt::format("arm {}, start at {}: {}{} {}", arm.arm, isoTimeUtc(), env, o.binary,
                                       fmt::join(launch.args, " ")));
     if (tpsResult_t r = engine::LlamaServer::start(o, &server_, reason); r != tpsSuccess) return r;
 
@@ -266,7 +249,7 @@ class CommandArmPhases : public ArmPhases {
     o.env = {
         {"TPSCOPE_ARM", arm_.arm}, {"TPSCOPE_DEVICES", arm_.value("devices")}, {"TPSCOPE_SPLIT", arm_.value("split")}};
     o.log_path = run_dir_ + "/command-" + armFileName(arm_.arm) + ".log";
-    logHeader(o.log_path, fmt::format("arm {}, run at {}", arm_.arm, isoNow()));
+    logHeader(o.log_path, fmt::format("arm {}, run at {}", arm_.arm, isoTimeUtc()));
     std::vector<engine::MarkedWindow> windows;
     if (tpsResult_t r = engine::runMarkedCommand(o, &windows, reason); r != tpsSuccess) return r;
     for (const std::string& p : phases) {
@@ -344,7 +327,7 @@ bool serverLaunch(const EngineSettings& engine, const EffectiveSettings& arm, co
 
   // The server sees exactly the arm's GPUs, named as the meter names them.
   std::string cuda;
-  for (int d : parseInts(arm.value("devices"))) {
+  for (int d : arm.devices()) {
     if (!visible.empty() && d >= static_cast<int>(visible.size())) {
       *error = fmt::format("device {} is not among CUDA_VISIBLE_DEVICES", d);
       return false;

@@ -17,14 +17,6 @@ namespace {
 
 constexpr int kUbatch = 512;
 
-std::vector<int> parseInts(const std::string& csv) {
-  std::vector<int> v;
-  std::stringstream ss(csv);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) v.push_back(std::stoi(item));
-  return v;
-}
-
 tpsBackend_t backendOf(const std::string& name) {
   if (name == "host") return tpsBackendHost;
   if (name == "p2p") return tpsBackendP2p;
@@ -79,7 +71,7 @@ class WorkloadArmPhases : public ArmPhases {
       workload::ModelOptions mo;
       mo.config = *cfg;
       mo.split = *split;
-      mo.devices = parseInts(arm.value("devices"));
+      mo.devices = arm.devices();
       mo.backend = backendOf(arm.value("allreduce_backend"));
       // One KV capacity for every arm: the spec's context (plus the tokens a step verifies).
       mo.shape.ctx_capacity = std::max(prefill_.prompt, decode_.ctx + decode_.tokens_per_step);

@@ -203,6 +203,69 @@ TEST_F(Runner, WorkloadDecisionThatDiffersFromTheGuardsStopsTheRun) {
   EXPECT_NE(o.message.find("cuda_graph = off"), std::string::npos) << o.message;
 }
 
+// An engine that says another client used it in a repetition: the attempt is recorded as disturbed,
+// retried, and listed in the report; the retry counts.
+TEST_F(Runner, DisturbedRepetitionIsRecordedAndRetried) {
+  class Disturbed : public ArmPhases {
+   public:
+    explicit Disturbed(EffectiveSettings arm) : inner_(makeFakeArmPhases(arm, 0.01)) {}
+    tpsResult_t prepare(const EffectiveSettings& a, std::vector<Setting>* d, std::string* r) override {
+      return inner_->prepare(a, d, r);
+    }
+    tpsResult_t runPhases(const std::vector<std::string>& p, std::vector<PhaseOutcome>* out, std::string* r) override {
+      const tpsResult_t rc = inner_->runPhases(p, out, r);
+      if (calls_++ == 0) (*out)[0].disturbed = "the server processed 512 prompt tokens beyond the rig's request";
+      return rc;
+    }
+
+   private:
+    std::unique_ptr<ArmPhases> inner_;
+    int calls_ = 0;
+  };
+  c_.make_phases = [](const EffectiveSettings& arm) { return std::make_unique<Disturbed>(arm); };
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(o.attempts, 6);  // 2 arms x 2 repetitions, plus one retry per arm
+  EXPECT_EQ(o.failed_attempts, 2);
+  EXPECT_EQ(o.failed_repetitions, 0);
+  const RunRecord run = readRun(dir_);
+  ASSERT_EQ(run.repetitions.size(), 6u);
+  EXPECT_FALSE(run.repetitions[0].valid);
+  EXPECT_EQ(run.repetitions[0].disturbed, "the server processed 512 prompt tokens beyond the rig's request");
+  EXPECT_TRUE(run.repetitions[1].valid);
+  EXPECT_EQ(run.repetitions[1].attempt, 1);
+  EXPECT_NE(o.report_markdown.find("arm A repetition 1 attempt 1: the server processed 512 prompt tokens"),
+            std::string::npos)
+      << o.report_markdown;
+  EXPECT_NE(progress_.str().find("disturbed (the server processed"), std::string::npos) << progress_.str();
+}
+
+// Traffic after the phases ended (the fake meter's GPUs never go quiet) marks the repetition, and with
+// no retries left it is reported as failed, never dropped.
+TEST_F(Runner, TrafficAfterThePhasesMarksTheRepetition) {
+  c_.tail_seconds = 0.1;
+  c_.spec.shared.baseline_retries = 0;
+  c_.spec.shared.baseline_threshold_mbps = 5000;  // idle passes; the fake GPU 0 sends 2000 MB/s over NVLink only
+  c_.spec.shared.repetitions = 1;
+  RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(o.failed_attempts, 0) << "PCIe below the threshold after the phases: nothing marked";
+  std::filesystem::remove_all(dir_);
+  c_.spec.shared.baseline_threshold_mbps = 100;
+  c_.quiesce = [](Meter& m, const QuiesceOptions& q, QuiesceRecord* r) {
+    QuiesceOptions loose = q;
+    loose.threshold_mbps = 1e9;  // the idle interval passes; only the window after the phases is judged
+    return m.quiesce(loose, r);
+  };
+  o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(o.failed_repetitions, 2);
+  const RunRecord run = readRun(dir_);
+  ASSERT_FALSE(run.repetitions.empty());
+  EXPECT_NE(run.repetitions[0].disturbed.find("traffic went on after the phases ended: GPU 0 pcie_"), std::string::npos)
+      << run.repetitions[0].disturbed;
+}
+
 TEST(RunnerQuick, ShrinksTheSharedSettingsOnly) {
   const ExperimentSpec s = quickSpec(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/four-arms.toml"));
   EXPECT_EQ(s.shared.repetitions, 2);

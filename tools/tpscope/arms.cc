@@ -105,16 +105,9 @@ class ArmsCommand : public Command {
       c.versions["workload"] = "fake (TPSCOPE_ARMS_FAKE=1)";
       c.make_phases = [](const experiment::EffectiveSettings& arm) { return experiment::makeFakeArmPhases(arm); };
     } else {
-      int count = 0;
+      int exit_code = 0;
+      if (!countGpus(spec, &c.box.gpu_count, &exit_code)) return exit_code;
       std::string why;
-      if (cudaDeviceCount(&count, &why) != tpsSuccess || count == 0) {
-        if (why.empty()) why = "no GPU";
-        if (spec.recorded_run.empty())
-          return fail(kExitRuntime, "tpscope arms needs GPUs and this machine has none visible (" + why +
-                                        "); `tpscope report` renders a recorded run folder anywhere");
-        return showRecording(spec.recorded_run, why);
-      }
-      c.box.gpu_count = count;
       Topology topo;
       if (queryTopology({}, &topo, &why) == tpsSuccess) {
         const BackendsBuilt built = backendsBuilt();
@@ -149,16 +142,8 @@ class ArmsCommand : public Command {
     if (envIs("TPSCOPE_METER_FAKE", "1")) {
       c.box.gpu_count = 2;
     } else {
-      int count = 0;
-      std::string why;
-      if (cudaDeviceCount(&count, &why) != tpsSuccess || count == 0) {
-        if (why.empty()) why = "no GPU";
-        if (spec.recorded_run.empty())
-          return fail(kExitRuntime, "tpscope arms meters the GPUs and this machine has none visible (" + why +
-                                        "); `tpscope report` renders a recorded run folder anywhere");
-        return showRecording(spec.recorded_run, why);
-      }
-      c.box.gpu_count = count;
+      int exit_code = 0;
+      if (!countGpus(spec, &c.box.gpu_count, &exit_code)) return exit_code;
     }
     // The server itself says which split modes it implements (a mode it lists but lacks fails to load).
     c.box.split_modes = {"none", "layer", "tensor", "row"};
@@ -203,7 +188,20 @@ class ArmsCommand : public Command {
     return runAndReport(spec, c);
   }
 
-  // "" when `path` is a readable GGUF file, else the one-line error.
+  // The GPUs to measure on. None: the spec's recording is rendered instead (or the run is refused when it
+  // names none) and false returns with the command's exit code.
+  bool countGpus(const experiment::ExperimentSpec& spec, int* count, int* exit_code) {
+    std::string why;
+    if (cudaDeviceCount(count, &why) == tpsSuccess && *count > 0) return true;
+    if (why.empty()) why = "no GPU";
+    *exit_code = spec.recorded_run.empty()
+                     ? fail(kExitRuntime, "tpscope arms needs GPUs and this machine has none visible (" + why +
+                                              "); `tpscope report` renders a recorded run folder anywhere")
+                     : showRecording(spec.recorded_run, why);
+    return false;
+  }
+
+  // True when `path` is a readable GGUF file, else false with the one-line error in *why.
   static bool isGguf(const std::string& path, std::string* why) {
     std::ifstream f(path, std::ios::binary);
     if (!f) {
