@@ -227,7 +227,7 @@ Report buildReport(const RunRecord& run) {
       ReportArmPhase ap;
       ap.arm = name;
       ap.phase = phase;
-      Values tok_s, step_ms, calls, client_tok_s, engine_ms, window_ms;
+      Values tok_s, step_ms, calls, client_tok_s, engine_ms, window_ms, acceptance;
       bool engine_figures = false;
       std::vector<double> bytes_per_call, calls_per_token;
       for (const RepetitionResult* rep : reps)
@@ -240,6 +240,8 @@ Report buildReport(const RunRecord& run) {
           client_tok_s.push_back(p->tok_s);
           engine_ms.push_back(p->engine_ms);
           window_ms.push_back(p->seconds() * 1e3);
+          if (p->engine.is_object() && p->engine.value("draft_n", 0) > 0)
+            acceptance.push_back(p->engine.value("draft_n_accepted", 0.0) / p->engine.value("draft_n", 1.0));
           step_ms.push_back(p->step_ms);
           uint64_t c = 0, payload = 0;
           for (const PathCalls& pc : p->allreduce) {
@@ -258,6 +260,7 @@ Report buildReport(const RunRecord& run) {
         ap.client_tok_s = meterSpread(client_tok_s);
         ap.engine_ms = meterSpread(engine_ms);
         ap.window_ms = meterSpread(window_ms);
+        ap.draft_acceptance = meterSpread(acceptance);
       }
       ap.allreduce_calls = meterSpread(calls);
       auto median = [](std::vector<double> v) -> std::optional<double> {
@@ -383,16 +386,17 @@ std::string formatMarkdown(const Report& r) {
     s += " tok/s: the engine's own timings (the study's figure); the client's clock is beside them below.";
   s += "\n";
   if (engine_figures) {
-    s += "\n## The engine's timings beside the client's clock\n\n| arm | phase | engine tok/s | client tok/s | engine "
-         "ms "
-         "| window ms |\n| --- | --- | ---: | ---: | ---: | ---: |\n";
+    s += "\n## The engine's timings beside the client's clock\n\n"
+         "| arm | phase | engine tok/s | client tok/s | engine ms | window ms | drafts accepted |\n"
+         "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n";
     for (const ReportArmPhase& ap : r.arm_phases) {
       if (!ap.client_tok_s) continue;
       auto num = [](const std::optional<MeterSpread>& v, int digits) {
         return v ? fmt::format("{:.{}f}", v->median, digits) : std::string("N/A");
       };
-      s += fmt::format("| {} | {} | {} | {} | {} | {} |\n", ap.arm, ap.phase, num(ap.tok_s, 1), num(ap.client_tok_s, 1),
-                       num(ap.engine_ms, 1), num(ap.window_ms, 1));
+      s += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", ap.arm, ap.phase, num(ap.tok_s, 1),
+                       num(ap.client_tok_s, 1), num(ap.engine_ms, 1), num(ap.window_ms, 1),
+                       ap.draft_acceptance ? pct(ap.draft_acceptance->median) : "-");
     }
     s += "\nprefill window: request sent → first token; decode window: first → last token (the client's clock, "
          "which the meter's windows use).\n";

@@ -40,6 +40,7 @@ struct ReportArmPhase {
   // else the client's; client_tok_s: tokens over the window on the client's clock, always.
   std::optional<MeterSpread> tok_s, step_ms, client_tok_s;
   std::optional<MeterSpread> engine_ms, window_ms;
+  std::optional<MeterSpread> draft_acceptance;  // drafted tokens the target accepted (speculative decoding)
   std::optional<double> rx_per_card_mbps, tx_per_card_mbps;  // mean over GPUs of the medians
   std::optional<MeterSpread> allreduce_calls;                // per repetition
   std::optional<double> allreduce_bytes_per_call;            // payload bytes per call (median rep)

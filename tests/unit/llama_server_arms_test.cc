@@ -179,6 +179,37 @@ TEST_F(LlamaServerArms, ServersThatDecideDifferentContextsAreRefused) {
   EXPECT_TRUE(serversNaming(model_).empty());
 }
 
+// Speculative arms run what they ask for: the model as its own draft, and n-gram lookup without one.
+TEST_F(LlamaServerArms, SpeculativeArmsRunWhatTheyAsk) {
+  const std::string path = dir_ + "/spec.toml", run = dir_ + "/run-spec";
+  std::ofstream(path) << "[experiment]\nname = \"spec\"\nengine = \"llama-server\"\nserver = \"" << server_
+                      << "\"\nmodel = \"" << model_
+                      << "\"\nflags = \"-c 4096 -ngl 0 -t 2 --parallel 1 --temp 0\"\nprompt_tokens = 64\n"
+                      << "decode_tokens = 48\nrepetitions = 1\nidle_seconds = 0.1\nbaseline_threshold_mbps = 100000\n"
+                      << "[[arm]]\nname = \"A\"\n[[arm]]\nname = \"C'\"\ndraft = \"self\"\ndraft_max = 3\n"
+                      << "[[arm]]\nname = \"N\"\nspec_type = \"ngram-simple\"\n";
+  const CliResult r = runTpscope("arms " + path + " --out " + run, "TPSCOPE_METER_FAKE=1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| C' | single GPU, draft self, up to 3 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| N | single GPU, ngram-simple |"), std::string::npos) << r.out;
+  const nlohmann::json m = nlohmann::json::parse(readFile(run + "/manifest.json"));
+  std::vector<std::string> in_effect;
+  for (const auto& arm : m.at("effective"))
+    for (const auto& s : arm.at("settings"))
+      if (s.at("key") == "speculative_in_effect") in_effect.push_back(s.at("value"));
+  EXPECT_EQ(in_effect, (std::vector<std::string>{"none", "draft-simple", "ngram-simple"}));
+  // Greedy sampling: the model drafting for itself is accepted (nearly) always.
+  std::istringstream results(readFile(run + "/results.jsonl"));
+  for (std::string line; std::getline(results, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.at("arm") != "C'") continue;
+    const nlohmann::json& t = j["phases"][1]["engine"];
+    ASSERT_GT(t.value("draft_n", 0), 0) << line;
+    EXPECT_GE(t.value("draft_n_accepted", 0), t.value("draft_n", 0) * 9 / 10) << line;
+  }
+  EXPECT_NE(r.out.find("| C' | decode |"), std::string::npos) << r.out;
+}
+
 // tpscope in the background, its stderr in a file.
 struct Background {
   std::unique_ptr<engine::ChildProcess> p;
@@ -250,6 +281,18 @@ TEST_F(LlamaServerArms, BadInputIsOneLineAndNoServerIsLeft) {
   EXPECT_NE(r.err.find("llama-server exited before it was ready (exited with status 3)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("this server cannot start"), std::string::npos) << r.err;
   EXPECT_TRUE(fs::exists(dir_ + "/run-broken/manifest.json"));
+  // A server that never answers /health: stopped after start_timeout_s, one line says so.
+  const std::string hanging = dir_ + "/hanging-server.sh";
+  std::ofstream(hanging) << "#!/bin/sh\nexec sleep 60\n";
+  chmod(hanging.c_str(), 0755);
+  spec = writeSpec("hang", "", 32, hanging);
+  text = readFile(spec);
+  text.replace(text.find("start_timeout_s = 60"), 20, "start_timeout_s = 1");
+  std::ofstream(spec) << text;
+  r = runTpscope("arms " + spec + " --out " + dir_ + "/run-hang", "TPSCOPE_METER_FAKE=1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("llama-server was not ready after 1 s"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 15"), std::string::npos) << r.err;
   // A port in use.
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
