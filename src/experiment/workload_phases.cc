@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "tpscope/meter.h"
+#include "workload/attention_cudnn.h"
 #include "workload/model.h"
 #include "workload/phases.h"
 
@@ -84,6 +85,8 @@ class WorkloadArmPhases : public ArmPhases {
       model_.reset();
       if (tpsResult_t r = workload::Model::create(mo, &model_, reason); r != tpsSuccess) return r;
       *decisions = workloadDecisions(arm);
+      for (Setting& d : *decisions)  // what the model runs, not what was foreseen
+        if (d.key == "prefill_attention") d.value = workload::prefillAttentionName(model_->options().prefill_attention);
       return tpsSuccess;
     } catch (const std::exception& e) {
       *reason = std::string("bad effective setting: ") + e.what();
@@ -154,8 +157,10 @@ class WorkloadArmPhases : public ArmPhases {
 }  // namespace
 
 std::vector<Setting> workloadDecisions(const EffectiveSettings&) {
+  const bool cudnn = workload::CudnnAttention::available(nullptr);
   return {{"cuda_graph", "on", SettingSource::kAuto},
-          {"prefill_ubatch", std::to_string(kUbatch), SettingSource::kAuto}};
+          {"prefill_ubatch", std::to_string(kUbatch), SettingSource::kAuto},
+          {"prefill_attention", cudnn ? "cudnn" : "kernel", SettingSource::kAuto}};
 }
 
 std::unique_ptr<ArmPhases> makeWorkloadArmPhases() { return std::make_unique<WorkloadArmPhases>(); }

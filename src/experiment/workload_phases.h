@@ -4,7 +4,6 @@
 // Maps an arm's effective settings to the workload: preset, split, devices, backend (tensor only),
 // tokens per step, acceptance, prompt tokens (prefill), decode tokens and context (decode). Its
 // automatic decisions (workloadDecisions) are what the guards see before anything runs.
-// Not yet run on a GPU (issue 7: the first GPU run is pending).
 #pragma once
 
 #include <memory>
@@ -16,7 +15,8 @@
 namespace tpscope::experiment {
 
 // The workload's automatic decisions for an arm: cuda_graph ("on": decode runs as a CUDA graph where
-// capture works), prefill_ubatch (micro-batch tokens). The same for every arm by construction.
+// capture works), prefill_ubatch (micro-batch tokens), prefill_attention ("cudnn" where cuDNN loads,
+// else "kernel"). The same for every arm by construction.
 std::vector<Setting> workloadDecisions(const EffectiveSettings& arm);
 
 std::unique_ptr<ArmPhases> makeWorkloadArmPhases();

@@ -57,6 +57,18 @@ struct AttnShape {
 // V of every token into the cache at its position.
 cudaError_t launchRopeAndStore(bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, const AttnShape& s, cudaStream_t stream);
 
+// The arithmetic of one causal attention: Q.K and P.V, 2 x 2 x head_dim FLOP per (query head, visible key).
+inline double attentionFlops(const AttnShape& s) {
+  const double keys = double(s.tokens) * s.pos0 + double(s.tokens) * (s.tokens + 1) / 2;
+  return 4.0 * s.head_dim * s.q_heads * keys;
+}
+
+// The K and V bytes one attention reads from the cache at least once: every visible position of every
+// local KV head (the measure of a decode step's attention, which streams the cache).
+inline uint64_t attentionCacheBytes(const AttnShape& s) {
+  return uint64_t(2) * s.kv_heads * uint64_t(s.pos0 + s.tokens) * s.head_dim * 2;
+}
+
 // Causal grouped-query attention: query token t (position pos0 + t) attends cache positions 0..pos0 + t.
 // out is [tokens][q_heads head_dim]. `partial` is fp32 scratch of attentionScratchFloats(...) floats.
 cudaError_t launchAttention(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_cache, bf16_t* out, float* partial,

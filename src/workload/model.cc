@@ -12,6 +12,7 @@
 #include "common/checks.h"
 #include "common/cuda_raii.h"
 #include "common/param.h"
+#include "workload/attention_cudnn.h"
 #include "workload/shard.h"
 
 namespace tpscope::workload {
@@ -112,9 +113,20 @@ tpsResult_t Model::create(const ModelOptions& o, std::unique_ptr<Model>* out, st
   }
   std::unique_ptr<Model> m(new Model());
   m->options_ = o;
+  // What prefill attention runs, decided once and kept in options() (never kAuto after this).
+  std::string no_cudnn;
+  const bool cudnn = CudnnAttention::available(&no_cudnn);
+  if (o.prefill_attention == PrefillAttention::kCudnn && !cudnn) {
+    *reason = "prefill attention cudnn was asked for: " + no_cudnn;
+    return tpsUnavailable;
+  }
+  if (o.prefill_attention == PrefillAttention::kAuto)
+    m->options_.prefill_attention = cudnn ? PrefillAttention::kCudnn : PrefillAttention::kKernel;
+  const bool use_cudnn = m->options_.prefill_attention == PrefillAttention::kCudnn;
   for (int r = 0; r < n; ++r) {
     std::unique_ptr<Shard> s;
-    TPS_CHECK(Shard::create(o.config, dimsFor(o.config, o.split, n, r), o.shape, o.devices[r], o.seed, &s, reason));
+    TPS_CHECK(Shard::create(o.config, dimsFor(o.config, o.split, n, r), o.shape, o.devices[r], o.seed, use_cudnn, &s,
+                            reason));
     m->shards_.push_back(std::move(s));
     // An event is recorded on a stream of the device it was made on: ready_[r] by the previous stage
     // (its hand-off copy), consumed_[r] and join_[r] by stage r itself.
@@ -216,9 +228,9 @@ tpsResult_t Model::reduceThenResidual(int layer, int tokens, Shard::After after,
   if (!skip_allreduce_ && tpsParamTpFused() != 0) {
     // The new residual goes into the partial buffer (the kernel reads x whole while it writes), and
     // the two buffers then trade roles.
-    const tpsResult_t r = tpsAllReduceAddRmsNorm(comm_, options_.backend, c.partial, c.x, c.partial,
-                                                 c.weights(), c.normed, rows, width, options_.config.rms_eps,
-                                                 tpsBfloat16, c.streams);
+    const tpsResult_t r =
+        tpsAllReduceAddRmsNorm(comm_, options_.backend, c.partial, c.x, c.partial, c.weights(), c.normed, rows, width,
+                               options_.config.rms_eps, tpsBfloat16, c.streams);
     if (r == tpsSuccess) {
       for (auto& s : shards_) {
         s->swapResidualAndPartial();

@@ -32,6 +32,7 @@ struct ModelOptions {
   tpsBackend_t backend = tpsBackendAuto;  // `tensor` only
   uint64_t seed = 1;
   RunShape shape;
+  PrefillAttention prefill_attention = PrefillAttention::kAuto;
 };
 
 class Model {

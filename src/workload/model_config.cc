@@ -57,6 +57,24 @@ std::optional<SplitMode> parseSplitMode(const std::string& name) {
   return std::nullopt;
 }
 
+const char* prefillAttentionName(PrefillAttention a) {
+  switch (a) {
+    case PrefillAttention::kAuto:
+      return "auto";
+    case PrefillAttention::kCudnn:
+      return "cudnn";
+    case PrefillAttention::kKernel:
+      return "kernel";
+  }
+  return "?";
+}
+
+std::optional<PrefillAttention> parsePrefillAttention(const std::string& name) {
+  for (PrefillAttention a : {PrefillAttention::kAuto, PrefillAttention::kCudnn, PrefillAttention::kKernel})
+    if (name == prefillAttentionName(a)) return a;
+  return std::nullopt;
+}
+
 std::vector<std::string> presetNames() { return {"tiny", "8b", "32b"}; }
 
 std::optional<ModelConfig> presetConfig(const std::string& name) {

@@ -26,6 +26,13 @@ struct ModelConfig {
 };
 
 enum class SplitMode { kNone, kLayer, kTensor };
+
+// Which attention runs a prefill's micro-batches: cuDNN's fused flash attention (attention_cudnn.h) or
+// tpscope's own kernel (kernels.h). kAuto: cuDNN where it loads and takes the shape, else the kernel;
+// kCudnn refuses to run without it. Decode steps always take the decode kernel.
+enum class PrefillAttention { kAuto, kCudnn, kKernel };
+const char* prefillAttentionName(PrefillAttention a);  // "auto", "cudnn", "kernel"
+std::optional<PrefillAttention> parsePrefillAttention(const std::string& name);
 const char* splitModeName(SplitMode mode);  // "none", "layer", "tensor"
 std::optional<SplitMode> parseSplitMode(const std::string& name);
 

@@ -53,8 +53,9 @@ tpsResult_t runPrefill(Model& model, const PrefillOptions& o, Meter* meter, Phas
   r.steps = (o.prompt + o.ubatch - 1) / o.ubatch;
   r.tokens_per_forward = o.ubatch;
   r.tokens = o.prompt;
-  // Warm-up: one micro-batch (cuBLAS heuristics, module loading), untimed.
-  if (model.forward(std::min(o.ubatch, o.prompt), 0) != tpsSuccess || model.synchronize() != tpsSuccess)
+  // Warm-up: the whole prefill once, untimed: cuBLAS heuristics, module loading, and cuDNN's attention
+  // plan for every micro-batch's key count (built once per shape, as an engine builds them at load).
+  if (model.prefill(o.prompt, o.ubatch) != tpsSuccess || model.synchronize() != tpsSuccess)
     return fail(tpsCudaError, reason, "the prefill warm-up failed (see the log)");
   resetTraffic(model);
   if (meter) (void)meter->begin("prefill");

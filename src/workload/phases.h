@@ -60,6 +60,7 @@ struct PhaseResult {
   // `tpscope tp --profile`: one forward of this phase's shape timed op by op (Model::profileForward),
   // per GPU position; empty when not asked for.
   std::vector<std::vector<OpTime>> profile;
+  int profile_pos0 = 0;  // the position of the profiled forward's first token
 };
 
 tpsResult_t runPrefill(Model& model, const PrefillOptions& o, Meter* meter, PhaseResult* out, std::string* reason);

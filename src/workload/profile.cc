@@ -14,11 +14,11 @@ StepProfile::~StepProfile() {
   for (const Mark& m : marks_) (void)cudaEventDestroy(m.event);
 }
 
-tpsResult_t StepProfile::mark(const char* op, uint64_t bytes, cudaStream_t stream) {
+tpsResult_t StepProfile::mark(const char* op, uint64_t bytes, cudaStream_t stream, double flops) {
   DeviceGuard on(device_);
   cudaEvent_t e = nullptr;
   TPS_CUDA_CHECK(cudaEventCreate(&e));
-  marks_.push_back({op, bytes, e});
+  marks_.push_back({op, bytes, flops, e});
   TPS_CUDA_CHECK(cudaEventRecord(e, stream));
   return tpsSuccess;
 }
@@ -39,6 +39,7 @@ tpsResult_t StepProfile::collect(std::vector<OpTime>* out) const {
     ++row->calls;
     row->us += 1e3 * ms;
     row->bytes += marks_[i].bytes;
+    row->flops += marks_[i].flops;
   }
   return tpsSuccess;
 }

@@ -20,7 +20,8 @@ struct OpTime {
   std::string op;
   int calls = 0;
   double us = 0;       // summed over the calls
-  uint64_t bytes = 0;  // weight bytes the calls read (projections), 0 otherwise
+  uint64_t bytes = 0;  // bytes the calls must read: weights (projections), K and V (attention); 0 otherwise
+  double flops = 0;    // arithmetic the calls did where it is the measure (attention), 0 otherwise
 };
 
 class StepProfile {
@@ -31,7 +32,7 @@ class StepProfile {
   StepProfile& operator=(const StepProfile&) = delete;
 
   // Records an event after the work enqueued so far on `stream`: the end of op `op` (a string literal).
-  tpsResult_t mark(const char* op, uint64_t bytes, cudaStream_t stream);
+  tpsResult_t mark(const char* op, uint64_t bytes, cudaStream_t stream, double flops = 0);
   // After the stream has finished: the ops in first-seen order, each with its calls and summed time.
   // The first mark is the start and names no op.
   tpsResult_t collect(std::vector<OpTime>* out) const;
@@ -40,6 +41,7 @@ class StepProfile {
   struct Mark {
     const char* op;
     uint64_t bytes;
+    double flops;
     cudaEvent_t event;
   };
   int device_;

@@ -49,7 +49,7 @@ Shard::~Shard() {
 }
 
 tpsResult_t Shard::create(const ModelConfig& config, const ShardDims& dims, const RunShape& shape, int device,
-                          uint64_t seed, std::unique_ptr<Shard>* out, std::string* reason) {
+                          uint64_t seed, bool cudnn_attention, std::unique_ptr<Shard>* out, std::string* reason) {
   std::unique_ptr<Shard> s(new Shard());
   s->config_ = config, s->dims_ = dims, s->shape_ = shape, s->device_ = device, s->seed_ = seed;
   DeviceGuard on(device);
@@ -59,6 +59,7 @@ tpsResult_t Shard::create(const ModelConfig& config, const ShardDims& dims, cons
   };
   if (Stream::create(device, &s->stream_) != tpsSuccess) return failed("creating a stream");
   if (cublasCreate(&s->cublas_) != CUBLAS_STATUS_SUCCESS) return failed("cublasCreate");
+  if (cudnn_attention) TPS_CHECK(CudnnAttention::create(device, &s->cudnn_, reason));
   const int64_t h = config.hidden, d = config.head_dim, m = std::max(shape.max_tokens, 1);
   const int64_t layers = dims.last_layer - dims.first_layer;
   const int64_t qkv = (dims.q_heads + 2 * dims.kv_heads) * d;
@@ -225,8 +226,14 @@ tpsResult_t Shard::attentionBlock(int layer, int tokens, int pos0) {
     TPS_CUDA_CHECK(launchRopeAndStore(qkv_.as<bf16_t>(), kc, vc, s, stream()));
     TPS_CHECK(mark("rope + kv store"));
   }
-  TPS_CUDA_CHECK(launchAttention(qkv_.as<bf16_t>(), kc, vc, attn_.as<bf16_t>(), scratch_.as<float>(), s, stream()));
-  TPS_CHECK(mark(s.store_kv ? "rope + kv store + attention" : "attention"));
+  if (cudnn_ && !s.store_kv && !attentionDecodeApplies(s) && CudnnAttention::applies(s)) {
+    TPS_CHECK(cudnn_->run(qkv_.as<bf16_t>(), kc, vc, attn_.as<bf16_t>(), s, stream()));
+    TPS_CHECK(mark("attention (cudnn)", attentionCacheBytes(s), attentionFlops(s)));
+  } else {
+    TPS_CUDA_CHECK(launchAttention(qkv_.as<bf16_t>(), kc, vc, attn_.as<bf16_t>(), scratch_.as<float>(), s, stream()));
+    TPS_CHECK(
+        mark(s.store_kv ? "rope + kv store + attention" : "attention", attentionCacheBytes(s), attentionFlops(s)));
+  }
   TPS_CHECK(projectPartial(w.wo, attn_.as<bf16_t>(), dims_.q_heads * d, tokens));
   return mark("proj o", uint64_t(h) * dims_.q_heads * d * 2);
 }

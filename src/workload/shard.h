@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "common/cuda_raii.h"
+#include "workload/attention_cudnn.h"
 #include "workload/kernels.h"
 #include "workload/model_config.h"
 #include "workload/profile.h"
@@ -30,8 +31,9 @@ class Shard {
  public:
   ~Shard();
   // Allocates and generates everything; *reason says what failed.
+  // cudnn_attention: prefill micro-batches take cuDNN's flash attention (attention_cudnn.h).
   static tpsResult_t create(const ModelConfig& config, const ShardDims& dims, const RunShape& shape, int device,
-                            uint64_t seed, std::unique_ptr<Shard>* out, std::string* reason);
+                            uint64_t seed, bool cudnn_attention, std::unique_ptr<Shard>* out, std::string* reason);
 
   // x = the model input for `tokens` tokens at positions pos0.. (generated from the seed).
   tpsResult_t fillInput(int tokens, int pos0);
@@ -65,8 +67,8 @@ class Shard {
   // Step profile: while set, every op records an event after itself (profile.h). Not during a capture.
   void setProfile(StepProfile* p) { profile_ = p; }
   // Records the end of op `op` when a profile is set (also for ops the model enqueues on this stream).
-  tpsResult_t mark(const char* op, uint64_t bytes = 0) {
-    return profile_ ? profile_->mark(op, bytes, stream()) : tpsSuccess;
+  tpsResult_t mark(const char* op, uint64_t bytes = 0, double flops = 0) {
+    return profile_ ? profile_->mark(op, bytes, stream(), flops) : tpsSuccess;
   }
 
   int device() const { return device_; }
@@ -95,6 +97,7 @@ class Shard {
   uint64_t seed_ = 0;
   Stream stream_;
   cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<CudnnAttention> cudnn_;  // prefill attention, when cuDNN runs it
   DeviceBuffer weights_, k_cache_, v_cache_, workspace_;
   DeviceBuffer x_, xn_, partial_, qkv_, attn_, gu_, act_, scratch_;
   std::vector<LayerWeights> layers_;

@@ -11,6 +11,8 @@
 #include <map>
 
 #include "gpu_test_util.h"
+#include "workload/attention_cudnn.h"
+#include "workload/attention_cudnn.h"
 #include "workload/kernels.h"
 #include "workload/phases.h"
 #include "workload_reference.h"
@@ -34,6 +36,21 @@ TEST(Workload, TinyPrefillMatchesTheHostReference) {
   const std::vector<float> got = prefillOutput(*m, 40, 16);
   ReferenceModel ref(c, 7);
   expectClose(lastRows(ref.forward(40, 0, false), 8, c.hidden), got, "tiny prefill vs host reference");
+}
+
+// cuDNN's flash attention and tpscope's kernel give the same prefill at the 8b preset's head geometry,
+// over micro-batches whose later ones attend to the earlier ones through the cache.
+TEST(Workload, PrefillAttentionCudnnEqualsTheKernel) {
+  TPS_REQUIRE_GPUS(1);
+  std::string why;
+  if (!workload::CudnnAttention::available(&why)) GTEST_SKIP() << why;
+  const workload::ModelConfig c = testConfig("8b", 2);
+  auto kernel = makeModel(c, SplitMode::kNone, {0}, tpsBackendAuto, 7, 1536, 512, workload::PrefillAttention::kKernel);
+  auto cudnn = makeModel(c, SplitMode::kNone, {0}, tpsBackendAuto, 7, 1536, 512, workload::PrefillAttention::kCudnn);
+  ASSERT_TRUE(kernel && cudnn);
+  EXPECT_EQ(kernel->options().prefill_attention, workload::PrefillAttention::kKernel);
+  EXPECT_EQ(cudnn->options().prefill_attention, workload::PrefillAttention::kCudnn);
+  expectClose(prefillOutput(*kernel, 1500, 512), prefillOutput(*cudnn, 1500, 512), "8b x 2 prefill: cudnn vs kernel");
 }
 
 TEST(Workload, TinyDecodeMatchesTheHostReference) {

@@ -20,11 +20,13 @@ inline workload::ModelConfig testConfig(const std::string& preset, int layers = 
   return c;
 }
 
-inline std::unique_ptr<workload::Model> makeModel(const workload::ModelConfig& c, workload::SplitMode split,
-                                                  std::vector<int> devices, tpsBackend_t backend = tpsBackendAuto,
-                                                  uint64_t seed = 7, int ctx = 256, int max_tokens = 64) {
+inline std::unique_ptr<workload::Model> makeModel(
+    const workload::ModelConfig& c, workload::SplitMode split, std::vector<int> devices,
+    tpsBackend_t backend = tpsBackendAuto, uint64_t seed = 7, int ctx = 256, int max_tokens = 64,
+    workload::PrefillAttention attention = workload::PrefillAttention::kAuto) {
   workload::ModelOptions o;
   o.config = c, o.split = split, o.devices = devices, o.backend = backend, o.seed = seed;
+  o.prefill_attention = attention;
   o.shape.ctx_capacity = ctx, o.shape.max_tokens = max_tokens;
   std::unique_ptr<workload::Model> m;
   std::string reason;

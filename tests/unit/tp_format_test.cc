@@ -76,23 +76,26 @@ TEST(TpFormat, ProfileTableAndJson) {
   TpOptions o = tensorOptions();
   o.split = workload::SplitMode::kLayer, o.phase = "decode";
   std::vector<workload::PhaseResult> r = {results()[1]};
-  r[0].profile = {{{"proj qkv", 18, 100.0, 18ull * 6144 * 4096 * 2}, {"attention", 18, 50.0, 0}},
+  r[0].profile = {{{"proj qkv", 18, 100.0, 18ull * 6144 * 4096 * 2}, {"attention", 18, 50.0, 0, 1.5e10}},
                   {{"wait for previous stage", 1, 150.0, 0}, {"proj qkv", 18, 102.0, 18ull * 6144 * 4096 * 2}}};
   const std::string table = cli::formatTpTable(o, {}, r);
-  const size_t at = table.find("# decode profile: one forward of 4 token(s)");
+  const size_t at = table.find("# decode profile: one forward of 4 token(s) at position 0");
   ASSERT_NE(at, std::string::npos) << table;
   const std::string prof = table.substr(at);
   EXPECT_NE(prof.find("GPU0 us"), std::string::npos) << prof;
   EXPECT_NE(prof.find("GPU1 us"), std::string::npos) << prof;
-  // 18 x 6144 x 4096 x 2 bytes in 100 us = 9,060 GB/s; in 102 us = 8,882 GB/s.
-  EXPECT_NE(prof.find("proj qkv                     18       100.0  66.7%   9060       102.0  40.5%   8882"),
-            std::string::npos)
+  // 18 x 6144 x 4096 x 2 bytes in 100 us = 9,060 GB/s; in 102 us = 8,882 GB/s. Attention: 1.5e10 FLOP
+  // in 50 us = 300 TFLOP/s.
+  EXPECT_NE(
+      prof.find("proj qkv                     18       100.0  66.7%   9060     -       102.0  40.5%   8882     -"),
+      std::string::npos)
       << prof;
-  EXPECT_NE(prof.find("attention                    18        50.0  33.3%      -           -      -      -"),
-            std::string::npos)
+  EXPECT_NE(
+      prof.find("attention                    18        50.0  33.3%      -   300           -      -      -     -"),
+      std::string::npos)
       << prof;
   EXPECT_LT(prof.find("attention"), prof.find("wait for previous stage"));  // GPU 0's ops first
-  EXPECT_NE(prof.find("total                                 150.0                     252.0"), std::string::npos)
+  EXPECT_NE(prof.find("total                                 150.0                           252.0"), std::string::npos)
       << prof;
   const nlohmann::json doc = cli::tpDocument(o, {}, r, {"tpscope", "tp"});
   const nlohmann::json& p = doc["results"][0]["profile"];
@@ -102,6 +105,8 @@ TEST(TpFormat, ProfileTableAndJson) {
   EXPECT_EQ(p[0]["ops"][0]["op"], "proj qkv");
   EXPECT_NEAR(p[0]["ops"][0]["gbps"].get<double>(), 9059.7, 0.1);
   EXPECT_TRUE(p[0]["ops"][1]["gbps"].is_null());
+  EXPECT_NEAR(p[0]["ops"][1]["tflops"].get<double>(), 300.0, 1e-9);
+  EXPECT_TRUE(p[0]["ops"][0]["tflops"].is_null());
   EXPECT_TRUE(doc["results"][0].contains("profile"));
   EXPECT_TRUE(cli::tpDocument(o, {}, results(), {})["results"][0]["profile"].is_null());
 }

@@ -44,6 +44,11 @@ class TpCommand : public Command {
     sub_->add_option("--backend", o_.backend, "AllReduce backend for split tensor")
         ->check(CLI::IsMember({"auto", "host", "p2p", "nccl"}))
         ->capture_default_str();
+    sub_->add_option("--prefill-attention", o_.prefill_attention,
+                     "Prefill attention: cudnn (cuDNN's flash attention), kernel (tpscope's own), auto (cudnn where it "
+                     "loads)")
+        ->check(CLI::IsMember({"auto", "cudnn", "kernel"}))
+        ->capture_default_str();
     sub_->add_option("--phase", o_.phase, "prefill, decode or both")
         ->check(CLI::IsMember({"prefill", "decode", "both"}))
         ->capture_default_str();
@@ -97,23 +102,28 @@ class TpCommand : public Command {
     workload::ModelOptions mo;
     mo.config = o_.config, mo.split = o_.split, mo.devices = o_.devices, mo.backend = backendOf(o_.backend);
     mo.seed = o_.seed, mo.shape = shape;
+    mo.prefill_attention = *workload::parsePrefillAttention(o_.prefill_attention);
     std::unique_ptr<workload::Model> model;
     std::string reason;
     if (tpsResult_t r = workload::Model::create(mo, &model, &reason); r != tpsSuccess)
       return fail(r == tpsInvalidArgument ? kExitUsage : kExitRuntime, reason);
+    o_.prefill_attention = workload::prefillAttentionName(model->options().prefill_attention);
     std::vector<workload::PhaseResult> results;
     if (o_.phase != "decode") {
       workload::PhaseResult r;
       if (workload::runPrefill(*model, o_.prefill, nullptr, &r, &reason) != tpsSuccess)
         return fail(kExitRuntime, reason);
-      if (profile_ &&
-          model->profileForward(std::min(o_.prefill.ubatch, o_.prefill.prompt), 0, &r.profile) != tpsSuccess)
+      // The prompt's last micro-batch: it attends to every earlier position, the costliest forward.
+      const int last = o_.prefill.prompt - (o_.prefill.prompt - 1) / o_.prefill.ubatch * o_.prefill.ubatch;
+      r.profile_pos0 = o_.prefill.prompt - last;
+      if (profile_ && model->profileForward(last, r.profile_pos0, &r.profile) != tpsSuccess)
         return fail(kExitRuntime, "profiling a prefill forward failed (see the log)");
       results.push_back(r);
     }
     if (o_.phase != "prefill") {
       workload::PhaseResult r;
       if (workload::runDecode(*model, o_.decode, nullptr, &r, &reason) != tpsSuccess) return fail(kExitRuntime, reason);
+      r.profile_pos0 = o_.decode.ctx;
       if (profile_ && model->profileForward(o_.decode.tokens_per_step, o_.decode.ctx, &r.profile) != tpsSuccess)
         return fail(kExitRuntime, "profiling a decode forward failed (see the log)");
       for (size_t i = 0; i < copy_gbps.size(); ++i) {

@@ -21,6 +21,8 @@ struct TpOptions {
   workload::SplitMode split = workload::SplitMode::kNone;
   std::vector<int> devices;
   std::string backend = "auto";
+  // auto | cudnn | kernel; after the model is built, what auto resolved to (workload::PrefillAttention).
+  std::string prefill_attention = "auto";
   std::string phase = "both";
   workload::PrefillOptions prefill;
   workload::DecodeOptions decode;

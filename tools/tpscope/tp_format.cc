@@ -25,13 +25,14 @@ std::string deviceText(const std::vector<int>& d) {
 std::string formatProfile(const workload::PhaseResult& r, const std::vector<int>& devices) {
   const auto& gpus = r.profile;
   std::string s = fmt::format(
-      "# {} profile: one forward of {} token(s), eager, ops back to back behind a spin kernel; per op the GPU "
-      "time summed over its calls (CUDA events); GB/s = weight bytes read / time\n",
-      r.phase, r.tokens_per_forward);
+      "# {} profile: one forward of {} token(s) at position {}, eager, ops back to back behind a spin kernel; per "
+      "op the GPU time summed over its calls (CUDA events); GB/s = weights (projections) or K and V "
+      "(attention) read / time, TF/s = attention TFLOP/s\n",
+      r.phase, r.tokens_per_forward, r.profile_pos0);
   s += fmt::format("{:<24} {:>6}", "op", "calls");
   for (size_t g = 0; g < gpus.size(); ++g)
-    s += fmt::format(" {:>11} {:>6} {:>6}", fmt::format("GPU{} us", g < devices.size() ? devices[g] : int(g)), "share",
-                     "GB/s");
+    s += fmt::format(" {:>11} {:>6} {:>6} {:>5}", fmt::format("GPU{} us", g < devices.size() ? devices[g] : int(g)),
+                     "share", "GB/s", "TF/s");
   s += "\n";
   std::vector<double> total(gpus.size(), 0.0);
   for (size_t g = 0; g < gpus.size(); ++g)
@@ -49,17 +50,18 @@ std::string formatProfile(const workload::PhaseResult& r, const std::vector<int>
       for (const workload::OpTime& x : gpus[g])
         if (x.op == op) t = &x;
       if (!t) {
-        cells += fmt::format(" {:>11} {:>6} {:>6}", "-", "-", "-");
+        cells += fmt::format(" {:>11} {:>6} {:>6} {:>5}", "-", "-", "-", "-");
         continue;
       }
       calls = std::max(calls, t->calls);
-      cells += fmt::format(" {:>11.1f} {:>5.1f}% {:>6}", t->us, total[g] > 0 ? 100.0 * t->us / total[g] : 0.0,
-                           t->bytes && t->us > 0 ? fmt::format("{:.0f}", t->bytes / (t->us * 1e3)) : "-");
+      cells += fmt::format(" {:>11.1f} {:>5.1f}% {:>6} {:>5}", t->us, total[g] > 0 ? 100.0 * t->us / total[g] : 0.0,
+                           t->bytes && t->us > 0 ? fmt::format("{:.0f}", t->bytes / (t->us * 1e3)) : "-",
+                           t->flops > 0 && t->us > 0 ? fmt::format("{:.0f}", t->flops / (t->us * 1e6)) : "-");
     }
     s += fmt::format("{:<24} {:>6}{}\n", op, calls, cells);
   }
   s += fmt::format("{:<24} {:>6}", "total", "");
-  for (double t : total) s += fmt::format(" {:>11.1f} {:>6} {:>6}", t, "", "");
+  for (double t : total) s += fmt::format(" {:>11.1f} {:>6} {:>6} {:>5}", t, "", "", "");
   s += "\n";
   return s;
 }
@@ -72,14 +74,18 @@ nlohmann::json profileJson(const workload::PhaseResult& r, const std::vector<int
     double total = 0;
     for (const workload::OpTime& t : r.profile[g]) {
       total += t.us;
-      ops.push_back({{"op", t.op},
-                     {"calls", t.calls},
-                     {"us", t.us},
-                     {"weight_bytes", t.bytes},
-                     {"gbps", t.bytes && t.us > 0 ? nlohmann::json(t.bytes / (t.us * 1e3)) : nlohmann::json(nullptr)}});
+      ops.push_back(
+          {{"op", t.op},
+           {"calls", t.calls},
+           {"us", t.us},
+           {"weight_bytes", t.bytes},
+           {"gbps", t.bytes && t.us > 0 ? nlohmann::json(t.bytes / (t.us * 1e3)) : nlohmann::json(nullptr)},
+           {"tflops", t.flops > 0 && t.us > 0 ? nlohmann::json(t.flops / (t.us * 1e6)) : nlohmann::json(nullptr)}});
     }
-    gpus.push_back(
-        {{"device", g < devices.size() ? devices[g] : static_cast<int>(g)}, {"total_us", total}, {"ops", ops}});
+    gpus.push_back({{"device", g < devices.size() ? devices[g] : static_cast<int>(g)},
+                    {"position", r.profile_pos0},
+                    {"total_us", total},
+                    {"ops", ops}});
   }
   return gpus;
 }
@@ -101,10 +107,10 @@ std::string formatTpTable(const TpOptions& o, const std::vector<workload::GpuMem
   std::string s = fmt::format("# tpscope tp {} (git {})\n", TPSCOPE_VERSION_STRING, TPSCOPE_GIT_SHA);
   s += fmt::format(
       "# preset {}: hidden {}, ffn {}, {} layers, {}/{} heads x {}, rope {} | split {} on GPU {} | "
-      "backend {} | seed {}\n",
+      "backend {} | prefill attention {} | seed {}\n",
       c.preset, c.hidden, c.ffn, c.layers, c.q_heads, c.kv_heads, c.head_dim, c.rope ? "on" : "off",
       workload::splitModeName(o.split), deviceText(o.devices),
-      o.split == workload::SplitMode::kTensor ? o.backend : "-", o.seed);
+      o.split == workload::SplitMode::kTensor ? o.backend : "-", o.prefill_attention, o.seed);
   s += fmt::format("# weights {:.2f} GiB bf16 (bytes streamed per forward)\n",
                    workload::weightBytesPerForward(c) / kGiB);
   for (size_t i = 0; i < estimate.size(); ++i)
@@ -194,6 +200,7 @@ nlohmann::json tpDocument(const TpOptions& o, const std::vector<workload::GpuMem
             {"split", workload::splitModeName(o.split)},
             {"devices", o.devices},
             {"backend", o.backend},
+            {"prefill_attention", o.prefill_attention},
             {"seed", o.seed},
             {"phase", o.phase},
             {"prompt", o.prefill.prompt},
