@@ -81,41 +81,21 @@ class ServerArmPhases : public ArmPhases {
     if (tpsResult_t r = server_->props(&props, reason); r != tpsSuccess) return r;
     const std::string log = server_->log();
     // Trap 2: what ran must be what was asked for.
-    if (const std::vector<std::string> fb = engine::fallbacksInLog(log);
-        !fb.empty() && arm.value("split") == "tensor") {
-      *reason = fmt::format("llama-server did not run the AllReduce asked for (allreduce = {}): its log says \"{}\"",
-                            arm.value("allreduce"), fb.front());
-      return tpsUnavailable;
-    }
-    // -sm tensor shows as a Meta device over the GPUs; the internal AllReduce says it initialised.
-    if (arm.value("split") == "tensor" && log.find("creating a Meta device") == std::string::npos) {
-      *reason = "llama-server did not split the model by tensor (its log has no \"creating a Meta device\" line)";
-      return tpsUnavailable;
-    }
-    if (arm.value("split") == "tensor" && arm.value("allreduce") == "internal" &&
-        log.find("initialized AllReduce pipeline") == std::string::npos) {
-      *reason =
-          "llama-server did not start its internal AllReduce (its log has no \"initialized AllReduce "
-          "pipeline\" line)";
-      return tpsUnavailable;
-    }
     const std::string speculative = speculationInLog(log);
-    const bool drafting = arm.value("draft") != "none" || arm.value("spec_type") != "none";
-    if (drafting && speculative == "none") {
-      *reason = "llama-server started without speculative decoding although the arm asks for it (draft = " +
-                arm.value("draft") + ", spec_type = " + arm.value("spec_type") + "); its log names no implementation";
+    if (const std::string no = notAsAsked(arm, log, speculative); !no.empty()) {
+      *reason = no;
       return tpsUnavailable;
     }
     decisions->clear();
-    for (const auto& [k, v] : engine::settingsFromProps(props))
-      decisions->push_back({"server_" + k, v, SettingSource::kEngine});
+    const engine::KeyValues from_props = engine::settingsFromProps(props);
+    for (const auto& [k, v] : from_props) decisions->push_back({"server_" + k, v, SettingSource::kEngine});
     for (const auto& [k, v] : engine::settingsFromLog(log))
       decisions->push_back({"server_" + k, v, SettingSource::kEngine});
     decisions->push_back({"speculative_in_effect", speculative, SettingSource::kEngine});
     decisions->push_back({"server_args", fmt::format("{}", fmt::join(launch.args, " ")), SettingSource::kEngine});
 
-    // The request must fit one slot's context.
-    const std::string slot_ctx = engine::settingsFromProps(props)[0].second;
+    // The request must fit one slot's context (slot_n_ctx, the first of the /props settings).
+    const std::string& slot_ctx = from_props[0].second;
     const int prompt = std::stoi(arm.value("prompt_tokens")), decode = std::stoi(arm.value("decode_tokens"));
     try {
       if (prompt + decode > std::stoll(slot_ctx)) {
@@ -211,6 +191,26 @@ class ServerArmPhases : public ArmPhases {
   }
 
  private:
+  // Why the server's log shows it is not running what the arm asked for, or "" when it is: an AllReduce
+  // fallback, no Meta device under -sm tensor, no internal AllReduce pipeline, no speculation.
+  static std::string notAsAsked(const EffectiveSettings& arm, const std::string& log, const std::string& speculative) {
+    const bool tensor = arm.value("split") == "tensor";
+    if (const std::vector<std::string> fb = engine::fallbacksInLog(log); tensor && !fb.empty())
+      return fmt::format("llama-server did not run the AllReduce asked for (allreduce = {}): its log says \"{}\"",
+                         arm.value("allreduce"), fb.front());
+    if (tensor && log.find("creating a Meta device") == std::string::npos)
+      return "llama-server did not split the model by tensor (its log has no \"creating a Meta device\" line)";
+    if (tensor && arm.value("allreduce") == "internal" &&
+        log.find("initialized AllReduce pipeline") == std::string::npos)
+      return "llama-server did not start its internal AllReduce (its log has no \"initialized AllReduce pipeline\" "
+             "line)";
+    const bool drafting = arm.value("draft") != "none" || arm.value("spec_type") != "none";
+    if (drafting && speculative == "none")
+      return "llama-server started without speculative decoding although the arm asks for it (draft = " +
+             arm.value("draft") + ", spec_type = " + arm.value("spec_type") + "); its log names no implementation";
+    return "";
+  }
+
   // The speculative implementations the server says it added ("none" when it added none).
   static std::string speculationInLog(const std::string& log) {
     std::vector<std::string> types;
