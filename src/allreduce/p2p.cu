@@ -40,9 +40,8 @@ constexpr size_t kLLMax = kP2pLLMax;
 TPS_PARAM_INT(P2pLLBlocks, "TPSCOPE_P2P_LL_BLOCKS", 64)
 TPS_PARAM_INT(P2pLLThreads, "TPSCOPE_P2P_LL_THREADS", 128)
 // Threads per LL block grow with the message up to this many, one per word of the block's share: the
-// block count (and so every block's sequence number) stays fixed, only the loops' stride changes.
-// Measured on 2xH200 at 256 KiB (graph, bf16): 64 x 128 threads 4.25 µs, 128 x 256 3.79, 132 x 512 3.88
-// (docs/PERFORMANCE.md, session 5). 128: the fixed LL_THREADS of earlier sessions.
+// block count (and so every block's sequence number) stays fixed, only the loops' stride changes. 512
+// from a grid sweep at 256 KiB (docs/PERFORMANCE.md, "The p2p backend"); 128 gives a fixed grid.
 TPS_PARAM_INT(P2pLLThreadsMax, "TPSCOPE_P2P_LL_THREADS_MAX", 512)
 // 1: the LL kernels are launched as programmatic dependents (cudaLaunchAttributeProgrammaticStream-
 // Serialization) on GPUs of compute capability 9.0 and later, so that their blocks are resident and

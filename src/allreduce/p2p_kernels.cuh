@@ -488,14 +488,14 @@ __global__ void __launch_bounds__(kFusedThreads)
 // pass over memory and no other block: no counter, no fence, no last-block tail. Blocks from `rows` on
 // only advance their sequence number, so every LL counter stays in step with the other LL kernels
 // (launched on the whole LL grid). (A grid of `rows` blocks, block 0 advancing the others' numbers at
-// its end, measured slower on 2xH200: 8b tensor decode 2.532 against 2.446 ms/step.) Results as
+// its end, measured slower: docs/PERFORMANCE.md, "The synthetic transformer".) Results as
 // p2pOneShotLLAddNorm: the new residual bit for bit the unfused one, the same scale on every GPU (the
 // block's reduction order is fixed). residual_out may be residual_in or partial (each word is read
 // before it is written, by the thread that writes it).
 // kPushed: the call's words were sent by the kernel that made the partial (allreduce/push.cuh), and
 // this one only waits for the peers' lines and sums (tpsAllReducePushedAddRmsNorm).
-// 512 x 4: measured on 2xH200, 8b tensor decode with pushed reductions, ms/step: 256 x 8 2.500,
-// 512 x 4 2.403, 1024 x 2 2.413 (docs/PERFORMANCE.md, session 6).
+// 512 x 4: the fastest block shape for 8b tensor decode with pushed reductions, from a sweep of 256 x 8,
+// 512 x 4 and 1024 x 2 (docs/PERFORMANCE.md, "The synthetic transformer").
 constexpr int kRowThreads = 512, kRowWords = 4;  // rows of up to 8192 bf16
 
 template <bool kPushed>

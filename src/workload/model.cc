@@ -21,17 +21,15 @@ namespace {
 
 // 1: `tensor` fuses each AllReduce with the residual add and norm after it where the library can
 // (tpsAllReduceAddRmsNorm, p2p), for forwards that do not push (TPSCOPE_TP_PUSH below, which takes
-// precedence). Off by default: on 2xH200 the fused kernel measured slower under
-// graphs than the LL AllReduce followed by the add+norm kernel launched as its programmatic
-// dependent: session 2 (whole-row gather per block) 8b decode 2.956 against 2.729 ms/step; session 4
-// (per-slice waits, the row's last block normalises) 8b 2.698 against 2.637; session 5 (one block per
-// row) 8b 2.595 against 2.542, 32b 9.410 against 9.311 (docs/PERFORMANCE.md).
+// precedence). Off by default: under graphs the fused kernel measures slower than the LL AllReduce
+// followed by the add+norm kernel launched as its programmatic dependent (docs/PERFORMANCE.md, "The
+// synthetic transformer", fused A/B tables).
 TPS_PARAM_INT(TpFused, "TPSCOPE_TP_FUSED", 0)
 
 // 1: `tensor` decode pushes the partials from the projections that make them (allreduce/push.cuh) where
 // the communicator has push channels (p2p), and the reduction only waits and sums
 // (tpsAllReducePushedAddRmsNorm). 0: the reduction sends them itself (tpsAllReduce + the add + norm).
-// 8b decode on 2xH200: 2.393 ms/step pushed against 2.502 not (one GPU 4.124; docs/PERFORMANCE.md).
+// Pushing is the faster of the two for tensor decode (docs/PERFORMANCE.md, "The synthetic transformer").
 TPS_PARAM_INT(TpPush, "TPSCOPE_TP_PUSH", 1)
 
 // The layer ranges, heads and FFN columns of GPU position `rank`.

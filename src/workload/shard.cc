@@ -17,12 +17,8 @@ enum LayerTensor : uint64_t { kAttnNorm = 0, kWq, kWk, kWv, kWo, kFfnNorm, kWgat
 
 TPS_PARAM_INT(TpGemv, "TPSCOPE_TP_GEMV", 1)
 // The decode attention kernel as a programmatic dependent of the RoPE kernel: 1 on, 0 off, -1 (auto)
-// on except for a tensor-parallel slice with GQA groups of 8 or more. Measured on 2xH200, ms per
-// decode step at ctx 4096, on / off, two runs each (docs/PERFORMANCE.md): session 3 8b one GPU 4.275 /
-// 4.323, 32b one GPU 16.797 / 16.902; session 4, with the rows-interleaved attention kernel, 8b tensor
-// p2p 2.636 / 2.714 (group 4), 32b tensor p2p 9.717 / 9.489 (group 8). Why 32b's slice loses is not
-// known; triggering the attention only after the QKV projection is done (RoPE's trigger after its
-// wait) did not save it (9.541) and cost everywhere else (8b one GPU 4.233 -> 4.264).
+// on except for a tensor-parallel slice with GQA groups of 8 or more, where it measured slower (why is
+// not known; docs/PERFORMANCE.md, "The synthetic transformer", attention A/B tables).
 TPS_PARAM_INT(TpAttnPdl, "TPSCOPE_TP_ATTN_PDL", -1)
 // 1: the decode attention kernel applies RoPE and stores the step's K and V itself (one kernel fewer
 // per layer); 0: the RoPE kernel runs before it.

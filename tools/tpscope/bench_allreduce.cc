@@ -228,7 +228,7 @@ int BenchAllReduceCommand::run() {
   if (usable.empty()) return fail(kExitRuntime, "no backend of --backend all can run here ('tpscope topo' says why)");
   o_.backends = usable;
   BenchContext ctx = context(topo);
-  // The rate the host backend's algbw is judged by (issue 4: >= 80 % from 64 MiB), from this run's box.
+  // The rate the host backend's algbw is judged by (its target: >= 80 % from 64 MiB), from this run's box.
   const double d2h = pinnedCopyRateGBps(o_.devices[0], true, 256u << 20);
   const double h2d = pinnedCopyRateGBps(o_.devices[0], false, 256u << 20);
   if (d2h > 0) ctx.pinned_d2h_gbps = d2h;
