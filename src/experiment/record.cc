@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "meter/window.h"
+
 namespace tpscope::experiment {
 
 using nlohmann::json;
@@ -205,7 +207,11 @@ json toJson(const SampleRow& s) {
           {"pcie_rx_bytes", opt(s.pcie_rx_bytes)},
           {"pcie_tx_bytes", opt(s.pcie_tx_bytes)},
           {"nvlink_rx_bytes", opt(s.nvlink_rx_bytes)},
-          {"nvlink_tx_bytes", opt(s.nvlink_tx_bytes)}};
+          {"nvlink_tx_bytes", opt(s.nvlink_tx_bytes)},
+          {"pcie_rx_t_ns", opt(s.pcie_rx_t_ns)},
+          {"pcie_tx_t_ns", opt(s.pcie_tx_t_ns)},
+          {"nvlink_rx_t_ns", opt(s.nvlink_rx_t_ns)},
+          {"nvlink_tx_t_ns", opt(s.nvlink_tx_t_ns)}};
 }
 
 SampleRow sampleFromJson(const json& j) {
@@ -218,6 +224,10 @@ SampleRow sampleFromJson(const json& j) {
   s.pcie_tx_bytes = getOpt<uint64_t>(j, "pcie_tx_bytes");
   s.nvlink_rx_bytes = getOpt<uint64_t>(j, "nvlink_rx_bytes");
   s.nvlink_tx_bytes = getOpt<uint64_t>(j, "nvlink_tx_bytes");
+  s.pcie_rx_t_ns = getOpt<int64_t>(j, "pcie_rx_t_ns");
+  s.pcie_tx_t_ns = getOpt<int64_t>(j, "pcie_tx_t_ns");
+  s.nvlink_rx_t_ns = getOpt<int64_t>(j, "nvlink_rx_t_ns");
+  s.nvlink_tx_t_ns = getOpt<int64_t>(j, "nvlink_tx_t_ns");
   return s;
 }
 
@@ -335,6 +345,43 @@ std::vector<GpuTraffic> trafficFromWindow(const MeterWindow& w, const std::vecto
   return out;
 }
 
+std::optional<double> windowBytesFromSamples(const RunRecord& run, const std::string& arm, int repetition, int gpu,
+                                             MeterCounter c, int64_t start_ns, int64_t end_ns) {
+  // The rows back into the meter's samples: one counter's values and read times, in recorded order.
+  detail::Series series;
+  for (const SampleRow& r : run.samples) {
+    if (r.arm != arm || r.repetition != repetition || r.gpu != gpu) continue;
+    std::optional<uint64_t> v;
+    std::optional<int64_t> t;
+    switch (c) {
+      case MeterCounter::kPcieRx:
+        v = r.pcie_rx_bytes, t = r.pcie_rx_t_ns;
+        break;
+      case MeterCounter::kPcieTx:
+        v = r.pcie_tx_bytes, t = r.pcie_tx_t_ns;
+        break;
+      case MeterCounter::kNvlinkRx:
+        v = r.nvlink_rx_bytes, t = r.nvlink_rx_t_ns;
+        break;
+      case MeterCounter::kNvlinkTx:
+        v = r.nvlink_tx_bytes, t = r.nvlink_tx_t_ns;
+        break;
+      default:
+        return std::nullopt;
+    }
+    if (!v) continue;
+    MeterSample m;
+    m.bytes[static_cast<int>(c)] = v;
+    m.t_ns[static_cast<int>(c)] = t.value_or(r.t_ns);
+    m.t_before_ns = m.t_after_ns = m.t_ns[static_cast<int>(c)];
+    series.push_back(m);
+  }
+  const std::optional<double> a = detail::cumulativeAt(series, c, start_ns);
+  const std::optional<double> b = detail::cumulativeAt(series, c, end_ns);
+  if (!a || !b) return std::nullopt;
+  return *b - *a;
+}
+
 std::vector<SampleRow> rowsFromSamples(const std::string& arm, int repetition, const std::vector<MeterSample>& s,
                                        const std::vector<MeterGpu>& gpus) {
   std::vector<SampleRow> out;
@@ -349,6 +396,13 @@ std::vector<SampleRow> rowsFromSamples(const std::string& arm, int repetition, c
     r.pcie_tx_bytes = m.bytes[static_cast<int>(MeterCounter::kPcieTx)];
     r.nvlink_rx_bytes = m.bytes[static_cast<int>(MeterCounter::kNvlinkRx)];
     r.nvlink_tx_bytes = m.bytes[static_cast<int>(MeterCounter::kNvlinkTx)];
+    auto at = [&m](MeterCounter c, const std::optional<uint64_t>& v) {
+      return v ? std::optional<int64_t>(m.t_ns[static_cast<int>(c)]) : std::nullopt;
+    };
+    r.pcie_rx_t_ns = at(MeterCounter::kPcieRx, r.pcie_rx_bytes);
+    r.pcie_tx_t_ns = at(MeterCounter::kPcieTx, r.pcie_tx_bytes);
+    r.nvlink_rx_t_ns = at(MeterCounter::kNvlinkRx, r.nvlink_rx_bytes);
+    r.nvlink_tx_t_ns = at(MeterCounter::kNvlinkTx, r.nvlink_tx_bytes);
     out.push_back(r);
   }
   return out;

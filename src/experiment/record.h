@@ -95,9 +95,12 @@ struct RepetitionResult {
 struct SampleRow {
   std::string arm;
   int repetition = 0;
-  int gpu = 0;  // CUDA ordinal
-  int64_t t_ns = 0;
+  int gpu = 0;                                                                             // CUDA ordinal
+  int64_t t_ns = 0;                                                                        // the read's midpoint
   std::optional<uint64_t> pcie_rx_bytes, pcie_tx_bytes, nvlink_rx_bytes, nvlink_tx_bytes;  // cumulative
+  // When each value was read (MeterSample::t_ns, the times the windows prorate at); absent in runs
+  // recorded before they were kept, where t_ns stands in.
+  std::optional<int64_t> pcie_rx_t_ns, pcie_tx_t_ns, nvlink_rx_t_ns, nvlink_tx_t_ns;
 };
 
 struct RunRecord {
@@ -145,6 +148,12 @@ RunRecord readRun(const std::string& dir);
 // Fills a phase's traffic from the meter's window for it: PCIe and NVLink cells per GPU.
 // `devices` maps meter GPU positions to CUDA ordinals.
 std::vector<GpuTraffic> trafficFromWindow(const MeterWindow& w, const std::vector<MeterGpu>& gpus);
+
+// The bytes counter `c` moved on GPU `gpu` (CUDA ordinal) in [start_ns, end_ns] of one repetition,
+// recomputed from the run's samples as the meter computed its windows; nullopt where the samples do not
+// span the window. A run folder reproduces its own windows this way (tests check it does, exactly).
+std::optional<double> windowBytesFromSamples(const RunRecord& run, const std::string& arm, int repetition, int gpu,
+                                             MeterCounter c, int64_t start_ns, int64_t end_ns);
 
 // The samples of one repetition as rows (PCIe reads only carry PCIe values, NVLink reads NVLink).
 std::vector<SampleRow> rowsFromSamples(const std::string& arm, int repetition, const std::vector<MeterSample>& s,

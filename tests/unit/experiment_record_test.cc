@@ -8,6 +8,7 @@
 #include "experiment/arm_phases.h"
 #include "experiment/record.h"
 #include "experiment_fixture.h"
+#include "meter/window.h"
 
 namespace tpscope::experiment {
 namespace {
@@ -126,6 +127,38 @@ TEST(ExperimentRecord, RowsFromSamplesMapGpuAndMidpoint) {
   EXPECT_EQ(rows[0].t_ns, 200);
   EXPECT_EQ(*rows[0].pcie_rx_bytes, 42u);
   EXPECT_FALSE(rows[0].nvlink_rx_bytes);
+}
+
+// The rows keep each value's own read time (NVML stamps the fields of one call apart), so a window
+// recomputed from samples.jsonl equals the meter's: with only the reads' midpoints it would not.
+TEST(ExperimentRecord, WindowsRecomputeFromTheRowsExactly) {
+  MeterGpu g;
+  g.index = 1;
+  g.supported[static_cast<int>(MeterCounter::kPcieRx)] = g.supported[static_cast<int>(MeterCounter::kPcieTx)] = true;
+  detail::Series series;
+  const int rx = static_cast<int>(MeterCounter::kPcieRx), tx = static_cast<int>(MeterCounter::kPcieTx);
+  for (int i = 0; i < 20; ++i) {
+    MeterSample s;
+    s.t_before_ns = 1'000'000LL * i, s.t_after_ns = s.t_before_ns + 600'000;
+    s.t_ns[rx] = s.t_before_ns + 50'000, s.t_ns[tx] = s.t_before_ns + 550'000;  // far from the midpoint
+    s.bytes[rx] = uint64_t(i) * i * 1000;  // a rising rate: proration depends on the read times
+    s.bytes[tx] = uint64_t(i) * 7000;
+    series.push_back(s);
+  }
+  RunRecord run;
+  run.samples = rowsFromSamples("A", 0, series, {g});
+  for (const auto& [start, end] : {std::pair<int64_t, int64_t>{2'300'000, 9'700'000}, {5'010'000, 5'020'000}})
+    for (MeterCounter c : {MeterCounter::kPcieRx, MeterCounter::kPcieTx}) {
+      const MeterCell cell = detail::computeCell(series, c, start, end, 10, std::nullopt);
+      const std::optional<double> again = windowBytesFromSamples(run, "A", 0, 1, c, start, end);
+      ASSERT_TRUE(cell.bytes && again);
+      EXPECT_DOUBLE_EQ(*again, *cell.bytes) << meterCounterName(c) << " [" << start << ", " << end << "]";
+    }
+  // The rows survive the JSON round trip with their times.
+  const SampleRow back = sampleFromJson(toJson(run.samples[3]));
+  EXPECT_EQ(back.pcie_rx_t_ns, series[3].t_ns[rx]);
+  EXPECT_EQ(back.pcie_tx_t_ns, series[3].t_ns[tx]);
+  EXPECT_FALSE(back.nvlink_rx_t_ns);
 }
 
 TEST(ExperimentRecord, PhaseResultFromOutcome) {

@@ -266,6 +266,31 @@ TEST_F(Runner, TrafficAfterThePhasesMarksTheRepetition) {
       << run.repetitions[0].disturbed;
 }
 
+// A run folder reproduces its own windows: every phase's PCIe bytes recompute from samples.jsonl, as
+// the meter computed them, exactly (the samples keep each value's read time, not only the read's midpoint).
+TEST_F(Runner, EveryWindowRecomputesFromItsSamples) {
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  const RunRecord run = readRun(dir_);
+  int checked = 0;
+  for (const RepetitionResult& r : run.repetitions) {
+    if (!r.valid) continue;
+    for (const PhaseResult& p : r.phases)
+      for (const GpuTraffic& g : p.gpus)
+        for (auto [c, recorded] :
+             {std::pair{MeterCounter::kPcieRx, g.rx_bytes}, std::pair{MeterCounter::kPcieTx, g.tx_bytes}}) {
+          ASSERT_TRUE(recorded);
+          const std::optional<double> again =
+              windowBytesFromSamples(run, r.arm, r.repetition, g.gpu, c, p.start_ns, p.end_ns);
+          ASSERT_TRUE(again) << r.arm << " " << p.phase << " GPU " << g.gpu;
+          EXPECT_NEAR(*again, *recorded, 1e-9 * std::max(1.0, *recorded))
+              << r.arm << " " << p.phase << " GPU " << g.gpu;
+          ++checked;
+        }
+  }
+  EXPECT_EQ(checked, 24);  // 2 repetitions x 2 phases x 2 counters x (1 GPU in arm A + 2 in arm B)
+}
+
 TEST(RunnerQuick, ShrinksTheSharedSettingsOnly) {
   const ExperimentSpec s = quickSpec(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/four-arms.toml"));
   EXPECT_EQ(s.shared.repetitions, 2);
