@@ -42,6 +42,52 @@ double highestIdle(const QuiesceRecord& q) {
   return m;
 }
 
+// Starts every arm's engine once (ArmPhases::prepare, then destroyed: a server stops) and adds what
+// each reported about itself to that arm's settings. false with out->message when one cannot start.
+bool probeEngines(const RunnerConfig& c, std::vector<EffectiveSettings>* arms, RunOutcome* out) {
+  for (EffectiveSettings& arm : *arms) {
+    say(c, fmt::format("arm {}: starting the engine to read what it decides ...", arm.arm));
+    std::unique_ptr<ArmPhases> phases = c.make_phases(arm);
+    std::vector<Setting> reported;
+    std::string reason;
+    if (!phases || phases->prepare(arm, &reported, &reason) != tpsSuccess) {
+      out->message = "arm " + arm.arm + ": " + (phases ? reason : "no engine for it");
+      return false;
+    }
+    for (const Setting& s : reported) arm.set(s);
+  }
+  return true;
+}
+
+// After a repetition's phases: a meter window for each phase the engine did not mark itself, the meter
+// stopped, the window after the phases judged (`tail`), and each phase's record with its traffic.
+// *summary gets the progress line's tok/s figures.
+void recordPhases(const std::vector<PhaseOutcome>& outcomes, bool tail, double threshold_mbps, Meter& meter,
+                  RepetitionResult* r, std::string* summary) {
+  auto sameWindow = [](const MeterWindow& w, const PhaseOutcome& o) {
+    return w.name == o.phase && w.start_ns == o.start_ns && w.end_ns == o.end_ns;
+  };
+  const std::vector<MeterWindow> marked = meter.windows();
+  for (const PhaseOutcome& o : outcomes)
+    if (std::none_of(marked.begin(), marked.end(), [&](const MeterWindow& w) { return sameWindow(w, o); }))
+      meter.addWindow(o.phase, o.start_ns, o.end_ns);
+  meter.stop();
+  const std::vector<MeterWindow> windows = meter.windows();
+  if (tail && r->disturbed.empty())
+    for (const MeterWindow& w : windows)
+      if (w.name == "after") r->disturbed = trafficAfter(w, meter.gpus(), threshold_mbps);
+  for (const PhaseOutcome& o : outcomes) {
+    std::vector<GpuTraffic> traffic;
+    for (const MeterWindow& w : windows)
+      if (sameWindow(w, o)) {
+        traffic = trafficFromWindow(w, meter.gpus());
+        break;
+      }
+    r->phases.push_back(makePhaseResult(o, traffic));
+    *summary += fmt::format(" {} {:.1f} tok/s", o.phase, r->phases.back().tok_s);
+  }
+}
+
 }  // namespace
 
 ExperimentSpec quickSpec(ExperimentSpec spec) {
@@ -98,17 +144,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
 
   // 2b. Engines that know their settings only once started: start each arm's once, then compare.
   if (c.probe) {
-    for (EffectiveSettings& arm : arms) {
-      say(c, fmt::format("arm {}: starting the engine to read what it decides ...", arm.arm));
-      std::unique_ptr<ArmPhases> phases = c.make_phases(arm);
-      std::vector<Setting> reported;
-      std::string reason;
-      if (!phases || phases->prepare(arm, &reported, &reason) != tpsSuccess) {
-        out.message = "arm " + arm.arm + ": " + (phases ? reason : "no engine for it");
-        return out;
-      }
-      for (const Setting& s : reported) arm.set(s);
-    }
+    if (!probeEngines(c, &arms, &out)) return out;
     m.effective = arms;
     try {
       writer->rewrite(m);
@@ -214,29 +250,8 @@ RunOutcome runExperiment(const RunnerConfig& c) {
           std::this_thread::sleep_for(std::chrono::duration<double>(c.tail_seconds));
           (void)meter->addWindow("after", end, Meter::now());
         }
-        auto marked = [&meter](const PhaseOutcome& o) {
-          for (const MeterWindow& w : meter->windows())
-            if (w.name == o.phase && w.start_ns == o.start_ns && w.end_ns == o.end_ns) return true;
-          return false;
-        };
-        for (const PhaseOutcome& o : outcomes)
-          if (!marked(o)) meter->addWindow(o.phase, o.start_ns, o.end_ns);
-        meter->stop();
-        const std::vector<MeterWindow> windows = meter->windows();
-        if (c.tail_seconds > 0 && r.disturbed.empty())
-          for (const MeterWindow& w : windows)
-            if (w.name == "after") r.disturbed = trafficAfter(w, meter->gpus(), sh.baseline_threshold_mbps);
         std::string summary;
-        for (const PhaseOutcome& o : outcomes) {
-          std::vector<GpuTraffic> traffic;
-          for (const MeterWindow& w : windows)
-            if (w.name == o.phase && w.start_ns == o.start_ns && w.end_ns == o.end_ns) {
-              traffic = trafficFromWindow(w, meter->gpus());
-              break;
-            }
-          r.phases.push_back(makePhaseResult(o, traffic));
-          summary += fmt::format(" {} {:.1f} tok/s", o.phase, r.phases.back().tok_s);
-        }
+        recordPhases(outcomes, c.tail_seconds > 0, sh.baseline_threshold_mbps, *meter, &r, &summary);
         r.valid = r.disturbed.empty();
         writer->append(r);
         writer->append(rowsFromSamples(arm.arm, rep, meter->samples(), meter->gpus()));
