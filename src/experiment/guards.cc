@@ -65,9 +65,8 @@ const std::vector<std::string>& deltaKeys() {
   return k;
 }
 const std::vector<std::string>& derivedKeys() {
-  static const std::vector<std::string> k = {
-      "gpu_count",  "allreduce_backend", "expected_tokens_per_step", "cuda_visible_devices", "speculative_in_effect",
-      "server_args"};
+  static const std::vector<std::string> k = {"gpu_count", "allreduce_backend", "expected_tokens_per_step",
+                                             "speculative_in_effect", "server_args"};
   return k;
 }
 

@@ -44,7 +44,7 @@ std::vector<int> parseDeviceList(const std::string& csv);
 
 // The keys an arm may declare, and the keys that follow from them (gpu_count from devices,
 // allreduce_backend from split and backend, expected_tokens_per_step from tokens and acceptance; for a
-// server: the devices it sees, the speculation in effect and its command line).
+// server: the speculation in effect and its command line).
 const std::vector<std::string>& deltaKeys();
 const std::vector<std::string>& derivedKeys();
 
