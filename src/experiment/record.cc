@@ -345,35 +345,38 @@ std::vector<GpuTraffic> trafficFromWindow(const MeterWindow& w, const std::vecto
   return out;
 }
 
+namespace {
+
+// The counters a sample row keeps: its value and that value's read time, one pair of fields each.
+struct RowCounter {
+  MeterCounter counter;
+  std::optional<uint64_t> SampleRow::*bytes;
+  std::optional<int64_t> SampleRow::*t_ns;
+};
+constexpr RowCounter kRowCounters[] = {
+    {MeterCounter::kPcieRx, &SampleRow::pcie_rx_bytes, &SampleRow::pcie_rx_t_ns},
+    {MeterCounter::kPcieTx, &SampleRow::pcie_tx_bytes, &SampleRow::pcie_tx_t_ns},
+    {MeterCounter::kNvlinkRx, &SampleRow::nvlink_rx_bytes, &SampleRow::nvlink_rx_t_ns},
+    {MeterCounter::kNvlinkTx, &SampleRow::nvlink_tx_bytes, &SampleRow::nvlink_tx_t_ns},
+};
+
+}  // namespace
+
 std::optional<double> windowBytesFromSamples(const RunRecord& run, const std::string& arm, int repetition, int gpu,
                                              MeterCounter c, int64_t start_ns, int64_t end_ns) {
+  const RowCounter* field = nullptr;
+  for (const RowCounter& f : kRowCounters)
+    if (f.counter == c) field = &f;
+  if (!field) return std::nullopt;
   // The rows back into the meter's samples: one counter's values and read times, in recorded order.
+  const int k = static_cast<int>(c);
   detail::Series series;
   for (const SampleRow& r : run.samples) {
-    if (r.arm != arm || r.repetition != repetition || r.gpu != gpu) continue;
-    std::optional<uint64_t> v;
-    std::optional<int64_t> t;
-    switch (c) {
-      case MeterCounter::kPcieRx:
-        v = r.pcie_rx_bytes, t = r.pcie_rx_t_ns;
-        break;
-      case MeterCounter::kPcieTx:
-        v = r.pcie_tx_bytes, t = r.pcie_tx_t_ns;
-        break;
-      case MeterCounter::kNvlinkRx:
-        v = r.nvlink_rx_bytes, t = r.nvlink_rx_t_ns;
-        break;
-      case MeterCounter::kNvlinkTx:
-        v = r.nvlink_tx_bytes, t = r.nvlink_tx_t_ns;
-        break;
-      default:
-        return std::nullopt;
-    }
-    if (!v) continue;
+    if (r.arm != arm || r.repetition != repetition || r.gpu != gpu || !(r.*field->bytes)) continue;
     MeterSample m;
-    m.bytes[static_cast<int>(c)] = v;
-    m.t_ns[static_cast<int>(c)] = t.value_or(r.t_ns);
-    m.t_before_ns = m.t_after_ns = m.t_ns[static_cast<int>(c)];
+    m.bytes[k] = r.*field->bytes;
+    m.t_ns[k] = (r.*field->t_ns).value_or(r.t_ns);
+    m.t_before_ns = m.t_after_ns = m.t_ns[k];
     series.push_back(m);
   }
   const std::optional<double> a = detail::cumulativeAt(series, c, start_ns);
@@ -392,17 +395,11 @@ std::vector<SampleRow> rowsFromSamples(const std::string& arm, int repetition, c
     r.repetition = repetition;
     r.gpu = m.gpu < static_cast<int>(gpus.size()) ? gpus[m.gpu].index : m.gpu;
     r.t_ns = (m.t_before_ns + m.t_after_ns) / 2;
-    r.pcie_rx_bytes = m.bytes[static_cast<int>(MeterCounter::kPcieRx)];
-    r.pcie_tx_bytes = m.bytes[static_cast<int>(MeterCounter::kPcieTx)];
-    r.nvlink_rx_bytes = m.bytes[static_cast<int>(MeterCounter::kNvlinkRx)];
-    r.nvlink_tx_bytes = m.bytes[static_cast<int>(MeterCounter::kNvlinkTx)];
-    auto at = [&m](MeterCounter c, const std::optional<uint64_t>& v) {
-      return v ? std::optional<int64_t>(m.t_ns[static_cast<int>(c)]) : std::nullopt;
-    };
-    r.pcie_rx_t_ns = at(MeterCounter::kPcieRx, r.pcie_rx_bytes);
-    r.pcie_tx_t_ns = at(MeterCounter::kPcieTx, r.pcie_tx_bytes);
-    r.nvlink_rx_t_ns = at(MeterCounter::kNvlinkRx, r.nvlink_rx_bytes);
-    r.nvlink_tx_t_ns = at(MeterCounter::kNvlinkTx, r.nvlink_tx_bytes);
+    for (const RowCounter& f : kRowCounters) {
+      const int k = static_cast<int>(f.counter);
+      r.*f.bytes = m.bytes[k];
+      if (m.bytes[k]) r.*f.t_ns = m.t_ns[k];
+    }
     out.push_back(r);
   }
   return out;
