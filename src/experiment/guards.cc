@@ -138,6 +138,8 @@ std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, con
                  {"baseline_retries", std::to_string(sh.baseline_retries),
                   shared(sh.baseline_retries != defaults.baseline_retries)},
                  {"meter_period_ms", num(sh.meter_period_ms), shared(sh.meter_period_ms != defaults.meter_period_ms)},
+                 {"meter_idle_period_ms", num(std::max(sh.meter_idle_period_ms, sh.meter_period_ms)),
+                  shared(sh.meter_idle_period_ms != defaults.meter_idle_period_ms)},
                  // The delta.
                  {"devices", joinInts(devices), sourceOf(d.devices, b.devices)},
                  {"split", splitModeName(split), sourceOf(d.split, b.split)},

@@ -78,6 +78,11 @@ struct Report {
   std::vector<NetCost> net;
   std::optional<BusiestCell> busiest;
   std::vector<std::string> failed;                   // one line per repetition attempt whose baseline failed
+  // What the meter's own reads added, per GPU over every valid phase window, subtracted from every
+  // figure: "the meter's own reads: 1.02 MB/s rx, 1.10 MB/s tx on GPU 0"; empty for runs recorded
+  // before the meter was calibrated. own_note says when some windows were not made net.
+  std::vector<std::string> own;
+  std::string own_note;
   std::vector<std::string> meaning;                  // "what this means", generated from the numbers
   nlohmann::json windows = nlohmann::json::array();  // {arm, repetition, phase, start_ns, end_ns} for plots
 };

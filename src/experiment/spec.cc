@@ -134,7 +134,7 @@ struct Reader {
 
 const char* kSharedKeys =
     "name, engine, preset, prompt_tokens, decode_tokens, context, phases, repetitions, idle_seconds, "
-    "baseline_threshold_mbps, baseline_retries, meter_period_ms, recorded_run, devices, split, backend, "
+    "baseline_threshold_mbps, baseline_retries, meter_period_ms, meter_idle_period_ms, recorded_run, devices, split, backend, "
     "tokens_per_step, acceptance; engine llama-server: server, model, flags, port, start_timeout_s, "
     "request_timeout_s, allreduce, draft, spec_type, draft_max; engine command: command";
 const char* kArmKeys =
@@ -253,6 +253,8 @@ void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec, Gi
       s.baseline_retries = r.integer(v, key, 0, 100);
     else if (key == "meter_period_ms")
       s.meter_period_ms = r.number(v, key, 0.1, 50);
+    else if (key == "meter_idle_period_ms")
+      s.meter_idle_period_ms = r.number(v, key, 0.1, 50);
     else if (key == "recorded_run") {
       spec->recorded_run = r.string(v, key);
       if (spec->recorded_run.empty()) r.error(v, "'recorded_run' is empty: name a run folder or leave the key out");

@@ -67,7 +67,8 @@ struct SharedSettings {
   int repetitions = 3;
   double idle_seconds = 8;               // idle, metered, before every repetition
   double baseline_threshold_mbps = 100;  // highest idle rate of any counter that still passes
-  double meter_period_ms = 2;            // counter read period
+  double meter_period_ms = 2;            // counter read period while a link moves
+  double meter_idle_period_ms = 25;      // counter read period while a link is quiet (= meter_period_ms: fixed)
   int baseline_retries = 2;              // a repetition whose baseline fails is retried this often, then reported
   ArmDelta base;                         // arm settings given once in [experiment], overridden per arm
   EngineSettings engine;

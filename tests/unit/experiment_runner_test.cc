@@ -9,6 +9,8 @@
 
 #include "experiment/report.h"
 #include "experiment/runner.h"
+#include "meter/fake_source.h"
+#include "meter/meter_internal.h"
 #include "experiment_fixture.h"
 
 namespace tpscope::testing {
@@ -269,6 +271,21 @@ TEST_F(Runner, TrafficAfterThePhasesMarksTheRepetition) {
 // A run folder reproduces its own windows: every phase's PCIe bytes recompute from samples.jsonl, as
 // the meter computed them, exactly (the samples keep each value's read time, not only the read's midpoint).
 TEST_F(Runner, EveryWindowRecomputesFromItsSamples) {
+  // Quiet scripted GPUs whose every read adds traffic of its own, as NVML reads do: the meter
+  // calibrates, and every window is recorded net, with what the meter's reads added beside it.
+  c_.start_meter = [](const MeterOptions& options, std::unique_ptr<Meter>* out, std::string* reason) {
+    MeterOptions o = options;
+    if (tpsResult_t r = detail::resolveOptions(&o, reason); r != tpsSuccess) return r;
+    std::vector<detail::FakeGpuScript> scripts(o.devices.empty() ? 2 : o.devices.size());
+    for (detail::FakeGpuScript& s : scripts) {
+      s.supported = 0x03;
+      s.background_bytes_per_s = {3e6, 2e6, 0, 0, 0, 0};
+      s.bytes_per_read[0] = {27000, 24000, 0, 0, 0, 0};  // a PCIe read: tx, rx
+      s.bytes_per_read[2] = {5000, 4000, 0, 0, 0, 0};    // a dmon call
+      s.dmon_window_ns = 2000000;
+    }
+    return detail::createMeter(o, detail::makeFakeSources(scripts, o.method), out, reason);
+  };
   const RunOutcome o = runExperiment(c_);
   ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
   const RunRecord run = readRun(dir_);
@@ -280,6 +297,10 @@ TEST_F(Runner, EveryWindowRecomputesFromItsSamples) {
         for (auto [c, recorded] :
              {std::pair{MeterCounter::kPcieRx, g.rx_bytes}, std::pair{MeterCounter::kPcieTx, g.tx_bytes}}) {
           ASSERT_TRUE(recorded);
+          // The counter difference as counted is the net figure plus what the meter's own reads added.
+          const std::optional<double> own = c == MeterCounter::kPcieRx ? g.own_rx_bytes : g.own_tx_bytes;
+          ASSERT_TRUE(own) << "the runner's meter was calibrated, so every window carries its own bytes";
+          recorded = *recorded + *own;
           const std::optional<double> again =
               windowBytesFromSamples(run, r.arm, r.repetition, g.gpu, c, p.start_ns, p.end_ns);
           ASSERT_TRUE(again) << r.arm << " " << p.phase << " GPU " << g.gpu;
