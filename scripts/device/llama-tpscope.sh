@@ -26,15 +26,16 @@ MODEL=${MODEL:?MODEL=FILE.gguf}
 PREFIX=${TPSCOPE_PREFIX:?TPSCOPE_PREFIX=an install of tpscope}
 PREFIX=$(cd "$PREFIX" && pwd -P)
 JOBS=${JOBS:-$(nproc)}
-export TPSCOPE_CACHE_DIR=$WORK/cache
-ROOT=$TPSCOPE_CACHE_DIR/llama.cpp-0c1e570
+export TPSCOPE_CACHE_DIR=$WORK/cache MODEL WORK
+export ROOT=$TPSCOPE_CACHE_DIR/llama.cpp-0c1e570
 mkdir -p "$OUT" "$ROOT"
 S=$OUT/summary.txt
 say() { echo "$*" | tee -a "$S"; }
 step() {  # step NAME LIMIT_S CMD...: output to $WORK/NAME.log, its tail to the summary on failure
   local name=$1 limit=$2 t0=$SECONDS rc
   shift 2
-  timeout "$limit" "$@" >"$WORK/$name.log" 2>&1
+  # through bash -c, so that a step may be one of the functions below (exported with export -f)
+  timeout "$limit" bash -c '"$@"' "$name" "$@" >"$WORK/$name.log" 2>&1
   rc=$?
   say "$name: exit $rc after $((SECONDS - t0)) s"
   [ $rc -eq 0 ] || tail -n 20 "$WORK/$name.log" | tee -a "$S"
@@ -100,25 +101,47 @@ sys.exit(0 if result.get("tokens") else 1)
 PY
 }
 
-step serve-unpatched 90 serve unpatched "$WORK/llama-server-unpatched"
+# The unpatched server runs while the patched one builds (the rebuild is one large file, mostly serial).
+export -f serve
+step serve-unpatched 90 serve unpatched "$WORK/llama-server-unpatched" &
+serving=$!
 
 # The patch in place (this cache is private to the script) and the same build folder reconfigured.
-step apply-patch 30 git -C "$ROOT/src" apply --whitespace=nowarn "$PWD/integrations/llama.cpp/ggml-cuda-tpscope.patch" || exit 1
+# git apply where git is installed, else patch(1), else PATCHED_TREE: the files the patch writes, applied
+# elsewhere (a machine without either tool).
+apply_patch() {
+  local p=$PWD/integrations/llama.cpp/ggml-cuda-tpscope.patch
+  if command -v git >/dev/null; then git -C "$ROOT/src" apply --whitespace=nowarn "$p"
+  elif command -v patch >/dev/null; then patch -d "$ROOT/src" -p1 <"$p"
+  elif [ -n "${PATCHED_TREE:-}" ]; then cp -r "$PATCHED_TREE/." "$ROOT/src/"
+  else echo "no git, no patch and no PATCHED_TREE" >&2; return 1
+  fi
+}
+export -f apply_patch
+export PATCHED_TREE
+step apply-patch 30 apply_patch || exit 1
+say "patch applied with $(command -v git >/dev/null && echo git || (command -v patch >/dev/null && echo patch) || echo PATCHED_TREE)"
 step configure-patched 120 cmake -S "$ROOT/src" -B "$BUILD" -DGGML_CUDA_TPSCOPE=ON -Dtpscope_DIR="$PREFIX/lib/cmake/tpscope"
 grep -h "ggml-cuda: tpscope" "$WORK/configure-patched.log" | tee -a "$S"
 step build-patched 300 cmake --build "$BUILD" --parallel "$JOBS" --target llama-server || exit 1
 grep -cE "Building (CUDA|CXX) object" "$WORK/build-patched.log" | sed 's/^/objects rebuilt: /' | tee -a "$S"
 cp "$BUILD/bin/llama-server" "$WORK/llama-server-patched"
+wait "$serving"
 ldd "$WORK/llama-server-patched" | grep -E "tpscope|nccl" | tee -a "$S"
 
 step serve-patched-default 90 serve patched-default "$WORK/llama-server-patched"
 step serve-patched-tpscope 90 serve patched-tpscope "$WORK/llama-server-patched" GGML_CUDA_ALLREDUCE=tpscope
 grep -h "tpscope" "$WORK/patched-tpscope.server.log" | tee -a "$S"
+# Only while the call has time left (SECONDS_BUDGET: the caller's limit, default 600 s).
+if [ $SECONDS -lt $(( ${SECONDS_BUDGET:-600} - 90 )) ]; then
 step serve-virtual-internal 90 serve virtual-internal "$WORK/llama-server-patched" GGML_CUDA_DEVICES=2 \
   GGML_CUDA_ALLREDUCE=internal -- -sm tensor
 step serve-virtual-tpscope-host 90 serve virtual-tpscope-host "$WORK/llama-server-patched" GGML_CUDA_DEVICES=2 \
   GGML_CUDA_ALLREDUCE=tpscope TPSCOPE_ALLREDUCE=host TPSCOPE_TEST_SHARED_DEVICES=1 -- -sm tensor
 grep -hE "tpscope|AllReduce|falling back|Meta" "$WORK/virtual-tpscope-host.server.log" | head -n 12 | tee -a "$S"
+else
+  say "two virtual devices: skipped, $SECONDS s of ${SECONDS_BUDGET:-600} s used"
+fi
 
 python3 - "$WORK" "$OUT" <<'PY' | tee -a "$S"
 import json, os, sys
@@ -137,5 +160,5 @@ for n, r in runs.items():
     print(f"{n:22s} tokens {len(t) if t else 0:3d} vs unpatched -sm none: {same:14s} decode {tim.get('predicted_per_second', 0):8.1f} tok/s {r.get('error', '')}")
 json.dump(runs, open(os.path.join(out, "tokens.json"), "w"), indent=1)
 PY
-for f in unpatched patched-tpscope virtual-tpscope-host; do cp "$WORK/$f.server.log" "$OUT/" 2>/dev/null; done
+for f in unpatched patched-default patched-tpscope virtual-tpscope-host; do cp "$WORK/$f.server.log" "$OUT/" 2>/dev/null; done
 cp "$WORK/build-patched.log" "$OUT/" 2>/dev/null

@@ -74,7 +74,8 @@ void ggml_cuda_tpscope_log_devices(int device_count) {
         return;
     }
     if (device_count < 2) {
-        GGML_LOG_INFO("%s: GGML_CUDA_ALLREDUCE=tpscope (tpscope %s): %d CUDA device, so no AllReduce runs and "
+        // A warning, so it shows at llama.cpp's default verbosity: what was asked for does not happen.
+        GGML_LOG_WARN("%s: GGML_CUDA_ALLREDUCE=tpscope (tpscope %s): %d CUDA device, so no AllReduce runs and "
                       "llama.cpp computes as it does on one GPU\n",
                       __func__, tpsGetVersion(), device_count);
     } else {
