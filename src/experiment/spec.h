@@ -29,7 +29,8 @@ struct ArmDelta {
   std::optional<int> tokens_per_step;  // tokens one decode step proposes (1 + drafts), 1..16
   std::optional<double> acceptance;    // share of drafted tokens accepted, (0, 1]
   // llama-server only.
-  std::optional<std::string> allreduce;  // GGML_CUDA_ALLREDUCE: internal | nccl | none (tensor split only)
+  std::optional<std::string> allreduce;  // GGML_CUDA_ALLREDUCE: internal | nccl | none | tpscope (tensor split only)
+  std::optional<std::string> tpscope_backend;  // TPSCOPE_ALLREDUCE under allreduce = "tpscope": host | p2p | nccl | auto
   std::optional<std::string> draft;      // speculative decoding: a draft GGUF, "self" (the model), or "none"
   std::optional<std::string> spec_type;  // --spec-type, e.g. "ngram-simple" or "draft-mtp"; "none": off
   std::optional<int> draft_max;          // tokens drafted per step, 1..16 (--spec-draft-n-max)
