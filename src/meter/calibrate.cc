@@ -124,8 +124,13 @@ MeterGpuCalibration calibrateGpu(CounterReader& counters, DmonReader* dmon, cons
     int n = 0;
     switch (kind) {
       case MeterReadKind::kPcie: {
-        const int64_t until = monotonicNs() + plan.burst_ns;
-        while (monotonicNs() < until) counters.read(MeterGroup::kPcie, &x), ++n;
+        const int64_t spacing = std::clamp<int64_t>(plan.pcie_spacing_ns, 350000, 5000000);
+        const int64_t t0 = monotonicNs(), until = t0 + plan.burst_ns;
+        for (int64_t next = t0; next < until; next += spacing) {
+          sleepFor(next - monotonicNs());
+          counters.read(MeterGroup::kPcie, &x);
+          ++n;
+        }
         break;
       }
       case MeterReadKind::kNvlink:

@@ -22,8 +22,13 @@ namespace tpscope::detail {
 struct CalibrationPlan {
   int rounds = 5;
   int min_rounds = 3;
-  int64_t quiet_ns = 40000000;  // < 67 ms: a 32-bit PCIe counter cannot wrap unseen within one interval
-  int64_t burst_ns = 40000000;  // back-to-back PCIe reads for this long (~55 reads at 0.7 ms on H200)
+  int64_t quiet_ns = 60000000;  // < 67 ms: a 32-bit PCIe counter cannot wrap unseen within one interval
+  int64_t burst_ns = 60000000;  // PCIe reads for this long, one every pcie_spacing_ns
+  // How far apart the burst's PCIe reads start: the meter's own busy period. On H200 a read costs
+  // less back to back (13.3 KB rx, 16.7 KB tx) than 2 ms apart (~15.6 KB rx, ~21 KB tx): the link
+  // seems to pay for waking between spaced reads. So the calibration reads at the spacing it
+  // corrects for (clamped to 0.35-5 ms so that a burst holds enough reads).
+  int64_t pcie_spacing_ns = 2000000;
   int nvlink_reads = 2;         // NVLink reads per burst (~22 ms each on H200)
   int dmon_calls = 2;           // dmon calls per burst (rx and tx, ~20 ms each)
   double busy_mbps = 100;       // a quiet interval faster than this on any counter is discarded

@@ -117,6 +117,7 @@ tpsResult_t Sampler::start(std::string* reason) {
   } else {
     CalibrationPlan plan;
     plan.busy_mbps = options_.busy_mbps;
+    plan.pcie_spacing_ns = options_.period_us * 1000;
     calibration_ = calibrateAll(src_, plan);
   }
   try {
