@@ -133,6 +133,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
   m.versions = c.versions;
   m.topology = c.topology;
   m.machine = c.machine;
+  m.invocation = c.invocation;
   m.start_time = isoTimeUtc();
   std::unique_ptr<RunWriter> writer;
   try {

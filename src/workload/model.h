@@ -33,6 +33,7 @@ struct ModelOptions {
   uint64_t seed = 1;
   RunShape shape;
   PrefillAttention prefill_attention = PrefillAttention::kAuto;
+  DecodeKernels kernels;  // after create(): attention_pdl resolved (never kAuto)
 };
 
 class Model {

@@ -31,9 +31,11 @@ class Shard {
  public:
   ~Shard();
   // Allocates and generates everything; *reason says what failed.
-  // cudnn_attention: prefill micro-batches take cuDNN's flash attention (attention_cudnn.h).
+  // cudnn_attention: prefill micro-batches take cuDNN's flash attention (attention_cudnn.h). kernels:
+  // the decode kernel choices, attention_pdl resolved (never kAuto).
   static tpsResult_t create(const ModelConfig& config, const ShardDims& dims, const RunShape& shape, int device,
-                            uint64_t seed, bool cudnn_attention, std::unique_ptr<Shard>* out, std::string* reason);
+                            uint64_t seed, bool cudnn_attention, const DecodeKernels& kernels,
+                            std::unique_ptr<Shard>* out, std::string* reason);
 
   // x = the model input for `tokens` tokens at positions pos0.. (generated from the seed).
   tpsResult_t fillInput(int tokens, int pos0);
@@ -95,6 +97,7 @@ class Shard {
   RunShape shape_;
   int device_ = -1;
   uint64_t seed_ = 0;
+  DecodeKernels kernels_;
   Stream stream_;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<CudnnAttention> cudnn_;  // prefill attention, when cuDNN runs it

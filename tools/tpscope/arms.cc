@@ -9,6 +9,7 @@
 #include "arms.h"
 
 #include <fmt/format.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,52 @@ namespace {
 bool envIs(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v && std::string(v) == value;
+}
+
+// The first line of /proc/cpuinfo that starts with `key`, after its colon; "" where there is none.
+std::string cpuinfoField(const std::string& key) {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(key, 0) == 0 && line.find(':') != std::string::npos) {
+      std::string v = line.substr(line.find(':') + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  return "";
+}
+
+// What the manifest says about the machine: the host's name, its kernel, CPU and GPUs, and a
+// description a report prints ("2x NVIDIA H200"), from the topology where it was read (`topo` null:
+// none was, and the description says what the GPUs were instead, e.g. the fake ones).
+nlohmann::json machineRecord(const Topology* topo, const std::string& no_topology) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  utsname u{};
+  uname(&u);
+  nlohmann::json m = {{"hostname", host},
+                      {"os", std::string(u.sysname) + " " + u.release + " " + u.machine},
+                      {"cpu", cpuinfoField("model name")}};
+  if (topo == nullptr || topo->gpus.empty()) {
+    m["description"] = no_topology;
+    return m;
+  }
+  // GPU names in order of first appearance, with their counts: "2x NVIDIA H200".
+  std::vector<std::pair<std::string, int>> names;
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const GpuInfo& g : topo->gpus) {
+    gpus.push_back(g.name);
+    auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return n.first == g.name; });
+    if (it == names.end())
+      names.emplace_back(g.name, 1);
+    else
+      ++it->second;
+  }
+  std::string description;
+  for (const auto& [name, count] : names)
+    description += (description.empty() ? "" : ", ") + fmt::format("{}x {}", count, name);
+  m["gpus"] = gpus;
+  m["description"] = description + " (" + host + ")";
+  return m;
 }
 
 std::string defaultRunDir(const std::string& experiment) {
@@ -88,9 +135,8 @@ class ArmsCommand : public Command {
     c.out_dir = out_.empty() ? defaultRunDir(spec.name) : out_;
     c.progress = &std::cerr;
     c.versions = {{"tpscope", tpsGetVersion()}, {"git_sha", tpsGetGitRevision()}};
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    c.machine = {{"hostname", host}};
+    c.invocation = {{"argv", processArgv()}, {"quick", quick_}, {"arms", only_}};
+    c.machine = machineRecord(nullptr, "GPUs not read");
     c.box.split_modes = {"none", "layer", "tensor"};
     c.box.presets = {"tiny", "8b", "32b"};
 
@@ -109,6 +155,7 @@ class ArmsCommand : public Command {
       if (!countGpus(spec, &c.box.gpu_count, &exit_code)) return exit_code;
       std::string why;
       Topology topo;
+      c.machine = machineRecord(nullptr, "fake GPUs (TPSCOPE_ARMS_FAKE=1)");
       if (queryTopology({}, &topo, &why) == tpsSuccess) {
         const BackendsBuilt built = backendsBuilt();
         const std::vector<PathStatus> paths = evaluatePaths(topo, built);
@@ -129,6 +176,7 @@ class ArmsCommand : public Command {
       c.decide = experiment::workloadDecisions;
       c.make_phases = [](const experiment::EffectiveSettings&) { return experiment::makeWorkloadArmPhases(); };
     }
+        c.machine = machineRecord(&topo, "");
 
     return runAndReport(spec, c);
   }
@@ -147,9 +195,13 @@ class ArmsCommand : public Command {
     }
     // The server itself says which split modes it implements (a mode it lists but lacks fails to load).
     c.box.split_modes = {"none", "layer", "tensor", "row"};
+      c.machine = machineRecord(nullptr, "fake meter GPUs (TPSCOPE_METER_FAKE=1)");
     if (e.engine == experiment::Engine::kLlamaServer) {
       if (e.server.empty()) {
         const char* env = std::getenv("TPSCOPE_LLAMA_SERVER");
+      Topology topo;
+      std::string why;
+      if (queryTopology({}, &topo, &why) == tpsSuccess) c.machine = machineRecord(&topo, "");
         e.server = env ? env : "";
       }
       if (e.server.empty())

@@ -13,6 +13,7 @@
 
 #include "bench_check.h"
 #include "bench_stats.h"
+#include "cli.h"
 #include "common/log.h"
 
 namespace tpscope::cli {
@@ -110,6 +111,13 @@ void AllReduceBench::joinInto() {
 }
 
 bool AllReduceBench::available(tpsBackend_t backend) {
+tpsConfig_t AllReduceBench::config() const {
+  tpsConfig_t c;
+  tpsConfigInit(&c);
+  (void)tpsCommGetConfig(comm_, &c);
+  return c;
+}
+
   const tpsResult_t r = call(backend, tpsFloat32, 1);
   if (r == tpsUnavailable) return false;
   tpsOk(r, fmt::format("a first call of backend {}", tpsBackendName(backend)));
