@@ -132,6 +132,12 @@ class ArmsCommand : public Command {
 
     experiment::RunnerConfig c;
     c.spec = spec;
+    if (fakeMeterGpus())
+      c.start_meter = [](const MeterOptions& o, std::unique_ptr<Meter>* out, std::string* reason) {
+        MeterOptions fake = o;
+        fake.fake_gpus = true;
+        return Meter::start(fake, out, reason);
+      };
     c.out_dir = out_.empty() ? defaultRunDir(spec.name) : out_;
     c.progress = &std::cerr;
     c.versions = {{"tpscope", tpsGetVersion()}, {"git_sha", tpsGetGitRevision()}};
@@ -144,18 +150,18 @@ class ArmsCommand : public Command {
     const experiment::Engine engine = spec.shared.engine.engine;
     if (engine != experiment::Engine::kSynthetic) return runEngine(spec, c);
     if (fake) {
-      if (!envIs("TPSCOPE_METER_FAKE", "1"))
+      if (!fakeMeterGpus())
         return fail(kExitUsage, "TPSCOPE_ARMS_FAKE=1 needs TPSCOPE_METER_FAKE=1 (the fake workload runs on no GPU)");
       c.box.gpu_count = 2;
       c.box.backends = {"host", "p2p", "nccl"};
       c.versions["workload"] = "fake (TPSCOPE_ARMS_FAKE=1)";
+      c.machine = machineRecord(nullptr, "fake GPUs (TPSCOPE_ARMS_FAKE=1)");
       c.make_phases = [](const experiment::EffectiveSettings& arm) { return experiment::makeFakeArmPhases(arm); };
     } else {
       int exit_code = 0;
       if (!countGpus(spec, &c.box.gpu_count, &exit_code)) return exit_code;
       std::string why;
       Topology topo;
-      c.machine = machineRecord(nullptr, "fake GPUs (TPSCOPE_ARMS_FAKE=1)");
       if (queryTopology({}, &topo, &why) == tpsSuccess) {
         const BackendsBuilt built = backendsBuilt();
         const std::vector<PathStatus> paths = evaluatePaths(topo, built);
@@ -170,13 +176,13 @@ class ArmsCommand : public Command {
         }
         for (const std::string& b : c.box.backends) c.box.backend_reasons.erase(b);
         c.topology = topologyDocument(topo, paths, built.nccl_version ? ncclVersionString(*built.nccl_version) : "");
+        c.machine = machineRecord(&topo, "");
       } else {
         c.box.backends = {"host"};
       }
       c.decide = experiment::workloadDecisions;
       c.make_phases = [](const experiment::EffectiveSettings&) { return experiment::makeWorkloadArmPhases(); };
     }
-        c.machine = machineRecord(&topo, "");
 
     return runAndReport(spec, c);
   }
@@ -187,21 +193,21 @@ class ArmsCommand : public Command {
     experiment::EngineSettings& e = spec.shared.engine;
     // The meter needs the GPUs; TPSCOPE_METER_FAKE=1 gives it two scripted ones (tests, CI). Without
     // GPUs nothing is started: the spec's recording is rendered, as for the synthetic engine.
-    if (envIs("TPSCOPE_METER_FAKE", "1")) {
+    if (fakeMeterGpus()) {
       c.box.gpu_count = 2;
+      c.machine = machineRecord(nullptr, "fake meter GPUs (TPSCOPE_METER_FAKE=1)");
     } else {
       int exit_code = 0;
       if (!countGpus(spec, &c.box.gpu_count, &exit_code)) return exit_code;
-    }
-    // The server itself says which split modes it implements (a mode it lists but lacks fails to load).
-    c.box.split_modes = {"none", "layer", "tensor", "row"};
-      c.machine = machineRecord(nullptr, "fake meter GPUs (TPSCOPE_METER_FAKE=1)");
-    if (e.engine == experiment::Engine::kLlamaServer) {
-      if (e.server.empty()) {
-        const char* env = std::getenv("TPSCOPE_LLAMA_SERVER");
       Topology topo;
       std::string why;
       if (queryTopology({}, &topo, &why) == tpsSuccess) c.machine = machineRecord(&topo, "");
+    }
+    // The server itself says which split modes it implements (a mode it lists but lacks fails to load).
+    c.box.split_modes = {"none", "layer", "tensor", "row"};
+    if (e.engine == experiment::Engine::kLlamaServer) {
+      if (e.server.empty()) {
+        const char* env = std::getenv("TPSCOPE_LLAMA_SERVER");
         e.server = env ? env : "";
       }
       if (e.server.empty())

@@ -65,6 +65,7 @@ AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes
   if (options.meter && !options.graph) {
     MeterOptions mo;
     mo.devices = devices;
+    mo.fake_gpus = fakeMeterGpus();
     std::string reason;
     if (Meter::start(mo, &meter_, &reason) != tpsSuccess) {
       TPS_LOG_WARN("the meter cannot run ({}); the pcie/nvl columns show N/A", reason);
@@ -110,7 +111,6 @@ void AllReduceBench::joinInto() {
   }
 }
 
-bool AllReduceBench::available(tpsBackend_t backend) {
 tpsConfig_t AllReduceBench::config() const {
   tpsConfig_t c;
   tpsConfigInit(&c);
@@ -118,6 +118,7 @@ tpsConfig_t AllReduceBench::config() const {
   return c;
 }
 
+bool AllReduceBench::available(tpsBackend_t backend) {
   const tpsResult_t r = call(backend, tpsFloat32, 1);
   if (r == tpsUnavailable) return false;
   tpsOk(r, fmt::format("a first call of backend {}", tpsBackendName(backend)));

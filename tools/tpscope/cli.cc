@@ -35,6 +35,14 @@ int fail(int code, const std::string& message) {
   return code;
 }
 
+bool fakeMeterGpus() {
+  static const bool fake = [] {
+    const char* v = std::getenv("TPSCOPE_METER_FAKE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return fake;
+}
+
 std::vector<std::string> processArgv() {
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
   std::vector<std::string> argv;

@@ -31,6 +31,10 @@ std::vector<int> parseDeviceList(const std::string& text, const std::string& opt
 // Prints "tpscope: error: MESSAGE" on stderr and returns `code`.
 int fail(int code, const std::string& message);
 
+// TPSCOPE_METER_FAKE=1: every meter this process starts uses two scripted GPUs instead of the hardware
+// (MeterOptions::fake_gpus), so the CLI tests and CI run the meter end to end without a GPU.
+bool fakeMeterGpus();
+
 // This process's command line as it was started (/proc/self/cmdline), for records.
 std::vector<std::string> processArgv();
 
