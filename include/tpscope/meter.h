@@ -74,6 +74,9 @@ struct MeterOptions {
   MeterMethod method = MeterMethod::kCounters;
   int64_t dmon_period_ms = 1000;  // the dmon method's cadence (nvidia-smi dmon's default is 1 s)
   double peak_span_ms = 10;       // sub-window length for the peak rate
+  // Two scripted GPUs with steady traffic instead of the hardware (tests and CI; `tpscope` sets it
+  // under TPSCOPE_METER_FAKE=1).
+  bool fake_gpus = false;
 };
 
 // One GPU as the meter sees it.
@@ -220,8 +223,8 @@ class Meter {
   // Starts sampling on options.devices. Errors, with *reason set to one sentence:
   // tpsInvalidArgument (a GPU index that does not exist, bad options), tpsUnavailable (no GPU, no
   // driver, NVML missing), tpsSystemError (a thread could not start). A GPU that answers none of
-  // the counters is metered anyway, all N/A, with a warning. TPSCOPE_METER_FAKE=1 replaces the
-  // hardware with two scripted GPUs (tests, CI).
+  // the counters is metered anyway, all N/A, with a warning. options.fake_gpus replaces the hardware
+  // with two scripted GPUs (tests, CI).
   static tpsResult_t start(const MeterOptions& options, std::unique_ptr<Meter>* out, std::string* reason);
   ~Meter();  // stops
   Meter(const Meter&) = delete;

@@ -11,29 +11,18 @@
 //   two-shot     above: reduce-scatter then all-gather, each GPU moving 2(N-1)/N of the message.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
-
-#include "common/param.h"
 
 namespace tpscope::detail {
 
 constexpr size_t kP2pLLMax = 256u << 10;     // LL receive lines per (slot, sender) are sized for this
 constexpr size_t kP2pOneShotMax = 1u << 20;  // one-shot receive slot per (slot, peer)
 
-// The largest LL call: kP2pLLMax, lowered (never raised: the lines are sized for kP2pLLMax) by
-// TPSCOPE_P2P_LL_MAX for tuning. One home, so `tpscope topo` shows what the backend runs.
-TPS_PARAM_INT(P2pLLMax, "TPSCOPE_P2P_LL_MAX", static_cast<int64_t>(kP2pLLMax))
-inline size_t p2pLLMax() {
-  return static_cast<size_t>(std::clamp<int64_t>(tpsParamP2pLLMax(), 0, static_cast<int64_t>(kP2pLLMax)));
-}
-
 enum class P2pAlgo { kLL, kOneShot, kTwoShot };
 
 // `aligned8` / `aligned16`: every GPU's buffer is 8- / 16-byte aligned (cudaMalloc'd buffers are both).
-// `ll_max`: the largest LL call (p2pLLMax() in the library).
-constexpr P2pAlgo p2pAlgoFor(size_t bytes, bool aligned8 = true, bool aligned16 = true, size_t ll_max = kP2pLLMax) {
-  if (bytes <= ll_max && bytes % 8 == 0 && aligned8) return P2pAlgo::kLL;
+constexpr P2pAlgo p2pAlgoFor(size_t bytes, bool aligned8 = true, bool aligned16 = true) {
+  if (bytes <= kP2pLLMax && bytes % 8 == 0 && aligned8) return P2pAlgo::kLL;
   if (bytes <= kP2pOneShotMax || !aligned16) return P2pAlgo::kOneShot;
   return P2pAlgo::kTwoShot;
 }

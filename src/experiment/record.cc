@@ -82,10 +82,19 @@ QuiesceRecord quiesceFromJson(const json& j) {
 json toJson(const Manifest& m) {
   json eff = json::array();
   for (const EffectiveSettings& e : m.effective) eff.push_back(toJson(e));
-  return {
-      {"format", m.format},     {"experiment", m.experiment}, {"spec_path", m.spec_path},   {"spec_toml", m.spec_toml},
-      {"arms", m.arms},         {"phases", m.phases},         {"effective", eff},           {"versions", m.versions},
-      {"topology", m.topology}, {"machine", m.machine},       {"start_time", m.start_time}, {"recording", m.recording}};
+  return {{"format", m.format},
+          {"experiment", m.experiment},
+          {"spec_path", m.spec_path},
+          {"spec_toml", m.spec_toml},
+          {"arms", m.arms},
+          {"phases", m.phases},
+          {"effective", eff},
+          {"versions", m.versions},
+          {"topology", m.topology},
+          {"machine", m.machine},
+          {"start_time", m.start_time},
+          {"recording", m.recording},
+          {"invocation", m.invocation}};
 }
 
 Manifest manifestFromJson(const json& j) {
@@ -104,6 +113,7 @@ Manifest manifestFromJson(const json& j) {
     m.versions = j.value("versions", json::object());
     m.topology = j.value("topology", json::object());
     m.machine = j.value("machine", json::object());
+    m.invocation = j.value("invocation", json::object());
     m.start_time = j.value("start_time", std::string());
     m.recording = j.value("recording", std::string());
   } catch (const json::exception& e) {

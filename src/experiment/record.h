@@ -40,7 +40,8 @@ struct Manifest {
   std::vector<EffectiveSettings> effective;
   nlohmann::json versions = nlohmann::json::object();  // tpscope, git_sha, cuda, driver, nccl
   nlohmann::json topology = nlohmann::json::object();  // `tpscope topo --format json`
-  nlohmann::json machine = nlohmann::json::object();   // hostname, kernel, cpu
+  nlohmann::json machine = nlohmann::json::object();   // hostname, os, cpu, gpus, description
+  nlohmann::json invocation = nlohmann::json::object();  // argv, quick, arms: how the run was asked for
   std::string start_time;                              // ISO 8601 UTC
   // Non-empty for a shipped recording, printed as is: "Recorded run: 2026-11-29 on 2x NVIDIA H200 ...".
   std::string recording;

@@ -2,10 +2,10 @@
 // report.h - the study's tables from a run folder, as markdown and JSON.
 //
 // Statistics (docs/METHOD.md): per repetition the mean inside the phase window (bytes over time; never
-// a median of samples, which throws the bursts away: the study's trap 3); across repetitions the
-// median with min–max and the number of repetitions. Only repetitions whose baseline passed count;
-// the others are listed, never dropped silently. "rx per card" in the summary is the mean over the
-// arm's GPUs of each GPU's median, as the study reports it.
+// a median of samples, which throws the bursts away, as the seed study's medians did); across
+// repetitions the median with min–max and the number of repetitions. Only repetitions whose baseline
+// passed count; the others are listed, never dropped silently. "rx per card" in the summary is the
+// mean over the arm's GPUs of each GPU's median, as the study reports it.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -134,6 +134,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
   m.versions = c.versions;
   m.topology = c.topology;
   m.machine = c.machine;
+  m.invocation = c.invocation;
   m.start_time = isoTimeUtc();
   std::unique_ptr<RunWriter> writer;
   try {
@@ -187,7 +188,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
       out.message = "arm " + arm.arm + ": " + reason;
       return out;
     }
-    // A decision the workload makes now must be the one the guards saw (trap 1 again).
+    // A decision the workload makes now must be the one the guards saw (an undeclared difference otherwise).
     for (const Setting& d : decisions)
       if (const Setting* s = arm.find(d.key); s && s->value != d.value) {
         out.message = fmt::format(

@@ -80,7 +80,7 @@ class ServerArmPhases : public ArmPhases {
     json props;
     if (tpsResult_t r = server_->props(&props, reason); r != tpsSuccess) return r;
     const std::string log = server_->log();
-    // Trap 2: what ran must be what was asked for.
+    // The availability guard at run time: what ran must be what was asked for.
     const std::string speculative = speculationInLog(log);
     if (const std::string no = notAsAsked(arm, log, speculative); !no.empty()) {
       *reason = no;

@@ -5,7 +5,7 @@
 // arm with only what that arm changes (devices, split mode, backend, tokens per step, acceptance; for a
 // llama-server engine: devices, split, allreduce, draft, draft_max).
 // Parsing is strict on purpose: an unknown key anywhere is an error, because a typo that is silently
-// ignored leaves an arm on a default nobody chose (the study's trap 1 starts exactly like that).
+// ignored leaves an arm on a default nobody chose (an undeclared difference starts exactly like that).
 #pragma once
 
 #include <optional>
@@ -17,8 +17,8 @@ namespace tpscope::experiment {
 
 enum class SplitMode { kNone, kLayer, kTensor, kRow };
 const char* splitModeName(SplitMode m);  // "none", "layer", "tensor", "row"
-// Accepts every mode a user may write, implemented here or not ("row": the study's trap 2 is refused
-// later by the availability check, with its reason, not by the parser).
+// Accepts every mode a user may write, implemented here or not ("row", listed but not implemented in
+// the seed study's build, is refused later by the availability check, with its reason, not by the parser).
 std::optional<SplitMode> parseSplitMode(const std::string& text);
 
 // The settings an arm may change. Unset here: the [experiment] value, else the built-in default.

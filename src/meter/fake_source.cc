@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// fake_source.cc - scripted counter and dmon readers (tests, and TPSCOPE_METER_FAKE=1 for CI).
+// fake_source.cc - scripted counter and dmon readers (tests and CI: MeterOptions::fake_gpus).
 #include "meter/fake_source.h"
 
 #include <algorithm>

@@ -57,9 +57,7 @@ tpsResult_t Meter::start(const MeterOptions& options, std::unique_ptr<Meter>* ou
   MeterOptions o = options;
   if (tpsResult_t r = detail::resolveOptions(&o, reason); r != tpsSuccess) return r;
   detail::SourceSet set;
-  const char* fake = std::getenv("TPSCOPE_METER_FAKE");
-  tpsResult_t r = (fake && std::string(fake) == "1") ? detail::openFakeSources(o, &set, reason)
-                                                     : detail::openNvmlSources(o, &set, reason);
+  tpsResult_t r = o.fake_gpus ? detail::openFakeSources(o, &set, reason) : detail::openNvmlSources(o, &set, reason);
   if (r != tpsSuccess) return r;
   return detail::createMeter(o, std::move(set), out, reason);
 }

@@ -105,7 +105,7 @@ TEST(EngineSpec, EffectiveSettingsCarryTheServerDelta) {
   EXPECT_EQ(eff[0].find("preset"), nullptr);   // a server loads its model
   EXPECT_EQ(eff[0].find("backend"), nullptr);  // and runs its own AllReduce
   EXPECT_TRUE(undeclaredDifferences(eff).empty());
-  // What a server reports about itself is compared; a differing n_ctx is the study's trap 1.
+  // What a server reports about itself is compared; a differing n_ctx is an undeclared difference.
   std::vector<EffectiveSettings> probed = eff;
   for (size_t i = 0; i < probed.size(); ++i) {
     probed[i].settings.push_back({"server_n_ctx", i == 1 ? "2048" : "4096", SettingSource::kEngine});

@@ -47,11 +47,12 @@ split = "layer"
 class Runner : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* was = std::getenv("TPSCOPE_METER_FAKE");
-    had_fake_ = was != nullptr;
-    if (was) fake_was_ = was;
-    setenv("TPSCOPE_METER_FAKE", "1", 1);
     dir_ = tempDir("runner");
+    c_.start_meter = [](const MeterOptions& o, std::unique_ptr<Meter>* out, std::string* reason) {
+      MeterOptions fake = o;
+      fake.fake_gpus = true;  // two scripted GPUs
+      return Meter::start(fake, out, reason);
+    };
     c_.spec = parseSpec(kSpec, "tiny-two.toml");
     c_.box.gpu_count = 2;
     c_.box.backends = {"host"};
@@ -65,15 +66,7 @@ class Runner : public ::testing::Test {
       return makeFakeArmPhases(arm, 0.01);
     };
   }
-  void TearDown() override {
-    std::filesystem::remove_all(dir_);
-    if (had_fake_)
-      setenv("TPSCOPE_METER_FAKE", fake_was_.c_str(), 1);
-    else
-      unsetenv("TPSCOPE_METER_FAKE");
-  }
-  bool had_fake_ = false;
-  std::string fake_was_;
+  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string dir_;
   RunnerConfig c_;
   std::ostringstream progress_;
@@ -157,7 +150,7 @@ TEST_F(Runner, FailedBaselineIsRetriedAndRecorded) {
 }
 
 TEST_F(Runner, UndeclaredDifferenceIsRefusedBeforeAnyArmRuns) {
-  // The study's trap 1: an automatic decision that comes out differently per arm.
+  // An undeclared difference: an automatic decision that comes out differently per arm.
   c_.decide = [](const EffectiveSettings& e) {
     return std::vector<Setting>{{"cuda_graph", e.arm == "A" ? "on" : "off", SettingSource::kAuto}};
   };

@@ -163,6 +163,7 @@ class MeterCommand : public Command {
     SignalScope signals;
     std::unique_ptr<Meter> meter;
     std::string reason;
+    o.fake_gpus = fakeMeterGpus();
     tpsResult_t r = Meter::start(o, &meter, &reason);
     if (r == tpsInvalidArgument) return fail(kExitUsage, reason);
     if (r != tpsSuccess) return fail(kExitRuntime, reason);
