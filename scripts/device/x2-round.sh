@@ -12,7 +12,8 @@
 # (a call brings back at most 8 files); $OUT/summary.txt, printed last, says what ran and what it gave.
 #
 # Parts, in the order given:
-#   bench   `tpscope bench allreduce` 8K-1G bf16, -c 1, every backend interleaved (host, p2p, nccl and
+#   bench   a short nccl-symm run alone (eager, graph: where it fails, the sweeps leave it out), then
+#           `tpscope bench allreduce` 8K-1G bf16, -c 1, every backend interleaved (host, p2p, nccl and
 #           nccl-symm: NCCL on symmetric windows), eager then --graph, with NCCL_DEBUG=INFO (INIT, REG)
 #           in its own file; then one call per size (-f 4) of nccl and nccl-symm with NCCL's TUNING lines
 #           (the algorithm, protocol and kernel it picked), eager and graph.
@@ -107,15 +108,23 @@ say "x2-round.sh ${PARTS[*]}: $visible GPU(s) visible, using $NGPU ($DEVS); $("$
 
 # ---- parts -------------------------------------------------------------------------------------------
 part_bench() {
-  local sweep=(bench allreduce --devices "$DEVS" --backend host,p2p,nccl,nccl-symm -b 8K -e 1G -f 2 -d bf16 -c 1)
+  # nccl-symm has not run on GPUs before this round: a short run of it alone, eager and graph, first, so a
+  # crash or refusal there costs its column, not the sweep (the smoke logs say why).
+  local backends=host,p2p,nccl,nccl-symm
+  local smoke=(bench allreduce --devices "$DEVS" --backend nccl-symm -b 8K -e 4M -f 8 -d all -n 2 -w 1 -c 1 --no-meter)
+  if ! step nccl-symm-smoke-eager 45 "$BIN" "${smoke[@]}" || ! step nccl-symm-smoke-graph 45 "$BIN" "${smoke[@]}" --graph; then
+    backends=host,p2p,nccl
+    say "bench: nccl-symm failed its smoke run (nccl-symm-smoke-*.log): the sweeps run without it"
+  fi
+  local sweep=(bench allreduce --devices "$DEVS" --backend "$backends" -b 8K -e 1G -f 2 -d bf16 -c 1)
   local debug=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG,ENV)
   step bench-eager 200 env "${debug[@]}" NCCL_DEBUG_FILE="$R/nccl-bench-eager.txt" \
     "$BIN" "${sweep[@]}" -J "$R/bench-eager.json"
   step bench-graph 170 env "${debug[@]}" NCCL_DEBUG_FILE="$R/nccl-bench-graph.txt" \
     "$BIN" "${sweep[@]}" --graph -J "$R/bench-graph.json"
   # What NCCL picked per size: one timed call per size, its TUNING lines (no meter, no check).
-  local choice=(bench allreduce --devices "$DEVS" --backend nccl,nccl-symm -b 8K -e 1G -f 4 -d bf16 -n 1 -w 0 -c 0
-    --no-meter)
+  local choice=(bench allreduce --devices "$DEVS" --backend "nccl${backends#host,p2p,nccl}" -b 8K -e 1G -f 4 -d bf16
+    -n 1 -w 0 -c 0 --no-meter)
   local tune=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG,TUNING)
   step nccl-choice-eager 45 env "${tune[@]}" NCCL_DEBUG_FILE="$R/nccl-choice-eager.txt" "$BIN" "${choice[@]}"
   step nccl-choice-graph 45 env "${tune[@]}" NCCL_DEBUG_FILE="$R/nccl-choice-graph.txt" "$BIN" "${choice[@]}" \
@@ -221,8 +230,8 @@ part_tp() {
   local p
   for p in 8b 32b; do
     local d=(tp --preset "$p" --phase decode --ctx 4096 --tokens 256 --format json)
-    step "tp-$p-none" 120 "$BIN" "${d[@]}" --split none --devices 0
-    step "tp-$p-tensor" 120 "$BIN" "${d[@]}" --split tensor --devices "$DEVS"
+    step "tp-$p-none" 90 "$BIN" "${d[@]}" --split none --devices 0
+    step "tp-$p-tensor" 90 "$BIN" "${d[@]}" --split tensor --devices "$DEVS"
   done
 }
 
