@@ -152,8 +152,10 @@ std::unique_ptr<NcclSymm> NcclSymm::create(const std::vector<int>& devices, size
     info->reason = fmt::format("{}: {}", what, ncclGetErrorString(r));
     return nullptr;
   };
-  if (ncclResult_t r = ncclCommInitAll(s.comms.data(), n, devices.data()); r != ncclSuccess)
+  if (ncclResult_t r = ncclCommInitAll(s.comms.data(), n, devices.data()); r != ncclSuccess) {
+    s.comms.assign(devices.size(), nullptr);  // nothing to destroy that NCCL did not hand over
     return failed("ncclCommInitAll", r);
+  }
   // Whole windows of the alignment NCCL requires, so every size of the sweep lies in the registered range.
   const size_t bytes = (std::max<size_t>(max_bytes, 1) + NCCL_WIN_REQUIRED_ALIGNMENT - 1) /
                        NCCL_WIN_REQUIRED_ALIGNMENT * NCCL_WIN_REQUIRED_ALIGNMENT;
@@ -162,8 +164,11 @@ std::unique_ptr<NcclSymm> NcclSymm::create(const std::vector<int>& devices, size
     DeviceGuard guard(devices[r]);
     if (ncclResult_t e = ncclMemAlloc(&out->buffers_[r], bytes); e != ncclSuccess)
       return failed(fmt::format("ncclMemAlloc of {} bytes on GPU {}", bytes, devices[r]), e);
-    // Timing runs on zeros, as for the other columns (bench_runner.h says why).
-    if (cudaError_t e = cudaMemset(out->buffers_[r], 0, bytes); e != cudaSuccess) {
+    // Timing runs on zeros, as for the other columns (bench_runner.h says why). The memset runs on the
+    // legacy stream, which the bench's non-blocking streams do not wait for: synchronise here.
+    cudaError_t e = cudaMemset(out->buffers_[r], 0, bytes);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
       info->reason = fmt::format("cudaMemset on GPU {}: {}", devices[r], cudaGetErrorString(e));
       return nullptr;
     }
