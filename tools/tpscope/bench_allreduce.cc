@@ -92,7 +92,9 @@ class BenchAllReduceCommand : public Command {
     auto* g = sub_->add_option("-g,--ngpus", ngpus_, "Use the first N GPUs (default: all, at most 8)")
                   ->check(CLI::Range(1, 1024));
     sub_->add_option("--devices", devices_, "GPU indices, comma-separated (instead of -g)")->excludes(g);
-    sub_->add_option("--backend", backends_, "host, p2p, nccl, auto, comma-separated, or all")->capture_default_str();
+    sub_->add_option("--backend", backends_,
+                     "host, p2p, nccl, auto, comma-separated, or all; nccl-symm: NCCL on symmetric windows beside them")
+        ->capture_default_str();
     sub_->add_flag("--graph", o_.graph, "Time CUDA-graph launches of -n captured calls");
     sub_->add_flag(
         "!--no-meter", o_.meter,
@@ -212,7 +214,7 @@ int BenchAllReduceCommand::run() {
   for (tpsBackend_t b : o_.backends) {
     if (bench.available(b)) {
       usable.push_back(b);
-    } else if (backends_ != "all") {
+    } else if (backends_ != "all" && b != kBenchNcclSymm) {  // nccl-symm: N/A with its reason, not a failure
       return fail(kExitRuntime, fmt::format("backend {} is not available on these GPUs with this build ('tpscope topo' "
                                             "says why; TPSCOPE_ALLREDUCE, if set, limits the backends)",
                                             tpsBackendName(b)));
@@ -222,6 +224,7 @@ int BenchAllReduceCommand::run() {
   o_.backends = usable;
   BenchContext ctx = context(topo);
   ctx.communicator = bench.config();
+  ctx.nccl_symm = bench.ncclSymmInfo();
   // The rate the host backend's algbw is judged by (its target: >= 80 % from 64 MiB), from this run's box.
   const double d2h = pinnedCopyRateGBps(o_.devices[0], true, 256u << 20);
   const double h2d = pinnedCopyRateGBps(o_.devices[0], false, 256u << 20);
@@ -240,7 +243,7 @@ int BenchAllReduceCommand::run() {
           if (table) std::fputs(formatRow(row).c_str(), stdout);
           std::fflush(stdout);  // rows appear as they are measured, like all_reduce_perf
           if (progress)
-            std::fprintf(stderr, "\r# %s %s %llu B done   ", tpsBackendName(row.backend), tpsDataTypeName(row.dtype),
+            std::fprintf(stderr, "\r# %s %s %llu B done   ", benchBackendName(row.backend), tpsDataTypeName(row.dtype),
                          static_cast<unsigned long long>(row.bytes()));
         },
         &rows);
@@ -257,6 +260,7 @@ int BenchAllReduceCommand::run() {
     }
     std::fputs(tail.c_str(), stdout);
   }
+  ctx.nccl_symm = bench.ncclSymmInfo();  // with NCCL's estimates for the sizes measured
   const nlohmann::json doc = benchDocument(ctx, rows, stopped);
   if (o_.json_stdout) std::printf("%s\n", doc.dump(2).c_str());
   if (json_file.is_open()) json_file << doc.dump(2) << "\n";

@@ -65,7 +65,7 @@ struct Column {
 };
 constexpr Column kColumns[] = {{"size(B)", 12, false},     {"count(elements)", 15, false}, {"type", 8, false},
                                {"redop", 6, false},        {"time(us)", 9, true},          {"algbw(GB/s)", 11, false},
-                               {"busbw(GB/s)", 11, false}, {"#wrong", 7, false},           {"backend", 7, true},
+                               {"busbw(GB/s)", 11, false}, {"#wrong", 7, false},           {"backend", 9, true},
                                {"path", 11, false},        {"min(us)", 9, false},          {"median(us)", 10, false},
                                {"max(us)", 9, false},      {"host_tx(B)", 11, false},      {"host_rx(B)", 11, false},
                                {"peer_tx(B)", 11, false},  {"peer_rx(B)", 11, false},      {"nccl_tx(B)", 11, false},
@@ -91,7 +91,7 @@ std::string cudaVersionText(int v) { return v ? fmt::format("{}.{}", v / 1000, (
 
 std::string joinBackends(const std::vector<tpsBackend_t>& b) {
   std::string s;
-  for (size_t i = 0; i < b.size(); ++i) s += (i ? "," : "") + std::string(tpsBackendName(b[i]));
+  for (size_t i = 0; i < b.size(); ++i) s += (i ? "," : "") + std::string(benchBackendName(b[i]));
   return s;
 }
 
@@ -133,6 +133,7 @@ std::string formatPreamble(const BenchContext& ctx) {
   s += fmt::format("# pinned copy rate GPU{} (256 MiB, CUDA events): D2H {}, H2D {}\n",
                    ctx.devices.empty() ? 0 : ctx.devices[0].device, rate(ctx.pinned_d2h_gbps),
                    rate(ctx.pinned_h2d_gbps));
+  s += formatNcclSymmPreamble(ctx.nccl_symm);
   s += "#\n# Using devices\n";
   for (const DeviceEntry& d : ctx.devices)
     s += fmt::format("#  Rank {:2d} Group  0 Pid {:6d} on {:>10} device {:2d} [{}] {}\n", d.rank, ctx.pid, ctx.hostname,
@@ -153,14 +154,29 @@ std::string formatRow(const BenchRow& r) {
   auto metered = [&](std::optional<double> MeteredBytes::*field) {
     return r.metered && ((*r.metered).*field) ? fmt::format("{:.0f}", *((*r.metered).*field)) : std::string("N/A");
   };
-  return joinCells({std::to_string(r.bytes()), std::to_string(r.count), tpsDataTypeName(r.dtype), "sum",
-                    timeText(r.time.mean_us), fmt::format("{:.2f}", r.algbw_gbps), fmt::format("{:.2f}", r.busbw_gbps),
-                    r.check ? std::to_string(r.check->wrong) : "N/A", tpsBackendName(r.backend), r.path,
-                    timeText(r.time.min_us), timeText(r.time.median_us), timeText(r.time.max_us),
-                    bytes(&MediumBytes::host_tx), bytes(&MediumBytes::host_rx), bytes(&MediumBytes::peer_tx),
-                    bytes(&MediumBytes::peer_rx), bytes(&MediumBytes::nccl_tx), bytes(&MediumBytes::nccl_rx),
-                    metered(&MeteredBytes::pcie_tx), metered(&MeteredBytes::pcie_rx),
-                    metered(&MeteredBytes::nvlink_tx), metered(&MeteredBytes::nvlink_rx)},
+  return joinCells({std::to_string(r.bytes()),
+                    std::to_string(r.count),
+                    tpsDataTypeName(r.dtype),
+                    "sum",
+                    timeText(r.time.mean_us),
+                    fmt::format("{:.2f}", r.algbw_gbps),
+                    fmt::format("{:.2f}", r.busbw_gbps),
+                    r.check ? std::to_string(r.check->wrong) : "N/A",
+                    benchBackendName(r.backend),
+                    r.path,
+                    timeText(r.time.min_us),
+                    timeText(r.time.median_us),
+                    timeText(r.time.max_us),
+                    bytes(&MediumBytes::host_tx),
+                    bytes(&MediumBytes::host_rx),
+                    bytes(&MediumBytes::peer_tx),
+                    bytes(&MediumBytes::peer_rx),
+                    bytes(&MediumBytes::nccl_tx),
+                    bytes(&MediumBytes::nccl_rx),
+                    metered(&MeteredBytes::pcie_tx),
+                    metered(&MeteredBytes::pcie_rx),
+                    metered(&MeteredBytes::nvlink_tx),
+                    metered(&MeteredBytes::nvlink_rx)},
                    ' ');
 }
 
@@ -182,7 +198,7 @@ std::string formatFooter(const std::vector<BenchRow>& rows, const std::vector<tp
       for (const BenchRow& r : rows)
         if (r.backend == b && r.dtype == t) sum += r.busbw_gbps, ++n;
       if (n)
-        s += fmt::format("# Avg bus bandwidth    : {:.4g} {} {}\n", sum / n, tpsBackendName(b),
+        s += fmt::format("# Avg bus bandwidth    : {:.4g} {} {}\n", sum / n, benchBackendName(b),
                          tpsDataTypeName(static_cast<tpsDataType_t>(t)));
     }
   return s + "#\n";
@@ -214,21 +230,21 @@ std::vector<RatioRow> timeRatios(const std::vector<BenchRow>& rows, const std::v
 std::string formatRatios(const std::vector<RatioRow>& ratios, const std::vector<tpsBackend_t>& backends,
                          tpsBackend_t reference) {
   std::string s = fmt::format("# Time ratios: each backend's time(us) / {}'s (below 1: faster), and the fastest\n",
-                              tpsBackendName(reference));
+                              benchBackendName(reference));
   s += fmt::format("#{:>12} {:>8}", "size(B)", "type");
-  for (tpsBackend_t b : backends) s += fmt::format(" {:>8}", tpsBackendName(b));
-  s += fmt::format(" {:>8}\n", "fastest");
+  for (tpsBackend_t b : backends) s += fmt::format(" {:>9}", benchBackendName(b));
+  s += fmt::format(" {:>9}\n", "fastest");
   for (const RatioRow& r : ratios) {
     s += fmt::format("#{:>12} {:>8}", r.bytes, tpsDataTypeName(r.dtype));
-    for (const auto& v : r.ratio) s += fmt::format(" {:>8}", v ? fmt::format("{:.3f}", *v) : "N/A");
-    s += fmt::format(" {:>8}\n", r.fastest ? tpsBackendName(*r.fastest) : "N/A");
+    for (const auto& v : r.ratio) s += fmt::format(" {:>9}", v ? fmt::format("{:.3f}", *v) : "N/A");
+    s += fmt::format(" {:>9}\n", r.fastest ? benchBackendName(*r.fastest) : "N/A");
   }
   return s;
 }
 
 nlohmann::json rowJson(const BenchRow& r) {
   using nlohmann::json;
-  json j = {{"backend", tpsBackendName(r.backend)},
+  json j = {{"backend", benchBackendName(r.backend)},
             {"path", r.path},
             {"mode", r.graph ? "graph" : "eager"},
             {"op", "sum"},
@@ -270,7 +286,7 @@ nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow
   json env = json::object();
   for (const auto& [k, v] : ctx.env) env[k] = v;
   json backends = json::array(), dtypes = json::array();
-  for (tpsBackend_t b : o.backends) backends.push_back(tpsBackendName(b));
+  for (tpsBackend_t b : o.backends) backends.push_back(benchBackendName(b));
   for (tpsDataType_t t : o.dtypes) dtypes.push_back(tpsDataTypeName(t));
   json context = {{"tool", "tpscope bench allreduce"},
                   {"version", ctx.version},
@@ -301,6 +317,7 @@ nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow
                     {"max_bytes", o.sweep.max_bytes},
                     {"step_factor", o.sweep.step_factor},
                     {"step_bytes", o.sweep.step_bytes}}}};
+  if (ctx.nccl_symm.requested) context["nccl_symm"] = ncclSymmJson(ctx.nccl_symm);
   json results = json::array();
   for (const BenchRow& r : rows) results.push_back(rowJson(r));
   return {{"json_schema_version", 1}, {"context", context}, {"results", results}, {"error", orNull(error)}};

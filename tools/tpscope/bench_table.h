@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "bench_nccl_symm.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::cli {
@@ -96,6 +97,7 @@ struct BenchContext {
   BenchOptions options;
   // The communicator's resolved configuration (tpsCommGetConfig); nullopt: no communicator was made.
   std::optional<tpsConfig_t> communicator;
+  NcclSymmInfo nccl_symm;  // the nccl-symm column: a preamble line and context "nccl_symm" when requested
 };
 
 // The variables the preamble reports when set: NCCL's that change which path NCCL takes, and tpscope's
