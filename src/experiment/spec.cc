@@ -15,18 +15,23 @@
 
 namespace tpscope::experiment {
 
-const char* splitModeName(SplitMode m) {
+std::optional<workload::SplitMode> workloadSplit(SplitMode m) {
   switch (m) {
     case SplitMode::kNone:
-      return "none";
+      return workload::SplitMode::kNone;
     case SplitMode::kLayer:
-      return "layer";
+      return workload::SplitMode::kLayer;
     case SplitMode::kTensor:
-      return "tensor";
+      return workload::SplitMode::kTensor;
     case SplitMode::kRow:
-      return "row";
+      break;
   }
-  return "?";
+  return std::nullopt;
+}
+
+const char* splitModeName(SplitMode m) {
+  const std::optional<workload::SplitMode> w = workloadSplit(m);
+  return w ? workload::splitModeName(*w) : "row";
 }
 
 const char* engineName(Engine e) {

@@ -13,10 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "workload/model_config.h"
+
 namespace tpscope::experiment {
 
+// The split an arm declares: the workload's modes (workload::SplitMode, which names them) and `row`, a
+// mode an engine may have (llama-server's --split-mode row) and the synthetic workload does not.
 enum class SplitMode { kNone, kLayer, kTensor, kRow };
-const char* splitModeName(SplitMode m);  // "none", "layer", "tensor", "row"
+// The workload's mode for `m`; nullopt for kRow. The one conversion between the two types.
+std::optional<workload::SplitMode> workloadSplit(SplitMode m);
+const char* splitModeName(SplitMode m);  // the workload's names ("none", "layer", "tensor"), and "row"
 // Accepts every mode a user may write, implemented here or not ("row", listed but not implemented in
 // the seed study's build, is refused later by the availability check, with its reason, not by the parser).
 std::optional<SplitMode> parseSplitMode(const std::string& text);

@@ -55,6 +55,19 @@ TEST(ExperimentSpec, FourArmsExampleReproducesTheStudy) {
   EXPECT_EQ(s.recorded_run, std::string(TPSCOPE_SOURCE_DIR) + "/examples/recorded/h200x2-quick");
 }
 
+// The spec's modes are the workload's, by the workload's names, plus `row`.
+TEST(ExperimentSpec, SplitModesAreTheWorkloadsPlusRow) {
+  for (SplitMode m : {SplitMode::kNone, SplitMode::kLayer, SplitMode::kTensor, SplitMode::kRow}) {
+    EXPECT_EQ(parseSplitMode(splitModeName(m)), m) << splitModeName(m);
+    const std::optional<workload::SplitMode> w = workloadSplit(m);
+    EXPECT_EQ(w.has_value(), m != SplitMode::kRow) << splitModeName(m);
+    if (w) EXPECT_EQ(workload::parseSplitMode(splitModeName(m)), w);
+  }
+  EXPECT_STREQ(splitModeName(SplitMode::kTensor), "tensor");
+  EXPECT_STREQ(splitModeName(SplitMode::kRow), "row");
+  EXPECT_FALSE(parseSplitMode("diagonal"));
+}
+
 TEST(ExperimentSpec, RecordedRunIsAsWrittenUntilLoadResolvesIt) {
   EXPECT_EQ(parseSpec(kArms).recorded_run, "");
   EXPECT_EQ(parseSpec("[experiment]\nrecorded_run = \"rec/x\"\n" + kArms).recorded_run, "rec/x");
