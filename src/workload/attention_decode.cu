@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/pdl.cuh"
 #include "workload/kernels.h"
-#include "workload/pdl.cuh"
 #include "workload/rope.cuh"
 
 namespace tpscope::workload {
