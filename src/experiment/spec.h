@@ -34,6 +34,10 @@ struct ArmDelta {
   std::optional<std::string> backend;  // host | p2p | nccl | auto (AllReduce; tensor split only)
   std::optional<int> tokens_per_step;  // tokens one decode step proposes (1 + drafts), 1..16
   std::optional<double> acceptance;    // share of drafted tokens accepted, (0, 1]
+  // Synthetic engine: the decode kernel choices (workload::DecodeKernels; `tpscope tp --reduction` etc.).
+  std::optional<workload::Reduction> reduction;
+  std::optional<workload::RopeKernel> rope_kernel;
+  std::optional<workload::AttentionPdl> attention_pdl;
   // llama-server only.
   std::optional<std::string> allreduce;  // GGML_CUDA_ALLREDUCE: internal | nccl | none | tpscope (tensor split only)
   std::optional<std::string> tpscope_backend;  // TPSCOPE_ALLREDUCE under allreduce = "tpscope": host | p2p | nccl | auto

@@ -85,15 +85,16 @@ TEST_F(ArmsCli, ManifestRecordsTheInvocationAndTheMachine) {
   EXPECT_FALSE(m.at("machine").at("os").get<std::string>().empty());
 }
 
-// The synthetic workload's decisions, which every arm's settings carry, name the decode kernel choices.
-TEST(ArmsWorkload, DecisionsCarryTheDecodeKernelChoices) {
+// The synthetic workload's automatic decisions, which every arm's settings carry. The decode kernel choices
+// are not among them: they are spec settings (experiment_guards_test).
+TEST(ArmsWorkload, DecisionsAreTheAutomaticOnes) {
   std::map<std::string, std::string> got;
   for (const experiment::Setting& s : experiment::workloadDecisions(experiment::EffectiveSettings{}))
     got[s.key] = s.value;
-  EXPECT_EQ(got["reduction"], "pushed");
-  EXPECT_EQ(got["rope_kernel"], "attention");
-  EXPECT_EQ(got["attention_pdl"], "auto");
   EXPECT_EQ(got["cuda_graph"], "on");
+  EXPECT_EQ(got["prefill_ubatch"], "512");
+  EXPECT_TRUE(got["prefill_attention"] == "cudnn" || got["prefill_attention"] == "kernel") << got["prefill_attention"];
+  EXPECT_EQ(got.count("reduction"), 0u);
 }
 
 TEST_F(ArmsCli, UnknownKeyIsAUsageError) {
