@@ -71,7 +71,8 @@ tpsResult_t transfer(int fd, void* buf, size_t len, bool send_it, Clock::time_po
     if (ready < 0 && errno == EINTR) continue;
     if (ready < 0) return tpsSystemError;
     if (ready == 0) return tpsTimeout;
-    const ssize_t n = send_it ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
+    // Non-blocking either way: poll() alone does not keep a large send from blocking past the deadline.
+    const ssize_t n = send_it ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p, len, MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) return tpsSystemError;
     p += n;

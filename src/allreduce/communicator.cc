@@ -415,21 +415,24 @@ extern "C" tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId 
   c->stats.ndev = 1;
   c->stats.devices[0] = device;
   const bool want_all = requested == tpsBackendAuto;
+  // A rank that stopped answering (timeout) or left (system error) ends the init even for auto: the
+  // next backend's exchanges would only fail the same way.
+  auto fatal = [&](tpsResult_t r) { return r != tpsSuccess && (!want_all || r == tpsTimeout || r == tpsSystemError); };
   if (requested == tpsBackendP2p || (want_all && g.all_peer_access)) {
     tpsResult_t r = createP2pIpcBackend(g, tuning, &c->backends[tpsBackendP2p]);
-    if (r != tpsSuccess && !want_all) return r;
+    if (fatal(r)) return r;
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommInitRank: the p2p backend could not start; auto continues without it");
     c->avail.p2p = r == tpsSuccess;
   }
   if (want_all || requested == tpsBackendHost) {
     tpsResult_t r = createHostShmBackend(g, tuning, &c->backends[tpsBackendHost]);
-    if (r != tpsSuccess && !want_all) return r;
+    if (fatal(r)) return r;
     c->avail.host = r == tpsSuccess;
   }
   // NCCL refuses ranks that share a GPU; auto does not ask it then.
   if (requested == tpsBackendNccl || (want_all && !g.shared_device)) {
     tpsResult_t r = createNcclRankBackend(g, &c->backends[tpsBackendNccl]);
-    if (r != tpsSuccess && !want_all) return r;
+    if (fatal(r)) return r;
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommInitRank: NCCL could not start; auto continues without it");
     c->avail.nccl = r == tpsSuccess;
   }

@@ -59,7 +59,7 @@ void sharedGpuEnvironment() {
 // Starts one worker per rank and waits for all (killing them after `limit_s`). Returns the workers with
 // their exit statuses; their output files are read by the caller.
 std::vector<Worker> runRanks(const std::string& scenario, const char* backend, int nranks, unsigned spin_ms,
-                             double limit_s = 300) {
+                             double limit_s = 150) {
   sharedGpuEnvironment();
   tpsUniqueId id;
   EXPECT_EQ(tpsGetUniqueId(&id), tpsSuccess);
@@ -271,7 +271,7 @@ TEST(AllReduceProcs, FusedAddRmsNormP2p) {
 void killedRank(const char* backend_name, int nranks) {
   TPS_REQUIRE_GPUS(1);
   const unsigned spin_ms = 2000;
-  const auto w = runRanks("kill", backend_name, nranks, spin_ms, 120);
+  const auto w = runRanks("kill", backend_name, nranks, spin_ms, 40);
   if (noGpu(w)) GTEST_SKIP() << "the ranks found no GPU";
   EXPECT_TRUE(WIFSIGNALED(w[nranks - 1].status) && WTERMSIG(w[nranks - 1].status) == SIGKILL);
   for (int r = 0; r < nranks - 1; ++r) {
