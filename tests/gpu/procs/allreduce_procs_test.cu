@@ -147,6 +147,7 @@ struct OneProcess {
       const auto in = input(c, r);
       cudaMemcpy(bufs[r], in.data(), c.count * es, cudaMemcpyHostToDevice);
     }
+    cudaDeviceSynchronize();  // as in fusedOneProcess
     EXPECT_EQ(tpsAllReduce(comm, bufs.data(), c.count, c.dtype, reinterpret_cast<tpsStream_t*>(streams.data())),
               tpsSuccess);
     for (auto& s : streams) cudaStreamSynchronize(s);
@@ -234,6 +235,7 @@ std::pair<std::string, std::string> fusedOneProcess(int nranks) {
     cudaMemcpy(res_in[r], res.data(), n * 2, cudaMemcpyHostToDevice);
     cudaMemcpy(weight[r], wt.data(), kFusedWidth * 2, cudaMemcpyHostToDevice);
   }
+  cudaDeviceSynchronize();  // pageable uploads may still be in flight; the streams are non-blocking
   std::vector<const void*> ri(res_in.begin(), res_in.end()), wt(weight.begin(), weight.end());
   EXPECT_EQ(tpsAllReduceAddRmsNorm(one.comm, tpsBackendP2p, partial.data(), ri.data(), res_out.data(), wt.data(),
                                    normed.data(), kFusedRows, kFusedWidth, kFusedEps, tpsBfloat16,

@@ -134,10 +134,13 @@ void fused(tpsComm_t comm, int rank, cudaStream_t s, FILE* out) {
   for (void** p : {&partial, &res_in, &res_out, &normed}) CUDA_OK(cudaMalloc(p, n * 2));
   CUDA_OK(cudaMalloc(&weight, kFusedWidth * 2));
   const auto part = fusedInput(0, rank), res = fusedInput(1, rank), w = fusedInput(2, rank);
-  CUDA_OK(cudaMemcpy(res_in, res.data(), n * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(weight, w.data(), kFusedWidth * 2, cudaMemcpyHostToDevice));
+  // Uploads on the call's stream, synchronised: a pageable cudaMemcpy may return before its DMA is done,
+  // and the non-blocking stream does not wait for it.
+  CUDA_OK(cudaMemcpyAsync(res_in, res.data(), n * 2, cudaMemcpyHostToDevice, s));
+  CUDA_OK(cudaMemcpyAsync(weight, w.data(), kFusedWidth * 2, cudaMemcpyHostToDevice, s));
   for (int call = 0; call < 3; ++call) {
-    CUDA_OK(cudaMemcpy(partial, part.data(), n * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpyAsync(partial, part.data(), n * 2, cudaMemcpyHostToDevice, s));
+    CUDA_OK(cudaStreamSynchronize(s));
     const void* ri = res_in;
     const void* wt = weight;
     TPS_OK(tpsAllReduceAddRmsNorm(comm, tpsBackendP2p, &partial, &ri, &res_out, &wt, &normed, kFusedRows, kFusedWidth,
