@@ -14,6 +14,7 @@
 
 #include "allreduce/bootstrap.h"
 #include "tpscope/tpscope.h"
+#include "tpscope/tpscope.hpp"
 
 namespace {
 
@@ -229,6 +230,9 @@ TEST(CommInitRank, ArgumentsAreCheckedBeforeAnyJoin) {
   std::memset(&junk, 0x5a, sizeof(junk));
   EXPECT_EQ(tpsCommInitRank(&comm, 2, junk, 0, 0, nullptr), tpsInvalidArgument);
   EXPECT_EQ(comm, nullptr);
+  tpscope::Communicator wrapped;
+  EXPECT_EQ(tpscope::Communicator::initRank(1, id, 0, 0, &wrapped), tpsInvalidArgument);
+  EXPECT_EQ(wrapped.get(), nullptr);
   int n = 0;
   EXPECT_EQ(tpsCommCount(nullptr, &n), tpsInvalidArgument);
   EXPECT_EQ(tpsCommUserRank(nullptr, &n), tpsInvalidArgument);
