@@ -12,6 +12,11 @@
 //      period and as fast as the driver allows; the cost of one read; whether NVLink reads stall PCIe.
 //   4. Overhead: a launch-bound loop of empty kernels with no meter, the default meter and the
 //      fastest meter, interleaved, --reps times; the slowdown of the median (target < 2 %).
+//   5. The meter's own traffic: idle GPUs under the default meter (period adapting, calibrated) and
+//      under fixed periods, calibrated and not; counted, own and net MB/s per counter, and the
+//      calibrated bytes per read.
+//   6. Wraps: a --stream-s stream of 1 GiB D2H copies at full rate under the default meter: the gaps
+//      that could hide a 32-bit wrap (must be 0) and meter bytes / payload over the whole stream.
 // Prints a table ('#' lines are comments) and writes JSON to --json. Timer: CLOCK_MONOTONIC.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -49,6 +54,8 @@ struct Args {
   int small_copies = 4000;
   int launches = 20000;
   int guard_ms = 50;
+  int stream_s = 30;
+  std::string sections = "accuracy,cadence,overhead,own,wrap";
 };
 
 struct Case {
@@ -410,6 +417,120 @@ json overhead(const Args& a, int ngpu) {
   return out;
 }
 
+// 5. The meter's own traffic on idle GPUs, per configuration.
+json ownTraffic(int ngpu, int idle_ms) {
+  struct Config {
+    const char* name;
+    int64_t period_us, idle_period_us;
+    bool calibrate;
+  } configs[] = {{"default (2 ms busy / 25 ms quiet)", 0, 0, true},
+                 {"fixed 2 ms, not calibrated", 2000, 2000, false},
+                 {"fixed 2 ms, calibrated", 2000, 2000, true},
+                 {"fixed 50 ms, not calibrated", 50000, 50000, false}};
+  std::printf(
+      "\n# 5. The meter's own traffic: %d GPU(s) idle for %d ms per config, PCIe only (one H200 has no\n"
+      "#    NVLink peers). counted = the counters' MB/s; own = the meter's reads x the calibrated bytes per\n"
+      "#    read; net = counted - own (what every report prints).\n",
+      ngpu, idle_ms);
+  std::printf("#%-34s %4s %-8s %10s %10s %10s %8s %16s\n", "config", "gpu", "counter", "counted", "own", "net",
+              "reads", "bytes/read");
+  json out = json::array();
+  for (const Config& c : configs) {
+    MeterOptions o;
+    for (int g = 0; g < ngpu; ++g) o.devices.push_back(g);
+    o.period_us = c.period_us;
+    o.idle_period_us = c.idle_period_us;
+    o.calibrate = c.calibrate;
+    o.nvlink = false;
+    std::unique_ptr<Meter> m = startMeter(o);
+    m->begin("idle");
+    std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
+    m->end("idle");
+    m->stop();
+    const MeterWindow w = m->windows().back();
+    const MeterCalibration& cal = m->calibration();
+    const double dur = (w.end_ns - w.start_ns) * 1e-9;
+    for (int g = 0; g < ngpu; ++g) {
+      for (MeterCounter mc : {MeterCounter::kPcieRx, MeterCounter::kPcieTx}) {
+        const int k = static_cast<int>(mc);
+        const MeterCell& x = w.cells[g][k];
+        const std::optional<double> counted = x.counted_bytes ? std::optional<double>(*x.counted_bytes / dur / 1e6)
+                                                              : std::nullopt;
+        const std::optional<double> own = x.own_bytes ? std::optional<double>(*x.own_bytes / dur / 1e6) : std::nullopt;
+        std::optional<double> per_read;
+        if (cal.calibrated) per_read = cal.gpus[g].cost[0].bytes[k];
+        auto f = [](const std::optional<double>& v, const char* spec) {
+          return v ? fmt::format(fmt::runtime(spec), *v) : std::string("N/A");
+        };
+        std::printf(" %-34s %4d %-8s %10s %10s %10s %8d %16s\n", c.name, m->gpus()[g].index, meterCounterName(mc),
+                    f(counted, "{:.2f}").c_str(), f(own, "{:.2f}").c_str(), f(x.mean_mbps, "{:.2f}").c_str(),
+                    x.samples,
+                    per_read ? fmt::format("{:.0f} [{:.0f}-{:.0f}]", *per_read, *cal.gpus[g].cost[0].low[k],
+                                           *cal.gpus[g].cost[0].high[k])
+                                   .c_str()
+                             : "N/A");
+        out.push_back({{"config", c.name},
+                       {"gpu", m->gpus()[g].index},
+                       {"counter", meterCounterName(mc)},
+                       {"counted_mbps", counted ? json(*counted) : json(nullptr)},
+                       {"own_mbps", own ? json(*own) : json(nullptr)},
+                       {"net_mbps", x.mean_mbps ? json(*x.mean_mbps) : json(nullptr)},
+                       {"reads", x.samples},
+                       {"options", toJson(m->options())},
+                       {"calibration", toJson(cal, m->gpus())}});
+      }
+    }
+    if (!cal.calibrated && c.calibrate) std::printf("#   %s: %s\n", c.name, cal.note.c_str());
+  }
+  return out;
+}
+
+// 6. A long stream of D2H copies at full rate under the default meter: no gap may hide a wrap.
+json wrapCheck(int stream_s) {
+  const size_t kBig = size_t{1} << 30;
+  DeviceBuffer dev0;
+  PinnedBuffer host;
+  Stream s0;
+  if (DeviceBuffer::create(0, kBig, &dev0) != tpsSuccess || PinnedBuffer::create(kBig, &host) != tpsSuccess ||
+      Stream::create(0, &s0) != tpsSuccess) {
+    std::fprintf(stderr, "meter_accuracy: cannot allocate 1 GiB buffers\n");
+    std::exit(1);
+  }
+  CUDA_OK(cudaMemcpyAsync(host.host(), dev0.get(), kBig, cudaMemcpyDeviceToHost, s0.get()));
+  CUDA_OK(cudaStreamSynchronize(s0.get()));
+  MeterOptions o;
+  o.devices = {0};
+  o.nvlink = false;
+  std::unique_ptr<Meter> m = startMeter(o);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // quiet first: the meter on its idle period
+  m->begin("stream");
+  int copies = 0;
+  const int64_t until = Meter::now() + int64_t{stream_s} * 1000000000;
+  while (Meter::now() < until) {
+    for (int i = 0; i < 10; ++i) CUDA_OK(cudaMemcpyAsync(host.host(), dev0.get(), kBig, cudaMemcpyDeviceToHost, s0.get()));
+    copies += 10;
+    CUDA_OK(cudaStreamSynchronize(s0.get()));
+  }
+  m->end("stream");
+  m->stop();
+  const MeterWindow w = m->windows().back();
+  const MeterCell& tx = w.cells[0][static_cast<int>(MeterCounter::kPcieTx)];
+  const double payload = double(copies) * kBig, dur = (w.end_ns - w.start_ns) * 1e-9;
+  const MeterCadence k = m->cadence().at(0);
+  std::printf(
+      "\n# 6. Wraps: %d x 1 GiB D2H copies back to back for %.1f s under the default meter (%.1f GB/s; the 32-bit\n"
+      "#    counter wraps every %.0f ms at that rate).\n",
+      copies, dur, payload / dur / 1e9, 4294967296.0 / (payload / dur) * 1e3);
+  std::printf("# pcie_tx bytes / payload %.4f; reads %lld, period p50 %.2f ms, p99 %.2f ms, max %.2f ms; wrap gaps %lld\n",
+              tx.bytes ? *tx.bytes / payload : 0.0, static_cast<long long>(k.reads), k.period_p50_ms, k.period_p99_ms,
+              k.period_max_ms, static_cast<long long>(k.wrap_gaps));
+  return {{"copies", copies},
+          {"seconds", dur},
+          {"payload_bytes", payload},
+          {"pcie_tx_ratio", tx.bytes ? json(*tx.bytes / payload) : json(nullptr)},
+          {"cadence", toJson(k, m->gpus())}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -421,6 +542,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--small-copies", a.small_copies, "Copies in the small-message case")->capture_default_str();
   app.add_option("--launches", a.launches, "Kernel launches per overhead repetition")->capture_default_str();
+  app.add_option("--stream-s", a.stream_s, "Seconds of back-to-back copies in the wrap check")->capture_default_str();
+  app.add_option("--sections", a.sections, "Sections to run: accuracy,cadence,overhead,own,wrap")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   int count = 0;
@@ -456,12 +580,18 @@ int main(int argc, char** argv) {
                     {"reps", a.reps},
                     {"guard_ms", a.guard_ms},
                     {"dmon_period_ms", a.dmon_period_ms},
-                    {"peer_copy", peer != 0}};
+                    {"peer_copy", peer != 0},
+                    {"sections", a.sections}};
+  auto wants = [&](const char* name) { return ("," + a.sections + ",").find(std::string(",") + name + ",") != std::string::npos; };
   json refresh_record;
-  doc["accuracy"] = accuracy(a, ngpu, peer != 0, &refresh_record);
-  doc["refresh"] = refresh_record;
-  doc["cadence"] = cadence(ngpu);
-  doc["overhead"] = overhead(a, ngpu);
+  if (wants("accuracy")) {
+    doc["accuracy"] = accuracy(a, ngpu, peer != 0, &refresh_record);
+    doc["refresh"] = refresh_record;
+  }
+  if (wants("cadence")) doc["cadence"] = cadence(ngpu);
+  if (wants("overhead")) doc["overhead"] = overhead(a, ngpu);
+  if (wants("own")) doc["own_traffic"] = ownTraffic(ngpu, 3000);
+  if (wants("wrap")) doc["wrap"] = wrapCheck(a.stream_s);
   std::ofstream f(a.json_path);
   f << doc.dump(2) << "\n";
   if (!f) {

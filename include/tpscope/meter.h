@@ -49,10 +49,22 @@ enum class MeterMethod { kCounters, kDmon, kBoth };
 
 struct MeterOptions {
   std::vector<int> devices;  // CUDA ordinals; empty: every GPU
-  // Period between reads of one GPU's counter group. 0: TPSCOPE_METER_PERIOD_US, else the built-in
-  // default (2 ms; docs/METHOD.md says why). A read that takes longer than the period stretches it:
-  // NVLink reads (~22 ms on H200) then run back to back, on their own thread, beside PCIe's.
-  int64_t period_us = 0;    // 100..50000: longer and a 32-bit PCIe counter could wrap unseen
+  // Period between reads of one GPU's counter group while its counters move (the busy period).
+  // 0: TPSCOPE_METER_PERIOD_US (a fixed period), else the built-in default (2 ms; docs/METHOD.md says
+  // why). A read that takes longer than the period stretches it: NVLink reads (~22 ms on H200) then
+  // run back to back, on their own thread, beside PCIe's.
+  int64_t period_us = 0;  // 100..50000: longer and a 32-bit PCIe counter could wrap unseen
+  // Period while the GPU's link is quiet (net of the meter's own reads, below busy_mbps): every read
+  // adds traffic of its own to the link it measures, so a quiet link is read seldom. 0: 25 ms when
+  // period_us is the default, else period_us (a fixed period). At most 50 ms, so that a 32-bit PCIe
+  // counter cannot wrap unseen between two reads even if the link jumps to its line rate; NVLink
+  // counters (64-bit) are read 4x less often than this while quiet. With a period that adapts, the
+  // meter also reads right after every begin() and end(), so that window edges stay sharp.
+  int64_t idle_period_us = 0;
+  double busy_mbps = 100;  // a link moving more than this (any counter, net of the meter) is read every period_us
+  // Learn what one read adds to each counter before sampling (MeterCalibration), so that windows are
+  // reported net of the meter's own traffic. About 0.5 s with PCIe only, ~1.5 s with NVLink and dmon.
+  bool calibrate = true;
   bool nvlink = true;       // read NVLink data TX/RX (one field per link, ~0.6 ms each on H200)
   bool nvlink_raw = false;  // also read the raw NVLink counters (data + protocol)
   // NVLink links per NVML call within one NVLink read. -1: TPSCOPE_METER_NVLINK_LINKS_PER_CALL, else
@@ -62,6 +74,9 @@ struct MeterOptions {
   MeterMethod method = MeterMethod::kCounters;
   int64_t dmon_period_ms = 1000;  // the dmon method's cadence (nvidia-smi dmon's default is 1 s)
   double peak_span_ms = 10;       // sub-window length for the peak rate
+  // Two scripted GPUs with steady traffic instead of the hardware (tests and CI; `tpscope` sets it
+  // under TPSCOPE_METER_FAKE=1).
+  bool fake_gpus = false;
 };
 
 // One GPU as the meter sees it.
@@ -102,14 +117,20 @@ struct MeterDmonSample {
   std::optional<double> mbps;
 };
 
-// One GPU, one counter, one window.
+// One GPU, one counter, one window. Figures are net of the meter's own reads where the meter was
+// calibrated: bytes = counted_bytes - own_bytes.
 struct MeterCell {
-  std::optional<double> bytes;  // counter difference across the window, edge intervals prorated
-  // Bounds the true bytes must lie within: reads strictly inside the window (low) and the reads
-  // bracketing it (high). Their gap is the edge error; it shrinks when the edges fall in idle time.
+  std::optional<double> bytes;  // counter difference across the window, edge intervals prorated, net
+  std::optional<double> counted_bytes;  // the counter difference as the GPU counted it (gross)
+  // What the meter's own reads inside the window added (reads x calibrated bytes per read); nullopt
+  // when the meter was not calibrated, and then bytes = counted_bytes.
+  std::optional<double> own_bytes;
+  // Bounds the true (net) bytes must lie within: reads strictly inside the window (low) and the reads
+  // bracketing it (high), less the most and least the meter's reads can have added (the calibration's
+  // spread). Their gap is the edge error; it shrinks when the edges fall in idle time.
   std::optional<double> bytes_low, bytes_high;
   std::optional<double> mean_mbps;         // bytes / duration; nullopt for a zero-length window
-  std::optional<double> peak_mbps;         // highest rate over any span >= peak_span_ms inside
+  std::optional<double> peak_mbps;         // highest counted rate over any span >= peak_span_ms inside
   std::optional<double> share_of_ceiling;  // mean_mbps / ceiling (0.5 = half the link per direction)
   int samples = 0;                         // reads inside [start, end]
   std::optional<double> dmon_mbps;         // dmon method: mean of its readings inside the window
@@ -122,6 +143,34 @@ struct MeterWindow {
   int64_t start_ns = 0, end_ns = 0;
   bool complete = false;  // every counter of every GPU has a value read after end_ns (true after stop())
   std::vector<std::array<MeterCell, kMeterCounters>> cells;  // [gpu position][counter]
+};
+
+// What the meter's own reads cost the links they measure. An NVML counter read travels over the GPU's
+// PCIe link (a few tens of KB on H200), so a meter that reads often reports its own traffic. Measured
+// at start, per GPU: a quiet interval without reads against an equally long burst of reads,
+// alternated; the difference over the burst's reads is the cost of one read, per counter.
+enum class MeterReadKind : int { kPcie = 0, kNvlink, kDmon };  // a PCIe read, an NVLink read, a dmon call
+constexpr int kMeterReadKinds = 3;
+const char* meterReadKindName(MeterReadKind k);  // "pcie_read", "nvlink_read", "dmon_call"
+
+struct MeterReadCost {
+  int reads = 0;  // reads of this kind the calibration made (0: not measured, e.g. no NVLink)
+  // Bytes one read adds to counter c of its GPU: median over the rounds, and the lowest and highest round.
+  std::array<std::optional<double>, kMeterCounters> bytes{}, low{}, high{};
+};
+
+struct MeterGpuCalibration {
+  std::array<MeterReadCost, kMeterReadKinds> cost{};  // [MeterReadKind]
+  // The link's own traffic without reads while calibrating (median of the quiet intervals), MB/s.
+  std::array<std::optional<double>, kMeterCounters> quiet_mbps{};
+  int rounds = 0;  // rounds used (a round whose quiet interval was busy is discarded)
+};
+
+struct MeterCalibration {
+  bool calibrated = false;  // false: not asked for, or the GPUs were too busy to measure; note says which
+  std::string note;
+  int64_t start_ns = 0, end_ns = 0;
+  std::vector<MeterGpuCalibration> gpus;  // [gpu position]
 };
 
 // The median of repetitions with min and max: how results across repetitions are reported.
@@ -155,7 +204,12 @@ struct MeterCadence {
   int gpu = 0;
   MeterGroup group = MeterGroup::kPcie;
   int64_t reads = 0;
-  double period_target_ms = 0;  // the configured period; a group whose read is slower runs back to back
+  double period_target_ms = 0;  // the configured (busy) period; a group whose read is slower runs back to back
+  double idle_period_ms = 0;    // the period while the link is quiet (= period_target_ms when fixed)
+  int64_t edge_reads = 0;       // reads made at once because a window opened or closed
+  // What this group's reads added to each counter of the GPU over the run, MB/s (calibrated cost x
+  // reads / time); nullopt when not calibrated.
+  std::array<std::optional<double>, kMeterCounters> own_mbps{};
   double period_mean_ms = 0, period_p50_ms = 0, period_p99_ms = 0, period_max_ms = 0;
   double read_cost_mean_ms = 0, read_cost_p99_ms = 0;  // t_after - t_before
   int64_t dropped = 0;                                 // reads lost because the ring was full (should be 0)
@@ -169,8 +223,8 @@ class Meter {
   // Starts sampling on options.devices. Errors, with *reason set to one sentence:
   // tpsInvalidArgument (a GPU index that does not exist, bad options), tpsUnavailable (no GPU, no
   // driver, NVML missing), tpsSystemError (a thread could not start). A GPU that answers none of
-  // the counters is metered anyway, all N/A, with a warning. TPSCOPE_METER_FAKE=1 replaces the
-  // hardware with two scripted GPUs (tests, CI).
+  // the counters is metered anyway, all N/A, with a warning. options.fake_gpus replaces the hardware
+  // with two scripted GPUs (tests, CI).
   static tpsResult_t start(const MeterOptions& options, std::unique_ptr<Meter>* out, std::string* reason);
   ~Meter();  // stops
   Meter(const Meter&) = delete;
@@ -185,6 +239,9 @@ class Meter {
   tpsResult_t begin(const std::string& name);
   // Closes the open window `name` now. tpsInvalidUsage when none of that name is open.
   tpsResult_t end(const std::string& name);
+  // Asks every sampler for a read now, when the period adapts (begin() and end() do it themselves): a
+  // caller that keeps its own window book calls it at each edge it marks, so the edge is read at once.
+  void readNow();
   // A window from the caller's own readings of now(). tpsInvalidArgument when end_ns < start_ns.
   tpsResult_t addWindow(const std::string& name, int64_t start_ns, int64_t end_ns);
 
@@ -213,6 +270,13 @@ class Meter {
   std::optional<MeterSample> latestRead(int gpu, MeterGroup group) const;
   std::optional<MeterDmonSample> latestDmon(int gpu, MeterCounter counter) const;
   std::vector<MeterCadence> cadence() const;          // per GPU and counter group read
+  const MeterCalibration& calibration() const;        // what one read costs (measured at start)
+  // The meter's own traffic per GPU position and counter over its run so far, MB/s (every kind of
+  // read, dmon calls included); nullopt where not calibrated.
+  std::vector<std::array<std::optional<double>, kMeterCounters>> ownMBps() const;
+  // What the meter's reads of GPU position `gpu` with their midpoint in (start_ns, end_ns] added to
+  // counter c, in bytes; nullopt when not calibrated. A live rate between two reads subtracts it.
+  std::optional<double> ownBytes(int gpu, MeterCounter c, int64_t start_ns, int64_t end_ns) const;
   std::vector<QuiesceRecord> quiesceRecords() const;  // every quiesce() so far, in order
 
   struct Impl;  // src/meter/meter.cc

@@ -5,6 +5,19 @@
  * This header is the C API. Every function returns a tpsResult_t; tpsGetErrorString() turns one into
  * text. The conventions follow NCCL: no function calls exit(), and a function that returns an error
  * has changed nothing the caller can see unless its comment says otherwise.
+ *
+ * Threads. The functions without a communicator (names, sizes, version, tpsConfigInit) may be called
+ * from any thread at any time. A communicator belongs to one thread at a time: tpsCommCreate,
+ * tpsCommDestroy and the calls that enqueue work (tpsAllReduce, tpsAllReduceWith,
+ * tpsAllReduceAddRmsNorm) must not run concurrently with each other on the same communicator, as with
+ * an ncclComm_t; the caller serialises them (one thread, or its own lock). Three calls may run from any
+ * other thread while that happens: tpsCommGetAsyncError (an atomic read), tpsCommGetStats and
+ * tpsCommResetStats (under the communicator's own lock). Different communicators are independent.
+ *
+ * Paths. A path is the algorithm one backend ran for a call (tpsPath_t: host kernel, host copy engines,
+ * p2p LL one-shot, p2p one-shot, p2p two-shot, NCCL); statistics and reports count calls and bytes per
+ * path. The physical route those bytes take (PCIe to host memory, NVLink or PCIe peer links) is the
+ * path's medium, never called a path.
  */
 #ifndef TPSCOPE_TPSCOPE_H_
 #define TPSCOPE_TPSCOPE_H_
@@ -59,15 +72,24 @@ typedef enum {
   tpsNumBackends = 4
 } tpsBackend_t;
 
-/* The path that carried a call: a backend and its algorithm. */
+/* The path that carried a call: a backend and its algorithm (values stable, as the status codes). */
 typedef enum {
   tpsPathHostKernel = 0,     /* host backend, one kernel per GPU: mapped host memory, in-kernel flags */
   tpsPathHostCopyEngine = 1, /* host backend, copy engines: chunked D2H and H2D, then an add kernel */
-  tpsPathP2pOneShot = 2,     /* p2p backend, each GPU reads every peer */
+  tpsPathP2pOneShot = 2,     /* p2p backend, each GPU reads every peer after one flag exchange */
   tpsPathP2pTwoShot = 3,     /* p2p backend, reduce-scatter then all-gather */
   tpsPathNccl = 4,           /* ncclAllReduce */
-  tpsNumPaths = 5
+  tpsPathP2pLL = 5,          /* p2p backend, LL one-shot: each 8 bytes travel with their own flag, no
+                                flag exchange (decode sizes up to TPS_P2P_LL_MAX_BYTES); the fused
+                                calls (tpsAllReduceAddRmsNorm) run on it */
+  tpsNumPaths = 6
 } tpsPath_t;
+
+/* The p2p backend's LL one-shot takes a call of at most this many bytes per GPU that is whole 8-byte
+ * words with every buffer 8-byte aligned; such a call is also the only one tpsAllReduceAddRmsNorm
+ * fuses, for at most TPS_FUSED_MAX_ROWS rows. */
+#define TPS_P2P_LL_MAX_BYTES 262144
+#define TPS_FUSED_MAX_ROWS 64
 
 /* Message size classes for statistics, by bytes per GPU: <= 64 KiB (decode), <= 1 MiB, <= 16 MiB,
  * <= 256 MiB, larger. */
@@ -81,6 +103,12 @@ typedef struct {
   size_t host_chunk_bytes;     /* copy-engine chunk size */
   int host_blocks;             /* blocks per GPU of the host kernel path */
   unsigned spin_timeout_ms;    /* bounded wait for a peer inside kernels; on expiry: tpsTimeout */
+  int shared_devices;          /* nonzero: a GPU may appear more than once in devices, its ranks then
+                                  sharing it (for running the N-rank code paths of host and p2p on fewer
+                                  GPUs, as tests do; never for measurements). Each rank's kernel grids are
+                                  then cut so that the grids of the ranks on one GPU fit on it together.
+                                  NCCL takes one rank per GPU: auto goes on without it,
+                                  and backend nccl is tpsUnavailable. */
 } tpsConfig_t;
 
 /* Fills *config with zeros and tpsBackendAuto: every field takes its default. */
@@ -89,11 +117,12 @@ tpsResult_t tpsConfigInit(tpsConfig_t* config);
 /* An AllReduce communicator over N devices of this process (opaque, like ncclComm_t). */
 typedef struct tpsComm* tpsComm_t;
 
-/* Creates a communicator over devices[0..ndev-1] (CUDA ordinals, distinct, 2 <= ndev <= 8). Allocates
- * every buffer it will need (pinned host staging, device scratch, NCCL communicators) so that failures
- * happen here, not mid-run. config may be NULL for defaults. Not thread-safe with other calls on the
- * same communicator. Errors: tpsInvalidArgument (bad ndev, duplicate or missing device, bad config),
- * tpsUnavailable (the selected backend cannot run on these GPUs), tpsCudaError, tpsNcclError. */
+/* Creates a communicator over devices[0..ndev-1] (CUDA ordinals, distinct unless
+ * config->shared_devices, 2 <= ndev <= 8). Allocates every buffer it will need (pinned host staging,
+ * device scratch, NCCL communicators) so that failures happen here, not mid-run. config may be NULL for
+ * defaults. Not thread-safe with other calls on the same communicator. Errors: tpsInvalidArgument (bad
+ * ndev, duplicate or missing device, bad config), tpsUnavailable (the selected backend cannot run on
+ * these GPUs), tpsCudaError, tpsNcclError. */
 tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devices, const tpsConfig_t* config);
 
 /* ---- One rank per process (NCCL's shape) ----------------------------------------------------
@@ -124,8 +153,10 @@ tpsResult_t tpsGetUniqueId(tpsUniqueId* id);
  * calls it with the same id, nranks and config (backend and tuning must agree, or the ranks' calls will
  * not meet); it returns once all have joined and exchanged their handles, or fails on every rank alike.
  * The wait for the others is bounded by TPSCOPE_BOOTSTRAP_TIMEOUT_MS (default 30000). Ranks on one GPU
- * are refused (tpsInvalidArgument) unless TPSCOPE_TEST_SHARED_DEVICES=1, as in tpsCommCreate; their
- * processes then time-slice the GPU, so a peer's kernel may wait a whole time slice for the other's.
+ * are refused (tpsInvalidArgument) unless config->shared_devices, as in tpsCommCreate (the grids are
+ * then cut by the most ranks any one GPU carries, across processes); their processes time-slice the
+ * GPU, so a peer's kernel may wait a whole time slice for the other's. tpsCommGetConfig, the
+ * statistics (this rank's GPU in devices[0], ndev 1) and tpsCommGetAsyncError work as for tpsCommCreate.
  * An id serves one communicator: join with a fresh one each time.
  * Errors: tpsInvalidArgument (NULL comm, nranks or rank out of range, a device that does not exist,
  * bytes that are not an id, ranks disagreeing on nranks, one rank number taken by two processes, ranks
@@ -166,67 +197,29 @@ tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* 
  *   normed[i] = residual_out[i] * rsqrt(mean over the row of residual_out^2 + eps) * weight[i],
  * bit-identical on every GPU. weight NULL: the add alone (normed unused). partial's contents after
  * the call are unspecified, and residual_out may be partial itself (a caller then swaps the two
- * buffers' roles). One kernel where the chosen backend has it (p2p; bf16; a message its LL one-shot
- * takes; rows <= its LL blocks; width a multiple of 4 within one block's reach; with a weight,
- * residual_out apart from residual_in: the add alone may update the residual in place); otherwise
- * tpsUnavailable with nothing enqueued, and the caller runs the reduction, the add and the norm itself. Arguments as tpsAllReduceWith, plus tpsInvalidArgument
- * for a NULL residual (or weight / normed) pointer or a non-positive eps. */
+ * buffers' roles). One kernel where the chosen backend has it, which is when all of these hold: the p2p
+ * backend; bf16; rows x width x 2 <= TPS_P2P_LL_MAX_BYTES with every buffer 8-byte aligned (the LL
+ * one-shot's call); rows <= TPS_FUSED_MAX_ROWS; width a multiple of 4; with a weight, residual_out
+ * apart from residual_in (the add alone may update the residual in place). Otherwise tpsUnavailable
+ * with nothing enqueued, and the caller runs the reduction, the add and the norm itself. Counted in the
+ * statistics under tpsPathP2pLL. Arguments as tpsAllReduceWith, plus tpsInvalidArgument for a NULL
+ * residual (or weight / normed) pointer or a non-positive eps. */
 tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backend, void* const* partial,
                                    const void* const* residual_in, void* const* residual_out,
                                    const void* const* weight, void* const* normed, size_t rows, size_t width,
                                    float eps, tpsDataType_t dtype, const tpsStream_t* streams);
 
-/* ---- Pushed reductions: the producing kernel sends, the reduction only waits and sums ---------
- * At decode sizes a reduction's cost is its kernel boundary: the kernel that makes the partial ends,
- * the reduction's kernel starts, sends, waits for the peers. A caller that writes its own producing
- * kernel (a projection) can instead send each finished 8-byte word of the partial to the peers from
- * that kernel, as it is computed, through a push channel; the reduction it then enqueues
- * (tpsAllReducePushedAddRmsNorm) only polls for the peers' words in its own memory and sums. The
- * lines and sequence numbers are those of the p2p backend's LL one-shot, so pushed and ordinary calls
- * may alternate on one communicator.
- *
- * Sending word w (elements 4i..4i+3 of row `row`, w = row x width / 4 + i), from a kernel that has
- * waited for the work before it on its stream (the sequence numbers are the previous call's writes):
- *   seq  = counters[row] + 1                      (64-bit load from device memory, past L1)
- *   line = {d.x, (u32)seq, d.y, (u32)seq}         (d: the word's 8 bytes as two u32)
- *   for every rank q != rank: one 16-byte volatile store of line to
- *        (uint4*)lines[q] + ((seq & 1) x nranks + rank) x lines_per_sender + w
- * One store carries the data and the sequence number together, so the receiver knows a line is whole
- * and of this call when both flags read seq. tpscope's own kernels do it with pushWord
- * (src/allreduce/push.cuh). */
-
-/* The device-side address book of one GPU's pushes, passed by value to the producing kernel. */
-typedef struct {
-  void* lines[TPS_MAX_DEVICES];        /* each rank's receive lines (device memory of that rank) */
-  const unsigned long long* counters;  /* this rank's sequence number per row (device memory) */
-  unsigned long long lines_per_sender; /* lines per (slot, sender) */
-  int rank;                            /* this GPU's position in the communicator */
-  int nranks;
-  int max_rows;                 /* rows per pushed call */
-  int max_width;                /* elements per row (bf16), a multiple of 4 */
-  unsigned long long max_words; /* 8-byte words per pushed call: rows x width / 4 at most */
-} tpsPushChannel_t;
-
-/* The push channel of the GPU at position `rank`: tpsUnavailable when the communicator has no p2p
- * backend (or the channel is switched off with TPSCOPE_P2P_PUSH=0), tpsInvalidArgument for a NULL
- * pointer or a rank outside 0..N-1. */
-tpsResult_t tpsCommGetPushChannel(tpsComm_t comm, int rank, tpsPushChannel_t* channel);
-
-/* As tpsAllReduceAddRmsNorm on the p2p backend, for a call whose partials every GPU has already sent
- * through its push channel (above), word w = row x width / 4 + i holding elements 4i..4i+3 of row `row`, each word of
- * every row exactly once, from a kernel enqueued on streams[i] before this call with nothing of this
- * communicator between them. partial[i] must hold the same values (the GPU's own part is read from it).
- * bf16 only; rows <= max_rows, width a multiple of 4 <= max_width; residual_out may be residual_in (the
- * residual updated in place) or partial. Arguments as tpsAllReduceAddRmsNorm; tpsUnavailable when the
- * communicator has no push channel. A GPU whose peer never pushes reports tpsTimeout as any p2p call. */
-tpsResult_t tpsAllReducePushedAddRmsNorm(tpsComm_t comm, void* const* partial, const void* const* residual_in,
-                                         void* const* residual_out, const void* const* weight, void* const* normed,
-                                         size_t rows, size_t width, float eps, tpsDataType_t dtype,
-                                         const tpsStream_t* streams);
+/* The configuration the communicator runs with, every field resolved: backend as requested (after
+ * TPSCOPE_ALLREDUCE; tpsBackendAuto: chosen per call), the host tunables and spin_timeout_ms after the
+ * tune file, the environment and the caller's config (ranks sharing a GPU cut host_blocks), and
+ * shared_devices as given. Records carry it, so that two runs can be compared setting by setting. Any
+ * thread. tpsInvalidArgument for a NULL comm or config. */
+tpsResult_t tpsCommGetConfig(tpsComm_t comm, tpsConfig_t* config);
 
 /* Errors that happen after a call returned: tpsTimeout when a kernel gave up waiting for a peer within
  * spin_timeout_ms. Once set the communicator refuses further calls; destroy it. Reads host memory only
- * (no synchronisation); call it after synchronising the streams to see everything enqueued so far. */
+ * (no synchronisation, an atomic load: any thread may call it); call it after synchronising the streams
+ * to see everything enqueued so far. tpsInvalidArgument for a NULL comm or async_error. */
 tpsResult_t tpsCommGetAsyncError(tpsComm_t comm, tpsResult_t* async_error);
 
 /* Per-communicator statistics: what was enqueued, by path and size class. tx/rx are the payload bytes
@@ -246,10 +239,18 @@ typedef struct {
   tpsStatsCell_t cells[tpsNumPaths][TPS_NUM_SIZE_CLASSES];
 } tpsStats_t;
 
+/* Copies the communicator's statistics since its creation or the last tpsCommResetStats into *stats:
+ * cells[path][size class] for every call that was enqueued (a call is counted when it is enqueued, so a
+ * call captured into a CUDA graph counts once, however often the graph is replayed; a refused call is
+ * not counted). ndev and devices[] are the communicator's. Any thread (under the communicator's lock).
+ * tpsInvalidArgument for a NULL comm or stats. */
 tpsResult_t tpsCommGetStats(tpsComm_t comm, tpsStats_t* stats);
+/* Sets every cell of the statistics to zero (ndev and devices[] stay). Any thread. tpsInvalidArgument
+ * for a NULL comm. */
 tpsResult_t tpsCommResetStats(tpsComm_t comm);
 
-/* Names for printing: "host", "host-kernel", "bf16", "<=64KiB". Never NULL. */
+/* Names for printing: "host", "host-kernel" (p2p paths: "p2p-ll", "p2p-oneshot", "p2p-twoshot"), "bf16",
+ * "<=64KiB". Never NULL. */
 const char* tpsBackendName(tpsBackend_t backend);
 const char* tpsPathName(tpsPath_t path);
 const char* tpsDataTypeName(tpsDataType_t dtype);

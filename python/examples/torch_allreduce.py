@@ -5,7 +5,7 @@ check that the results agree.
     TPSCOPE_LIBRARY=build/lib/libtpscope.so python3 python/examples/torch_allreduce.py [--nranks 2]
 
 Each rank takes GPU `rank % device_count`: with fewer GPUs than ranks they share one (a test setup:
-tpscope then needs TPSCOPE_TEST_SHARED_DEVICES=1, which this script sets, and torch.distributed uses
+tpscope's Config then says shared_devices, which this script does, and torch.distributed uses
 gloo, as NCCL refuses two ranks on one GPU). Rank 0 makes the tpscope id and torch.distributed carries
 it to the others (broadcast_object_list). Exit status 0 when every dtype and size agrees.
 """
@@ -32,7 +32,7 @@ def run(rank, nranks, port, backend_name, result):
                             rank=rank, world_size=nranks)
     ids = [tpscope.get_unique_id() if rank == 0 else None]
     dist.broadcast_object_list(ids, src=0)
-    config = tpscope.Config(backend=tpscope.Backend[backend_name.upper()])
+    config = tpscope.Config(backend=tpscope.Backend[backend_name.upper()], shared_devices=shared)
     comm = tpscope.Communicator.init_rank(nranks, ids[0], rank, device, config)
     stream = torch.cuda.Stream()  # tpscope refuses the legacy default stream
     worst = 0.0
@@ -73,7 +73,6 @@ def main():
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to compare", file=sys.stderr)
         return 1
-    os.environ["TPSCOPE_TEST_SHARED_DEVICES"] = "1"  # ranks may share a GPU (see the docstring)
     result = mp.get_context("spawn").Array("i", [-1] * args.nranks)
     mp.spawn(run, args=(args.nranks, args.port, args.backend, result), nprocs=args.nranks, join=True)
     return 0 if all(r == 0 for r in result) else 1

@@ -103,6 +103,10 @@ class Arguments(unittest.TestCase):
             tpscope.Config(spin_timeout_ms=-1)
         self.assertEqual(tpscope.Config(backend=tpscope.Backend.P2P)._c().backend, 2)
 
+    def test_config_carries_shared_devices(self):
+        self.assertEqual(tpscope.Config()._c().shared_devices, 0)
+        self.assertEqual(tpscope.Config(shared_devices=True)._c().shared_devices, 1)
+
 
 class Library(unittest.TestCase):
     def test_unique_ids_are_fresh_bytes(self):

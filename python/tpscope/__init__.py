@@ -82,7 +82,7 @@ class Error(RuntimeError):
 class _Config(ctypes.Structure):
     _fields_ = [("backend", ctypes.c_int), ("host_copy_threshold", ctypes.c_size_t),
                 ("host_chunk_bytes", ctypes.c_size_t), ("host_blocks", ctypes.c_int),
-                ("spin_timeout_ms", ctypes.c_uint)]
+                ("spin_timeout_ms", ctypes.c_uint), ("shared_devices", ctypes.c_int)]
 
 
 class _UniqueId(ctypes.Structure):
@@ -93,8 +93,9 @@ class Config:
     """tpsConfig_t: a field left at 0 takes its default (environment, tune file, built-in)."""
 
     def __init__(self, backend=Backend.AUTO, host_copy_threshold=0, host_chunk_bytes=0, host_blocks=0,
-                 spin_timeout_ms=0):
+                 spin_timeout_ms=0, shared_devices=False):
         self.backend = Backend(backend)
+        self.shared_devices = bool(shared_devices)  # ranks may share a GPU (tests; never for timings)
         self.host_copy_threshold = int(host_copy_threshold)
         self.host_chunk_bytes = int(host_chunk_bytes)
         self.host_blocks = int(host_blocks)
@@ -105,7 +106,7 @@ class Config:
 
     def _c(self):
         return _Config(int(self.backend), self.host_copy_threshold, self.host_chunk_bytes, self.host_blocks,
-                       self.spin_timeout_ms)
+                       self.spin_timeout_ms, 1 if self.shared_devices else 0)
 
 
 # ---- the library -----------------------------------------------------------------------------------
@@ -141,7 +142,7 @@ def library():
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
     else:
-        raise OSError("libtpscope.so not found; build it (target tpscope_py_shared) and set TPSCOPE_LIBRARY "
+        raise OSError("libtpscope.so not found; build it (target tpscope) and set TPSCOPE_LIBRARY "
                       "to its path. Tried: " + ", ".join(tried))
     vp, sz, i, pi = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(ctypes.c_int)
     sig = {

@@ -26,11 +26,12 @@ class AsyncStatus {
     *out = static_cast<unsigned*>(p);
     return tpsSuccess;
   }
-  // The first error any of `nranks` ranks reported, else tpsSuccess.
+  // The first error any of `nranks` ranks reported, else tpsSuccess. Each word is read with an atomic
+  // load (the GPU writes it behind the host's back; a word is 4-byte aligned, so never torn).
   tpsResult_t error(int nranks) const {
-    const volatile unsigned* w = static_cast<const volatile unsigned*>(words_.host());
+    unsigned* w = static_cast<unsigned*>(words_.host());
     for (int q = 0; q < nranks; ++q)
-      if (w[q] != 0) return static_cast<tpsResult_t>(w[q]);
+      if (const unsigned v = __atomic_load_n(w + q, __ATOMIC_ACQUIRE); v != 0) return static_cast<tpsResult_t>(v);
     return tpsSuccess;
   }
 

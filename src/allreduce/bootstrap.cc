@@ -3,6 +3,7 @@
 #include "allreduce/bootstrap.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -16,8 +17,6 @@
 #include <mutex>
 #include <set>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "common/checks.h"
 #include "common/log.h"
@@ -242,17 +241,18 @@ tpsResult_t Bootstrap::join(const tpsUniqueId& raw_id, int nranks, int rank, uns
     const int q = static_cast<int>(h.rank);
     if (static_cast<int>(h.nranks) != nranks) {
       status = tpsInvalidArgument;
-      message = fmt::format("ranks disagree on the communicator's size: rank {} (pid {}) was given nranks {}, rank 0 "
-                            "nranks {}",
-                            q, h.pid, h.nranks, nranks);
+      message = fmt::format(
+          "ranks disagree on the communicator's size: rank {} (pid {}) was given nranks {}, rank 0 "
+          "nranks {}",
+          q, h.pid, h.nranks, nranks);
       strays.push_back(fd);
       sendVerdict(fd, status, message, deadline);
       break;
     }
     if (q <= 0 || q >= nranks || b->peers_[q] >= 0) {
       status = tpsInvalidArgument;
-      message = fmt::format("rank {} joined twice (the second from pid {}); every process needs its own rank", q,
-                            h.pid);
+      message =
+          fmt::format("rank {} joined twice (the second from pid {}); every process needs its own rank", q, h.pid);
       strays.push_back(fd);
       sendVerdict(fd, status, message, deadline);
       break;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "allreduce/nccl.h"
 #include "allreduce/p2p.h"
 #include "allreduce/p2p_ipc.h"
+#include "allreduce/push.h"
 #include "allreduce/rank_setup.h"
 #include "allreduce/selector.h"
 #include "allreduce/tuning.h"
@@ -35,12 +37,14 @@ struct tpsComm {
   int nranks = 0;            // ranks in the communicator, in every process together
   int first_rank = 0;        // the rank of devices[0]
   tpsBackend_t requested = tpsBackendAuto;
+  tpsConfig_t config{};  // as resolved at creation (tpsCommGetConfig)
   Availability avail;
   std::optional<AutoTable> auto_table;  // the tune file's measured choice for this box, when there is one
   std::array<std::unique_ptr<Backend>, tpsNumBackends> backends;
   std::mutex stats_mutex;  // stats may be read from another thread than the one calling tpsAllReduce
   tpsStats_t stats{};
-  tpsResult_t async_error = tpsSuccess;
+  // The first asynchronous error; read by tpsCommGetAsyncError from any thread, so atomic.
+  std::atomic<tpsResult_t> async_error{tpsSuccess};
   // The buffer and stream each rank passed last time they were validated: a decode loop passes the same
   // ones every call, and the driver queries behind the checks cost about a microsecond per rank.
   std::array<void*, TPS_MAX_DEVICES> checked_buf{};
@@ -51,11 +55,18 @@ namespace {
 
 bool validDtype(tpsDataType_t t) { return t >= tpsFloat32 && t < tpsNumDataTypes; }
 
+// The communicator's first asynchronous error, kept once a backend reports one (the backends are fixed
+// at creation, so any thread may ask them).
 tpsResult_t checkAsync(tpsComm* c) {
-  if (c->async_error != tpsSuccess) return c->async_error;
-  for (const auto& b : c->backends)
-    if (b && b->asyncError() != tpsSuccess) c->async_error = b->asyncError();
-  return c->async_error;
+  tpsResult_t seen = c->async_error.load(std::memory_order_acquire);
+  if (seen != tpsSuccess) return seen;
+  for (const auto& b : c->backends) {
+    const tpsResult_t e = b ? b->asyncError() : tpsSuccess;
+    if (e == tpsSuccess) continue;
+    c->async_error.compare_exchange_strong(seen, e, std::memory_order_acq_rel);  // the first one stays
+    return c->async_error.load(std::memory_order_acquire);
+  }
+  return tpsSuccess;
 }
 
 tpsResult_t validateCall(tpsComm* c, void* const* bufs, size_t count, tpsDataType_t dtype, const tpsStream_t* streams) {
@@ -105,8 +116,9 @@ tpsResult_t validateCall(tpsComm* c, void* const* bufs, size_t count, tpsDataTyp
   return tpsSuccess;
 }
 
-void record(tpsComm* c, const Backend& b, size_t bytes) {
-  const tpsPath_t path = b.pathFor(bytes);
+void record(tpsComm* c, const Backend& b, const CallArgs& args) {
+  const size_t bytes = args.bytes();
+  const tpsPath_t path = b.pathFor(args);
   const Traffic t = b.trafficFor(path, bytes);
   std::lock_guard<std::mutex> lock(c->stats_mutex);
   tpsStatsCell_t& cell = c->stats.cells[path][tpsSizeClassOf(bytes)];
@@ -151,6 +163,17 @@ void loadAutoChoice(tpsComm* c) {
                c->auto_table->measured);
 }
 
+// The configuration as resolved at creation, for tpsCommGetConfig and the records.
+tpsConfig_t resolvedConfig(const tpsConfig_t& given, tpsBackend_t requested, const HostTuning& tuning) {
+  tpsConfig_t c = given;
+  c.backend = requested;
+  c.host_copy_threshold = tuning.copy_threshold;
+  c.host_chunk_bytes = tuning.chunk_bytes;
+  c.host_blocks = tuning.blocks;
+  c.spin_timeout_ms = tuning.spin_timeout_ms;
+  return c;
+}
+
 }  // namespace
 
 extern "C" tpsResult_t tpsConfigInit(tpsConfig_t* config) {
@@ -173,20 +196,16 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
     return tpsUnavailable;
   }
   std::vector<int> devs(devices, devices + ndev);
-  // Tests only: TPSCOPE_TEST_SHARED_DEVICES=1 lets ranks share a GPU (read on every call, not cached),
-  // so the N > 2 code paths of host and p2p run on a box with fewer GPUs; their kernels must then fit
-  // on the GPU side by side. Never for measurements; NCCL refuses it by itself.
-  const char* shared = std::getenv("TPSCOPE_TEST_SHARED_DEVICES");
-  const bool may_share = shared != nullptr && std::string(shared) == "1";
+  tpsConfig_t cfg;
+  tpsConfigInit(&cfg);
+  if (config) cfg = *config;
+  const bool may_share = cfg.shared_devices != 0;
   for (int i = 0; i < ndev; ++i) {
     TPS_EXPECT(devs[i] >= 0 && devs[i] < count, tpsInvalidArgument, "tpsCommCreate: GPU {} does not exist ({} GPUs)",
                devs[i], count);
     TPS_EXPECT(may_share || std::count(devs.begin(), devs.end(), devs[i]) == 1, tpsInvalidArgument,
-               "tpsCommCreate: GPU {} appears twice", devs[i]);
+               "tpsCommCreate: GPU {} appears twice (config.shared_devices lets ranks share a GPU)", devs[i]);
   }
-  tpsConfig_t cfg;
-  tpsConfigInit(&cfg);
-  if (config) cfg = *config;
   std::string error;
   tpsBackend_t requested = tpsBackendAuto;
   if (requestedBackend(cfg.backend, std::getenv("TPSCOPE_ALLREDUCE"), &requested, &error) != tpsSuccess) {
@@ -195,11 +214,13 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
   }
   HostTuning tuning;
   TPS_CHECK(resolveHostTuning(cfg, &tuning));
+  tuning.blocks = sharedGpuGrid(tuning.blocks, ranksPerGpu(devs));  // ranks sharing a GPU fit on it together
 
   auto c = std::make_unique<tpsComm>();
   c->devices = devs;
   c->nranks = ndev;
   c->requested = requested;
+  c->config = resolvedConfig(cfg, requested, tuning);
   c->avail.all_peer_access = allPeerAccess(devs);
   c->stats.ndev = ndev;
   std::copy(devs.begin(), devs.end(), c->stats.devices);
@@ -215,7 +236,11 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
     if (r != tpsSuccess && !want_all) return r;
     c->avail.host = r == tpsSuccess;
   }
-  if (want_all || requested == tpsBackendNccl) {
+  // NCCL takes one rank per GPU: with ranks sharing a GPU it is not started (forced, it is unavailable).
+  const bool shared = ranksPerGpu(devs) > 1;
+  TPS_EXPECT(!shared || requested != tpsBackendNccl, tpsUnavailable,
+             "tpsCommCreate: the nccl backend takes one rank per GPU, and ranks share a GPU here");
+  if ((want_all && !shared) || requested == tpsBackendNccl) {
     tpsResult_t r = createNcclBackend(devs, &c->backends[tpsBackendNccl]);
     if (r != tpsSuccess && !want_all) return r;
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommCreate: NCCL could not start; auto continues without it");
@@ -250,7 +275,7 @@ extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, vo
              "tpsAllReduceWith: backend {} is not a backend", static_cast<int>(backend));
   if (checkAsync(comm) != tpsSuccess) {
     TPS_LOG_WARN("tpsAllReduce: the communicator had an asynchronous error ({}); destroy it",
-                 tpsGetErrorString(comm->async_error));
+                 tpsGetErrorString(comm->async_error.load()));
     return tpsInvalidUsage;
   }
   TPS_CHECK(validateCall(comm, bufs, count, dtype, streams));
@@ -261,11 +286,11 @@ extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, vo
              tpsBackendName(which));
   CallArgs args{bufs, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
   TPS_CHECK(b->allReduce(args));
-  record(comm, *b, bytes);
+  record(comm, *b, args);
   return tpsSuccess;
 }
 
-// The checks tpsAllReduceAddRmsNorm and tpsAllReducePushedAddRmsNorm share (`what` names the call in
+// The checks tpsAllReduceAddRmsNorm and allReducePushedAddRmsNorm share (`what` names the call in
 // the log); tpsInvalidUsage, quietly, after an asynchronous error.
 static tpsResult_t validateNormCall(tpsComm_t comm, const char* what, void* const* partial,
                                     const void* const* residual_in, void* const* residual_out,
@@ -300,34 +325,34 @@ extern "C" tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backe
   CallArgs args{partial, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
   NormArgs norm{residual_in, residual_out, weight, weight ? normed : nullptr, rows, width, eps};
   const tpsResult_t r = b->allReduceAddRmsNorm(args, norm);
-  if (r == tpsSuccess) record(comm, *b, bytes);
+  if (r == tpsSuccess) record(comm, *b, args);
   return r;
 }
 
-extern "C" tpsResult_t tpsCommGetPushChannel(tpsComm_t comm, int rank, tpsPushChannel_t* channel) {
-  TPS_EXPECT(comm != nullptr && channel != nullptr, tpsInvalidArgument, "tpsCommGetPushChannel: NULL argument");
+tpsResult_t tpscope::detail::commPushChannel(tpsComm_t comm, int rank, PushChannel* channel) {
+  TPS_EXPECT(comm != nullptr && channel != nullptr, tpsInvalidArgument, "commPushChannel: NULL argument");
   TPS_EXPECT(rank >= 0 && rank < static_cast<int>(comm->devices.size()), tpsInvalidArgument,
-             "tpsCommGetPushChannel: rank {} is outside 0..{}", rank, comm->devices.size() - 1);
+             "commPushChannel: rank {} is outside 0..{}", rank, comm->devices.size() - 1);
   const Backend* b = comm->backends[tpsBackendP2p].get();
   if (b == nullptr) return tpsUnavailable;  // quiet: the caller reduces the ordinary way
   return b->pushChannel(rank, channel);
 }
 
-extern "C" tpsResult_t tpsAllReducePushedAddRmsNorm(tpsComm_t comm, void* const* partial,
-                                                    const void* const* residual_in, void* const* residual_out,
-                                                    const void* const* weight, void* const* normed, size_t rows,
-                                                    size_t width, float eps, tpsDataType_t dtype,
-                                                    const tpsStream_t* streams) {
-  TPS_EXPECT(comm != nullptr, tpsInvalidArgument, "tpsAllReducePushedAddRmsNorm: comm is NULL");
-  TPS_CHECK(validateNormCall(comm, "tpsAllReducePushedAddRmsNorm", partial, residual_in, residual_out, weight,
-                             normed, rows, width, eps, dtype, streams));
+tpsResult_t tpscope::detail::allReducePushedAddRmsNorm(tpsComm_t comm, void* const* partial,
+                                                       const void* const* residual_in, void* const* residual_out,
+                                                       const void* const* weight, void* const* normed, size_t rows,
+                                                       size_t width, float eps, tpsDataType_t dtype,
+                                                       const tpsStream_t* streams) {
+  TPS_EXPECT(comm != nullptr, tpsInvalidArgument, "allReducePushedAddRmsNorm: comm is NULL");
+  TPS_CHECK(validateNormCall(comm, "allReducePushedAddRmsNorm", partial, residual_in, residual_out, weight, normed,
+                             rows, width, eps, dtype, streams));
   Backend* b = comm->backends[tpsBackendP2p].get();
-  TPS_EXPECT(b != nullptr, tpsUnavailable, "tpsAllReducePushedAddRmsNorm: the communicator has no p2p backend");
+  TPS_EXPECT(b != nullptr, tpsUnavailable, "allReducePushedAddRmsNorm: the communicator has no p2p backend");
   const size_t count = rows * width;
   CallArgs args{partial, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
   NormArgs norm{residual_in, residual_out, weight, weight ? normed : nullptr, rows, width, eps, true};
-  TPS_CHECK(b->allReduceAddRmsNorm(args, norm));  // tpsUnavailable there when the channels are off
-  record(comm, *b, count * tpsDataTypeSize(dtype));
+  TPS_CHECK(b->allReduceAddRmsNorm(args, norm));
+  record(comm, *b, args);
   return tpsSuccess;
 }
 
@@ -339,6 +364,12 @@ extern "C" tpsResult_t tpsAllReduce(tpsComm_t comm, void* const* bufs, size_t co
 extern "C" tpsResult_t tpsCommGetAsyncError(tpsComm_t comm, tpsResult_t* async_error) {
   if (comm == nullptr || async_error == nullptr) return tpsInvalidArgument;
   *async_error = checkAsync(comm);
+  return tpsSuccess;
+}
+
+extern "C" tpsResult_t tpsCommGetConfig(tpsComm_t comm, tpsConfig_t* config) {
+  if (comm == nullptr || config == nullptr) return tpsInvalidArgument;
+  *config = comm->config;  // written once at creation, read-only after: no lock
   return tpsSuccess;
 }
 
@@ -405,12 +436,14 @@ extern "C" tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId 
   TPS_CHECK(resolveHostTuning(cfg, &tuning));
 
   RankGroup g;
-  TPS_CHECK(joinRankGroup(id, nranks, rank, device, static_cast<unsigned>(timeout_ms), &g));
+  TPS_CHECK(joinRankGroup(id, nranks, rank, device, cfg.shared_devices != 0, static_cast<unsigned>(timeout_ms), &g));
+  tuning.blocks = sharedGpuGrid(tuning.blocks, g.ranks_per_gpu);  // ranks sharing a GPU fit on it together
   auto c = std::make_unique<tpsComm>();
   c->devices = {device};
   c->nranks = nranks;
   c->first_rank = rank;
   c->requested = requested;
+  c->config = resolvedConfig(cfg, requested, tuning);
   c->avail.all_peer_access = g.all_peer_access;
   c->stats.ndev = 1;
   c->stats.devices[0] = device;

@@ -46,7 +46,7 @@ class HostShmBackend final : public Backend {
   ~HostShmBackend() override;
   tpsResult_t init(RankGroup& g, const HostTuning& tuning);
   tpsBackend_t kind() const override { return tpsBackendHost; }
-  tpsPath_t pathFor(size_t) const override { return tpsPathHostKernel; }
+  tpsPath_t pathFor(const CallArgs&) const override { return tpsPathHostKernel; }
   Traffic trafficFor(tpsPath_t, size_t bytes) const override {
     return Traffic{bytes, bytes * static_cast<size_t>(nranks_ - 1)};
   }

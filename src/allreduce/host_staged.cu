@@ -46,8 +46,8 @@ class HostStagedBackend final : public Backend {
  public:
   tpsResult_t init(const std::vector<int>& devices, const HostTuning& tuning);
   tpsBackend_t kind() const override { return tpsBackendHost; }
-  tpsPath_t pathFor(size_t bytes) const override {
-    return bytes >= tuning_.copy_threshold ? tpsPathHostCopyEngine : tpsPathHostKernel;
+  tpsPath_t pathFor(const CallArgs& a) const override {
+    return a.bytes() >= tuning_.copy_threshold ? tpsPathHostCopyEngine : tpsPathHostKernel;
   }
   Traffic trafficFor(tpsPath_t, size_t bytes) const override {
     // Each GPU writes its data to host memory once and reads every peer's data once.
@@ -177,7 +177,7 @@ tpsResult_t HostStagedBackend::init(const std::vector<int>& devices, const HostT
 
 template <typename T>
 tpsResult_t HostStagedBackend::run(const CallArgs& a) {
-  return pathFor(a.bytes()) == tpsPathHostCopyEngine ? copyPath<T>(a) : kernelPath<T>(a);
+  return pathFor(a) == tpsPathHostCopyEngine ? copyPath<T>(a) : kernelPath<T>(a);
 }
 
 template <typename T>

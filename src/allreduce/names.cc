@@ -2,6 +2,9 @@
 // names.cc - printable names and sizes for the C API's enums.
 #include "tpscope/tpscope.h"
 
+// One line per name: the switches read as tables.
+// clang-format off
+
 extern "C" const char* tpsBackendName(tpsBackend_t b) {
   switch (b) {
     case tpsBackendAuto: return "auto";
@@ -19,6 +22,7 @@ extern "C" const char* tpsPathName(tpsPath_t p) {
     case tpsPathP2pOneShot: return "p2p-oneshot";
     case tpsPathP2pTwoShot: return "p2p-twoshot";
     case tpsPathNccl: return "nccl";
+    case tpsPathP2pLL: return "p2p-ll";
     default: return "unknown";
   }
 }
@@ -52,3 +56,4 @@ extern "C" const char* tpsSizeClassName(int c) {
   static const char* kNames[TPS_NUM_SIZE_CLASSES] = {"<=64KiB", "<=1MiB", "<=16MiB", "<=256MiB", ">256MiB"};
   return c >= 0 && c < TPS_NUM_SIZE_CLASSES ? kNames[c] : "unknown";
 }
+// clang-format on

@@ -64,7 +64,7 @@ class NcclBackend final : public Backend {
     return agree(g, "ncclCommInitRank", r == ncclSuccess ? tpsSuccess : tpsNcclError);
   }
   tpsBackend_t kind() const override { return tpsBackendNccl; }
-  tpsPath_t pathFor(size_t) const override { return tpsPathNccl; }
+  tpsPath_t pathFor(const CallArgs&) const override { return tpsPathNccl; }
   Traffic trafficFor(tpsPath_t, size_t bytes) const override {
     const size_t ring = bytes * 2 * (n_ - 1) / n_;
     return Traffic{ring, ring};

@@ -15,49 +15,17 @@
 #include "allreduce/async_status.h"
 #include "allreduce/p2p.h"
 #include "allreduce/p2p_algo.h"
-#include "allreduce/p2p_kernels.cuh"
+#include "allreduce/p2p_launch.cuh"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
-#include "common/param.h"
 
 namespace tpscope::detail {
 
 namespace {
 
 constexpr size_t kOneShotMax = kP2pOneShotMax;
-constexpr size_t kTwoShotPiece = 64u << 20;  // bytes per GPU per two-shot launch
-// Blocks of the flag one-shot kernel and the largest LL call (at most kP2pLLMax, which sizes the LL
-// lines); the environment overrides both for tuning. One-shot blocks measured on 2xH200 (graph, -n 200,
-// bf16, µs at 256K / 512K / 1M with the LL limit lowered to 128K): 16 5.81 / 7.73 / 11.45; 32 5.22 /
-// 6.52 / 9.26; 64 5.10 / 5.99 / 7.98; 128 5.25 / 6.13 / 7.68. LL stays the faster at 256K (4.26).
-TPS_PARAM_INT(P2pOneShotBlocks, "TPSCOPE_P2P_ONESHOT_BLOCKS", 64)
+constexpr size_t kTwoShotPiece = kP2pTwoShotPiece;
 constexpr size_t kLLMax = kP2pLLMax;
-// LL grid: fixed per communicator (each block keeps its own sequence number). Measured on 2xH200
-// under graphs, -n 200, bf16, µs at 8K / 64K / 128K / 256K (docs/PERFORMANCE.md): 16 x 512 3.23 / 3.71 /
-// 4.11 / 5.17; 32 x 256 2.82 / 3.27 / 3.66 / 4.44; 64 x 128 2.63 / 3.04 / 3.47 / 4.30 (best from 64K up,
-// within 0.14 µs of the best below). Many small blocks spread the stores and polls over 64 SMs.
-// The environment overrides both for tuning.
-TPS_PARAM_INT(P2pLLBlocks, "TPSCOPE_P2P_LL_BLOCKS", 64)
-TPS_PARAM_INT(P2pLLThreads, "TPSCOPE_P2P_LL_THREADS", 128)
-// Threads per LL block grow with the message up to this many, one per word of the block's share: the
-// block count (and so every block's sequence number) stays fixed, only the loops' stride changes. 512
-// from a grid sweep at 256 KiB (docs/PERFORMANCE.md, "The p2p backend"); 128 gives a fixed grid.
-TPS_PARAM_INT(P2pLLThreadsMax, "TPSCOPE_P2P_LL_THREADS_MAX", 512)
-// 1: the LL kernels are launched as programmatic dependents (cudaLaunchAttributeProgrammaticStream-
-// Serialization) on GPUs of compute capability 9.0 and later, so that their blocks are resident and
-// waiting (pdlWait, common/pdl.cuh) when the kernel before them on the caller's stream ends, instead of
-// being launched then. 0: ordinary launches.
-TPS_PARAM_INT(P2pPdl, "TPSCOPE_P2P_PDL", 1)
-// 1: the fused AllReduce + add + norm takes one block per row (p2pOneShotLLAddNormRow) where a row fits
-// one block; 0: rows spread over the LL grid, the row's last block normalising (p2pOneShotLLAddNorm).
-// 8b tensor decode with the fused kernel on 2xH200: 2.595 ms/step by row, 2.629 spread.
-TPS_PARAM_INT(P2pFusedRow, "TPSCOPE_P2P_FUSED_ROW", 1)
-// 1: the communicator hands out push channels (tpsCommGetPushChannel) and takes pushed calls; 0: it
-// says tpsUnavailable, and callers reduce the ordinary way (for comparison).
-TPS_PARAM_INT(P2pPush, "TPSCOPE_P2P_PUSH", 1)
-// Blocks of the two-shot kernel: enough to keep NVLink busy while some blocks wait on flags. Measured
-// on 2xH200 (graph, 64 MiB-1 GiB): 32 blocks 238 GB/s busbw, 64 blocks 295, 128 blocks 341-344.
-TPS_PARAM_INT(P2pTwoShotBlocks, "TPSCOPE_P2P_BLOCKS", 128)
 
 struct Algo {
   int blocks = 0;
@@ -70,13 +38,9 @@ class P2pBackend final : public Backend {
  public:
   tpsResult_t init(const std::vector<int>& devices, const HostTuning& tuning);
   tpsBackend_t kind() const override { return tpsBackendP2p; }
-  tpsPath_t pathFor(size_t bytes) const override {
-    return bytes <= kOneShotMax ? tpsPathP2pOneShot : tpsPathP2pTwoShot;
-  }
+  tpsPath_t pathFor(const CallArgs& a) const override { return p2pPathOf(algoFor(a)); }
   Traffic trafficFor(tpsPath_t path, size_t bytes) const override {
-    const size_t n = devices_.size();
-    if (path == tpsPathP2pOneShot) return Traffic{bytes * (n - 1), bytes * (n - 1)};
-    const size_t t = bytes * 2 * (n - 1) / n;
+    const size_t t = p2pBytesPerGpu(path, bytes, devices_.size());
     return Traffic{t, t};
   }
   tpsResult_t allReduce(const CallArgs& a) override {
@@ -93,15 +57,15 @@ class P2pBackend final : public Backend {
   }
   tpsResult_t asyncError() const override { return status_.error(static_cast<int>(devices_.size())); }
   tpsResult_t allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) override;
-  tpsResult_t pushChannel(int rank, tpsPushChannel_t* ch) const override;
+  tpsResult_t pushChannel(int rank, PushChannel* ch) const override;
 
  private:
   tpsResult_t initAlgo(Algo* a, int blocks, size_t recv_stride);
+  P2pAlgo algoFor(const CallArgs& a) const;  // p2pAlgoFor by the call's size and its buffers' alignment
   tpsResult_t pushedAddRmsNorm(const CallArgs& a, const NormArgs& m);
-  // p2pOneShotLLAddNormRow<kPushed> on every GPU, one block per row on the whole LL grid (so every
-  // block's sequence number advances as in the other LL kernels).
+  // p2pLaunchAddNorm<kPushed> on every GPU.
   template <bool kPushed>
-  tpsResult_t launchByRow(const CallArgs& a, const NormArgs& m);
+  tpsResult_t launchAddNorm(const CallArgs& a, const NormArgs& m);
   template <typename T>
   tpsResult_t run(const CallArgs& a);
   template <typename T>
@@ -114,16 +78,8 @@ class P2pBackend final : public Backend {
   // LL one-shot: lines per (slot, sender) for kLLMax bytes, counters per block.
   std::vector<DeviceBuffer> ll_recv_, ll_counters_, ll_norm_;
   std::vector<P2pLLHandle> ll_;
-  int ll_blocks_ = 0, ll_threads_ = 0, ll_threads_max_ = 0;
-  // Threads per block of an LL call of `bytes`: one per 8-byte word of a block's share, rounded up to
-  // a warp, within [ll_threads_, ll_threads_max_].
-  int llThreads(size_t bytes) const {
-    const size_t per_block = (bytes / 8 + ll_blocks_ - 1) / ll_blocks_;
-    const size_t warps = (per_block + 31) / 32 * 32;
-    return static_cast<int>(std::clamp<size_t>(warps, ll_threads_, std::max(ll_threads_, ll_threads_max_)));
-  }
+  int ll_blocks_ = 0;
   bool ll_pdl_ = false;  // launch the LL kernels as programmatic dependents (every GPU sm_90+)
-  size_t ll_max_ = kLLMax;
 };
 
 tpsResult_t P2pBackend::initAlgo(Algo* al, int blocks, size_t recv_stride) {
@@ -179,26 +135,17 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
         TPS_CUDA_CHECK(e);
     }
   TPS_CHECK(status_.create());
-  const int one_blocks = static_cast<int>(tpsParamP2pOneShotBlocks());
-  TPS_EXPECT(one_blocks >= 1 && one_blocks <= 1024, tpsInvalidArgument,
-             "TPSCOPE_P2P_ONESHOT_BLOCKS={} is outside 1..1024", one_blocks);
-  TPS_CHECK(initAlgo(&one_, one_blocks, kOneShotMax));
-  ll_max_ = p2pLLMax();
-  const int two_blocks = static_cast<int>(tpsParamP2pTwoShotBlocks());
-  TPS_EXPECT(two_blocks >= 1 && two_blocks <= 1024, tpsInvalidArgument, "TPSCOPE_P2P_BLOCKS={} is outside 1..1024",
-             two_blocks);
-  TPS_CHECK(initAlgo(&two_, two_blocks, kTwoShotPiece / n + 64));
+  // Ranks that share a GPU (tpsConfig_t.shared_devices) cut the grids of the flag kernels, whose blocks
+  // take a whole SM each, so that every rank's grid is resident at once (backend.h).
+  const int per_gpu = ranksPerGpu(devices);
+  TPS_CHECK(initAlgo(&one_, sharedGpuGrid(kP2pOneShotBlocks, per_gpu), kOneShotMax));
+  TPS_CHECK(initAlgo(&two_, sharedGpuGrid(kP2pTwoShotBlocks, per_gpu), kTwoShotPiece / n + 64));
   const size_t lines = kLLMax / 8;
-  ll_blocks_ = static_cast<int>(tpsParamP2pLLBlocks());
-  ll_threads_ = static_cast<int>(tpsParamP2pLLThreads());
-  ll_threads_max_ = static_cast<int>(tpsParamP2pLLThreadsMax());
-  TPS_EXPECT(ll_blocks_ >= 1 && ll_blocks_ <= 132, tpsInvalidArgument, "TPSCOPE_P2P_LL_BLOCKS={} is outside 1..132",
-             ll_blocks_);
-  TPS_EXPECT(ll_threads_ >= 32 && ll_threads_ <= kP2pThreads && ll_threads_ % 32 == 0, tpsInvalidArgument,
-             "TPSCOPE_P2P_LL_THREADS={} is not a multiple of 32 in 32..{}", ll_threads_, kP2pThreads);
-  TPS_EXPECT(ll_threads_max_ >= 32 && ll_threads_max_ <= kP2pThreads && ll_threads_max_ % 32 == 0, tpsInvalidArgument,
-             "TPSCOPE_P2P_LL_THREADS_MAX={} is not a multiple of 32 in 32..{}", ll_threads_max_, kP2pThreads);
-  ll_pdl_ = tpsParamP2pPdl() != 0;
+  ll_blocks_ = kP2pLLBlocks;
+  // Programmatic dependents (cudaLaunchAttributeProgrammaticStreamSerialization) where every GPU is
+  // sm_90 or later: the LL kernels' blocks are then resident and waiting (pdlWait, common/pdl.cuh) when
+  // the kernel before them on the caller's stream ends, instead of being launched then.
+  ll_pdl_ = true;
   for (int d : devices_) {
     int major = 0;
     TPS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
@@ -210,7 +157,7 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
   ll_.resize(n);
   for (int r = 0; r < n; ++r) {
     DeviceGuard g(devices_[r]);
-    TPS_CHECK(DeviceBuffer::create(devices_[r], size_t{2} * n * lines * sizeof(uint4), &ll_recv_[r]));
+    TPS_CHECK(DeviceBuffer::create(devices_[r], size_t{2} * n * lines * sizeof(LLLine), &ll_recv_[r]));
     TPS_CUDA_CHECK(cudaMemset(ll_recv_[r].get(), 0, ll_recv_[r].bytes()));
     TPS_CHECK(DeviceBuffer::create(devices_[r], ll_blocks_ * sizeof(unsigned long long), &ll_counters_[r]));
     TPS_CUDA_CHECK(cudaMemset(ll_counters_[r].get(), 0, ll_counters_[r].bytes()));
@@ -221,7 +168,7 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
   for (int r = 0; r < n; ++r) {
     P2pLLHandle& h = ll_[r];
     std::memset(&h, 0, sizeof(h));
-    for (int q = 0; q < n; ++q) h.recv[q] = ll_recv_[q].as<uint4>();
+    for (int q = 0; q < n; ++q) h.recv[q] = ll_recv_[q].as<LLLine>();
     h.own = h.recv[r];
     h.counters = ll_counters_[r].as<unsigned long long>();
     h.norm_done = ll_norm_[r].as<unsigned>();
@@ -232,25 +179,9 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
     h.rank = r;
     h.nranks = n;
   }
-  // Load the kernels now (see host_staged.cu: lazy loading can deadlock against a busy peer).
   for (int d : devices_) {
     DeviceGuard g(d);
-    cudaFuncAttributes fa;
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<float, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__half, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__nv_bfloat16, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<float, false>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__half, false>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__nv_bfloat16, false>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<float>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<__half>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<__nv_bfloat16>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<float>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__half>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__nv_bfloat16>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNorm));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNormRow<false>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNormRow<true>));
+    TPS_CUDA_CHECK(p2pLoadKernels());
   }
   TPS_LOG_INFO("p2p backend: {} GPUs, one-shot up to {} B, two-shot pieces of {} B", n, kOneShotMax, kTwoShotPiece);
   return tpsSuccess;
@@ -258,17 +189,16 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
 
 // A pushed call's rows are the LL grid's blocks (each row one block of the by-row kernel, whose
 // counter the pushing kernel reads), its words the LL lines.
-tpsResult_t P2pBackend::pushChannel(int rank, tpsPushChannel_t* ch) const {
-  if (tpsParamP2pPush() == 0) return tpsUnavailable;
+tpsResult_t P2pBackend::pushChannel(int rank, PushChannel* ch) const {
   const P2pLLHandle& h = ll_[rank];
-  *ch = tpsPushChannel_t{};
+  *ch = PushChannel{};
   for (int q = 0; q < h.nranks; ++q) ch->lines[q] = h.recv[q];
   ch->counters = h.counters;
   ch->lines_per_sender = h.lines;
   ch->rank = rank, ch->nranks = h.nranks;
   ch->max_rows = ll_blocks_;
   ch->max_width = kRowThreads * kRowWords * 4;
-  ch->max_words = ll_max_ / 8;
+  ch->max_words = kLLMax / 8;
   return tpsSuccess;
 }
 
@@ -283,60 +213,41 @@ bool aligned8(const CallArgs& a, const NormArgs& m, size_t ndev) {
 }
 
 template <bool kPushed>
-tpsResult_t P2pBackend::launchByRow(const CallArgs& a, const NormArgs& m) {
+tpsResult_t P2pBackend::launchAddNorm(const CallArgs& a, const NormArgs& m) {
   for (size_t r = 0; r < devices_.size(); ++r) {
     DeviceGuard g(devices_[r]);
-    TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNormRow<kPushed>, dim3(ll_blocks_), dim3(kRowThreads),
-                                a.streams[r], ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]),
-                                static_cast<const __nv_bfloat16*>(m.residual_in[r]),
-                                static_cast<__nv_bfloat16*>(m.residual_out[r]),
-                                m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
-                                m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr,
-                                static_cast<int>(m.rows), static_cast<int>(m.width), m.eps));
+    TPS_CUDA_CHECK(p2pLaunchAddNorm<kPushed>(
+        ll_pdl_, ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]),
+        static_cast<const __nv_bfloat16*>(m.residual_in[r]), static_cast<__nv_bfloat16*>(m.residual_out[r]),
+        m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
+        m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr, m.rows, m.width, m.eps, a.streams[r]));
   }
   return tpsSuccess;
 }
 
-// Fused where the call would take the LL one-shot: bf16, 8-byte aligned buffers, width a multiple of
-// 4, rows <= LL blocks (each row needs a block), an LL grid of at most kFusedThreads threads (the
-// default 64 x 128 is), and, with a norm, residual_out apart from residual_in (the row's last block
-// reads the whole new residual row; the add alone may update the residual in place).
+// Fused where the call would take the LL one-shot (p2pFusedFits).
 tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) {
   if (m.pushed) return pushedAddRmsNorm(a, m);
   const size_t n = devices_.size();
-  bool ok = a.dtype == tpsBfloat16 && p2pAlgoFor(a.bytes(), true, false, ll_max_) == P2pAlgo::kLL && m.width % 4 == 0 &&
-            m.rows <= static_cast<size_t>(ll_blocks_) && ll_threads_ <= kFusedThreads && aligned8(a, m, n);
-  for (size_t r = 0; r < n && ok; ++r) ok = m.weight == nullptr || m.residual_in[r] != m.residual_out[r];
-  if (!ok) return tpsUnavailable;
-  // The add alone takes the spread kernel: without a norm it is the LL kernel plus the add.
-  if (tpsParamP2pFusedRow() != 0 && m.weight != nullptr && m.width / 4 <= static_cast<size_t>(kRowThreads) * kRowWords)
-    return launchByRow<false>(a, m);
-  for (size_t r = 0; r < n; ++r) {
-    DeviceGuard g(devices_[r]);
-    TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNorm, dim3(ll_blocks_), dim3(ll_threads_), a.streams[r], ll_[r],
-                                static_cast<const __nv_bfloat16*>(a.bufs[r]),
-                                static_cast<const __nv_bfloat16*>(m.residual_in[r]),
-                                static_cast<__nv_bfloat16*>(m.residual_out[r]),
-                                m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
-                                m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr, static_cast<int>(m.rows),
-                                static_cast<int>(m.width), m.eps));
-  }
-  return tpsSuccess;
+  bool apart = true;
+  for (size_t r = 0; r < n; ++r) apart = apart && m.residual_in[r] != m.residual_out[r];
+  if (!p2pFusedFits(a.dtype, a.bytes(), m.rows, m.width, aligned8(a, m, n), m.weight != nullptr, apart))
+    return tpsUnavailable;
+  return launchAddNorm<false>(a, m);
 }
 
 // The peers' words are already on their way: only the by-row kernel's wait, sum, add and norm remain.
 // The shape was the caller's to check against the channel before it pushed, so a call outside it is
 // an argument error (not tpsUnavailable: the steps cannot be run apart any more).
 tpsResult_t P2pBackend::pushedAddRmsNorm(const CallArgs& a, const NormArgs& m) {
-  TPS_EXPECT(tpsParamP2pPush() != 0, tpsUnavailable, "pushed reduction: TPSCOPE_P2P_PUSH=0");
   TPS_EXPECT(a.dtype == tpsBfloat16, tpsInvalidArgument, "pushed reduction: dtype {} (bf16 only)",
              tpsDataTypeName(a.dtype));
   TPS_EXPECT(m.rows <= static_cast<size_t>(ll_blocks_) && m.width % 4 == 0 &&
-                 m.width / 4 <= static_cast<size_t>(kRowThreads) * kRowWords && a.count / 4 <= ll_max_ / 8,
+                 m.width / 4 <= static_cast<size_t>(kRowThreads) * kRowWords && a.count / 4 <= kLLMax / 8,
              tpsInvalidArgument, "pushed reduction: {} rows x {} do not fit the push channel ({} rows, {} words)",
-             m.rows, m.width, ll_blocks_, ll_max_ / 8);
+             m.rows, m.width, ll_blocks_, kLLMax / 8);
   TPS_EXPECT(aligned8(a, m, devices_.size()), tpsInvalidArgument, "pushed reduction: a buffer is not 8-byte aligned");
-  return launchByRow<true>(a, m);
+  return launchAddNorm<true>(a, m);
 }
 
 template <typename T>
@@ -357,20 +268,27 @@ tpsResult_t P2pBackend::oneShot(const CallArgs& a, size_t off, size_t count, boo
   return tpsSuccess;
 }
 
+// Whether every GPU's buffer of the call is `align`-byte aligned.
+bool buffersAligned(const CallArgs& a, size_t ndev, uintptr_t align) {
+  for (size_t r = 0; r < ndev; ++r)
+    if (reinterpret_cast<uintptr_t>(a.bufs[r]) % align != 0) return false;
+  return true;
+}
+
+P2pAlgo P2pBackend::algoFor(const CallArgs& a) const {
+  const size_t n = devices_.size();
+  return p2pAlgoFor(a.bytes(), buffersAligned(a, n, 8), buffersAligned(a, n, 16));
+}
+
 template <typename T>
 tpsResult_t P2pBackend::run(const CallArgs& a) {
   const size_t n = devices_.size();
-  bool aligned8 = true, aligned = true;
-  for (size_t r = 0; r < n; ++r) {
-    aligned8 = aligned8 && reinterpret_cast<uintptr_t>(a.bufs[r]) % 8 == 0;
-    aligned = aligned && reinterpret_cast<uintptr_t>(a.bufs[r]) % 16 == 0;
-  }
-  const P2pAlgo algo = p2pAlgoFor(a.bytes(), aligned8, aligned, ll_max_);
+  const P2pAlgo algo = algoFor(a);
+  const bool aligned = buffersAligned(a, n, 16);
   if (algo == P2pAlgo::kLL) {
     for (size_t r = 0; r < n; ++r) {
       DeviceGuard g(devices_[r]);
-      TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLL<T>, dim3(ll_blocks_), dim3(llThreads(a.bytes())), a.streams[r],
-                                  ll_[r], static_cast<T*>(a.bufs[r]), a.count));
+      TPS_CUDA_CHECK(p2pLaunchLL<T>(ll_pdl_, ll_[r], static_cast<T*>(a.bufs[r]), a.count, a.streams[r]));
     }
     return tpsSuccess;
   }

@@ -14,8 +14,9 @@
 //   rank's phase-1 flag of the same call, which follows (in stream order) the copy back of the call
 //   before and the copy in of this one; and before this rank's kernel ends. So the stage is never
 //   written by a peer while this rank copies it.
-// - Push channels are not offered (tpsCommGetPushChannel says tpsUnavailable).
-// The tunables are p2p.cu's, read from the same environment variables.
+// - Push channels are not offered (pushed calls are tpsUnavailable).
+// The grids, the LL geometry and the fused call's choice of kernel are p2p.cu's (p2p_algo.h,
+// p2p_launch.cuh); ranks that share a GPU cut the flag kernels' grids as there (backend.h).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -27,23 +28,15 @@
 #include "allreduce/async_status.h"
 #include "allreduce/p2p_algo.h"
 #include "allreduce/p2p_ipc.h"
-#include "allreduce/p2p_kernels.cuh"
+#include "allreduce/p2p_launch.cuh"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
-#include "common/param.h"
 
 namespace tpscope::detail {
 
 namespace {
 
-constexpr size_t kTwoShotPiece = 64u << 20;  // bytes per rank per two-shot launch, as p2p.cu
-TPS_PARAM_INT(P2pOneShotBlocks, "TPSCOPE_P2P_ONESHOT_BLOCKS", 64)
-TPS_PARAM_INT(P2pLLBlocks, "TPSCOPE_P2P_LL_BLOCKS", 64)
-TPS_PARAM_INT(P2pLLThreads, "TPSCOPE_P2P_LL_THREADS", 128)
-TPS_PARAM_INT(P2pLLThreadsMax, "TPSCOPE_P2P_LL_THREADS_MAX", 512)
-TPS_PARAM_INT(P2pPdl, "TPSCOPE_P2P_PDL", 1)
-TPS_PARAM_INT(P2pFusedRow, "TPSCOPE_P2P_FUSED_ROW", 1)
-TPS_PARAM_INT(P2pTwoShotBlocks, "TPSCOPE_P2P_BLOCKS", 128)
+constexpr size_t kTwoShotPiece = kP2pTwoShotPiece;
 
 // The buffers of this rank that its peers open, in the order of the exchanged handles.
 enum Shared { kOneRecv, kOneFlags, kTwoRecv, kTwoFlags, kStage, kLLRecv, kNumShared };
@@ -57,13 +50,10 @@ class P2pIpcBackend final : public Backend {
   ~P2pIpcBackend() override;
   tpsResult_t init(RankGroup& g, const HostTuning& tuning);
   tpsBackend_t kind() const override { return tpsBackendP2p; }
-  tpsPath_t pathFor(size_t bytes) const override {
-    return bytes <= kP2pOneShotMax ? tpsPathP2pOneShot : tpsPathP2pTwoShot;
-  }
+  // Every rank runs the kernel for aligned buffers (a misaligned one goes through the stage).
+  tpsPath_t pathFor(const CallArgs& a) const override { return p2pPathOf(p2pAlgoFor(a.bytes())); }
   Traffic trafficFor(tpsPath_t path, size_t bytes) const override {
-    const size_t n = static_cast<size_t>(nranks_);
-    if (path == tpsPathP2pOneShot) return Traffic{bytes * (n - 1), bytes * (n - 1)};
-    const size_t t = bytes * 2 * (n - 1) / n;
+    const size_t t = p2pBytesPerGpu(path, bytes, static_cast<size_t>(nranks_));
     return Traffic{t, t};
   }
   tpsResult_t allReduce(const CallArgs& a) override {
@@ -82,11 +72,6 @@ class P2pIpcBackend final : public Backend {
   tpsResult_t run(void* buf, size_t count, cudaStream_t stream);
   template <typename T>
   tpsResult_t oneShot(T* buf, size_t count, cudaStream_t stream);
-  int llThreads(size_t bytes) const {
-    const size_t per_block = (bytes / 8 + ll_blocks_ - 1) / ll_blocks_;
-    const size_t warps = (per_block + 31) / 32 * 32;
-    return static_cast<int>(std::clamp<size_t>(warps, ll_threads_, std::max(ll_threads_, ll_threads_max_)));
-  }
 
   int device_ = -1, rank_ = 0, nranks_ = 0;
   HostTuning tuning_{};
@@ -96,9 +81,8 @@ class P2pIpcBackend final : public Backend {
   std::vector<std::array<void*, kNumShared>> peers_;  // [rank][buffer]: opened handles (own: own pointers)
   P2pHandle one_{}, two_{};
   P2pLLHandle ll_{};
-  int one_blocks_ = 0, two_blocks_ = 0, ll_blocks_ = 0, ll_threads_ = 0, ll_threads_max_ = 0;
-  bool ll_pdl_ = false;
-  size_t ll_max_ = kP2pLLMax;
+  int one_blocks_ = 0, two_blocks_ = 0;
+  bool ll_pdl_ = false;  // launch the LL kernels as programmatic dependents (this rank's GPU is sm_90+)
 };
 
 P2pIpcBackend::~P2pIpcBackend() {
@@ -113,58 +97,37 @@ P2pIpcBackend::~P2pIpcBackend() {
 tpsResult_t P2pIpcBackend::init(RankGroup& g, const HostTuning& tuning) {
   device_ = g.device, rank_ = g.rank, nranks_ = g.nranks, tuning_ = tuning;
   const int n = nranks_;
-  one_blocks_ = static_cast<int>(tpsParamP2pOneShotBlocks());
-  two_blocks_ = static_cast<int>(tpsParamP2pTwoShotBlocks());
-  ll_blocks_ = static_cast<int>(tpsParamP2pLLBlocks());
-  ll_threads_ = static_cast<int>(tpsParamP2pLLThreads());
-  ll_threads_max_ = static_cast<int>(tpsParamP2pLLThreadsMax());
-  ll_max_ = p2pLLMax();
+  one_blocks_ = sharedGpuGrid(kP2pOneShotBlocks, g.ranks_per_gpu);
+  two_blocks_ = sharedGpuGrid(kP2pTwoShotBlocks, g.ranks_per_gpu);
+  const int ll_blocks = kP2pLLBlocks;
   const size_t lines = kP2pLLMax / 8;
   const size_t one_stride = kP2pOneShotMax, two_stride = kTwoShotPiece / n + 64;
 
   // This rank's buffers and their handles; a failure here is exchanged, so every rank gives up alike.
   auto local = [&]() -> tpsResult_t {
-    TPS_EXPECT(one_blocks_ >= 1 && one_blocks_ <= 1024 && two_blocks_ >= 1 && two_blocks_ <= 1024 &&
-                   ll_blocks_ >= 1 && ll_blocks_ <= 132,
-               tpsInvalidArgument, "p2p backend: a block count (TPSCOPE_P2P_*BLOCKS) is out of range");
-    TPS_EXPECT(ll_threads_ >= 32 && ll_threads_ <= kP2pThreads && ll_threads_ % 32 == 0 && ll_threads_max_ >= 32 &&
-                   ll_threads_max_ <= kP2pThreads && ll_threads_max_ % 32 == 0,
-               tpsInvalidArgument, "p2p backend: TPSCOPE_P2P_LL_THREADS(_MAX) is not a multiple of 32 in 32..{}",
-               kP2pThreads);
     DeviceGuard dg(device_);
     int major = 0;
     TPS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_));
-    ll_pdl_ = tpsParamP2pPdl() != 0 && major >= 9;
+    ll_pdl_ = major >= 9;
     TPS_CHECK(status_.create());
     const size_t flag_one = size_t{2} * 2 * n * one_blocks_ * kP2pFlagStride * sizeof(unsigned long long);
     const size_t flag_two = size_t{2} * 2 * n * two_blocks_ * kP2pFlagStride * sizeof(unsigned long long);
     const std::array<size_t, kNumShared> sizes = {2 * n * one_stride, flag_one, 2 * n * two_stride, flag_two,
-                                                  kTwoShotPiece, size_t{2} * n * lines * sizeof(uint4)};
+                                                  kTwoShotPiece, size_t{2} * n * lines * sizeof(LLLine)};
     for (int k = 0; k < kNumShared; ++k) {
       TPS_CHECK(DeviceBuffer::create(device_, sizes[k], &shared_[k]));
       TPS_CUDA_CHECK(cudaMemset(shared_[k].get(), 0, sizes[k]));
     }
     TPS_CHECK(DeviceBuffer::create(device_, one_blocks_ * sizeof(unsigned long long), &one_counters_));
     TPS_CHECK(DeviceBuffer::create(device_, two_blocks_ * sizeof(unsigned long long), &two_counters_));
-    TPS_CHECK(DeviceBuffer::create(device_, ll_blocks_ * sizeof(unsigned long long), &ll_counters_));
-    TPS_CHECK(DeviceBuffer::create(device_, ll_blocks_ * (sizeof(unsigned) + sizeof(float)), &ll_norm_));
+    TPS_CHECK(DeviceBuffer::create(device_, ll_blocks * sizeof(unsigned long long), &ll_counters_));
+    TPS_CHECK(DeviceBuffer::create(device_, ll_blocks * (sizeof(unsigned) + sizeof(float)), &ll_norm_));
     for (DeviceBuffer* b : {&one_counters_, &two_counters_, &ll_counters_, &ll_norm_})
       TPS_CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
     // The memsets must be done before a peer can write into these buffers.
     TPS_CUDA_CHECK(cudaDeviceSynchronize());
     // Load the kernels now (lazy loading waits for an idle device, which a peer's kernel may never allow).
-    cudaFuncAttributes fa;
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<float, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__half, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__nv_bfloat16, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<float>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<__half>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<__nv_bfloat16>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<float>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__half>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__nv_bfloat16>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNorm));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNormRow<false>));
+    TPS_CUDA_CHECK(p2pLoadKernels());
     return tpsSuccess;
   };
   Exported mine{};
@@ -220,11 +183,11 @@ tpsResult_t P2pIpcBackend::init(RankGroup& g, const HostTuning& tuning) {
   TPS_CHECK(fill(&one_, kOneRecv, kOneFlags, one_counters_, one_stride));
   TPS_CHECK(fill(&two_, kTwoRecv, kTwoFlags, two_counters_, two_stride));
   std::memset(&ll_, 0, sizeof(ll_));
-  for (int q = 0; q < n; ++q) ll_.recv[q] = static_cast<uint4*>(peers_[q][kLLRecv]);
+  for (int q = 0; q < n; ++q) ll_.recv[q] = static_cast<LLLine*>(peers_[q][kLLRecv]);
   ll_.own = ll_.recv[rank_];
   ll_.counters = ll_counters_.as<unsigned long long>();
   ll_.norm_done = ll_norm_.as<unsigned>();
-  ll_.norm_part = reinterpret_cast<float*>(ll_.norm_done + ll_blocks_);
+  ll_.norm_part = reinterpret_cast<float*>(ll_.norm_done + ll_blocks);
   TPS_CHECK(status_.devicePointer(device_, &ll_.status));
   ll_.lines = lines;
   ll_.timeout_ns = one_.timeout_ns;
@@ -250,15 +213,14 @@ tpsResult_t P2pIpcBackend::run(void* user, size_t count, cudaStream_t stream) {
   const size_t bytes = count * sizeof(T);
   T* stage = shared_[kStage].as<T>();
   const uintptr_t addr = reinterpret_cast<uintptr_t>(user);
-  const P2pAlgo algo = p2pAlgoFor(bytes, true, true, ll_max_);
+  const P2pAlgo algo = p2pAlgoFor(bytes);
   if (algo != P2pAlgo::kTwoShot) {
     // Through the stage when the buffer is not aligned for the kernel every rank runs.
     const bool direct = addr % (algo == P2pAlgo::kLL ? 8 : 16) == 0;
     T* buf = direct ? static_cast<T*>(user) : stage;
     if (!direct) TPS_CUDA_CHECK(cudaMemcpyAsync(stage, user, bytes, cudaMemcpyDeviceToDevice, stream));
     if (algo == P2pAlgo::kLL)
-      TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLL<T>, dim3(ll_blocks_), dim3(llThreads(bytes)), stream, ll_, buf,
-                                  count));
+      TPS_CUDA_CHECK(p2pLaunchLL<T>(ll_pdl_, ll_, buf, count, stream));
     else
       TPS_CHECK(oneShot<T>(buf, count, stream));
     if (!direct) TPS_CUDA_CHECK(cudaMemcpyAsync(user, stage, bytes, cudaMemcpyDeviceToDevice, stream));
@@ -282,30 +244,22 @@ tpsResult_t P2pIpcBackend::run(void* user, size_t count, cudaStream_t stream) {
   return tpsSuccess;
 }
 
-// As P2pBackend::allReduceAddRmsNorm for this rank's buffers (the conditions are p2p.cu's).
+// As P2pBackend::allReduceAddRmsNorm for this rank's buffers (p2pFusedFits, p2pLaunchAddNorm).
 tpsResult_t P2pIpcBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) {
   if (m.pushed) return tpsUnavailable;
-  bool ok = a.dtype == tpsBfloat16 && p2pAlgoFor(a.bytes(), true, false, ll_max_) == P2pAlgo::kLL &&
-            m.width % 4 == 0 && m.rows <= static_cast<size_t>(ll_blocks_) && ll_threads_ <= kFusedThreads &&
-            (m.weight == nullptr || m.residual_in[0] != m.residual_out[0]);
+  bool aligned8 = true;
   for (const void* p : {static_cast<const void*>(a.bufs[0]), m.residual_in[0], static_cast<const void*>(m.residual_out[0]),
                         m.normed ? static_cast<const void*>(m.normed[0]) : nullptr, m.weight ? m.weight[0] : nullptr})
-    ok = ok && reinterpret_cast<uintptr_t>(p) % 8 == 0;
-  if (!ok) return tpsUnavailable;
+    aligned8 = aligned8 && reinterpret_cast<uintptr_t>(p) % 8 == 0;
+  if (!p2pFusedFits(a.dtype, a.bytes(), m.rows, m.width, aligned8, m.weight != nullptr,
+                    m.residual_in[0] != m.residual_out[0]))
+    return tpsUnavailable;
   DeviceGuard g(device_);
-  const auto* partial = static_cast<const __nv_bfloat16*>(a.bufs[0]);
-  const auto* res_in = static_cast<const __nv_bfloat16*>(m.residual_in[0]);
-  auto* res_out = static_cast<__nv_bfloat16*>(m.residual_out[0]);
-  const auto* weight = m.weight ? static_cast<const __nv_bfloat16*>(m.weight[0]) : nullptr;
-  auto* normed = m.normed ? static_cast<__nv_bfloat16*>(m.normed[0]) : nullptr;
-  if (tpsParamP2pFusedRow() != 0 && m.weight != nullptr && m.width / 4 <= static_cast<size_t>(kRowThreads) * kRowWords)
-    TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNormRow<false>, dim3(ll_blocks_), dim3(kRowThreads),
-                                a.streams[0], ll_, partial, res_in, res_out, weight, normed, static_cast<int>(m.rows),
-                                static_cast<int>(m.width), m.eps));
-  else
-    TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNorm, dim3(ll_blocks_), dim3(ll_threads_), a.streams[0], ll_,
-                                partial, res_in, res_out, weight, normed, static_cast<int>(m.rows),
-                                static_cast<int>(m.width), m.eps));
+  TPS_CUDA_CHECK(p2pLaunchAddNorm<false>(
+      ll_pdl_, ll_, static_cast<const __nv_bfloat16*>(a.bufs[0]), static_cast<const __nv_bfloat16*>(m.residual_in[0]),
+      static_cast<__nv_bfloat16*>(m.residual_out[0]),
+      m.weight ? static_cast<const __nv_bfloat16*>(m.weight[0]) : nullptr,
+      m.normed ? static_cast<__nv_bfloat16*>(m.normed[0]) : nullptr, m.rows, m.width, m.eps, a.streams[0]));
   return tpsSuccess;
 }
 

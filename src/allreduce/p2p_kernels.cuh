@@ -186,18 +186,16 @@ __global__ void __launch_bounds__(kP2pThreads) p2pTwoShot(P2pHandle h, size_t co
 }
 
 // ---- one-shot with the flags carried in the data (LL, as NCCL's low-latency protocol) ---------------
-// Each 8 bytes of payload travel as one 16-byte line {d0, s, d1, s}: a single 16-byte store puts data
-// and sequence number in flight together, and 8-byte halves arrive whole, so a receiver that sees both
-// flags equal to s also sees the data. No barrier and no separate flag store: the receiver polls the
-// lines themselves, in its own memory. Half the line is flags, which costs nothing at decode sizes.
-// Lines of call s and s-2 share a slot; the flag tells them apart (counters start at 0, flags at 0).
+// Each 8 bytes of payload travel as one LLLine (push.cuh, which states the atomicity it relies on): no
+// barrier and no separate flag store, the receiver polls the lines themselves, in its own memory. Half
+// the line is flags, which costs nothing at decode sizes.
 
 struct P2pLLHandle {
-  uint4* recv[TPS_MAX_DEVICES];  // each rank's lines: [2 slots][nranks][lines]
+  LLLine* recv[TPS_MAX_DEVICES];  // each rank's lines: [2 slots][nranks][lines]
   // recv[rank], for the receiving side: recv[] indexed by a runtime rank makes the compiler copy the
   // handle to the stack (ptxas -v: a 104-byte frame; none with this), while recv[q] with q from an
   // unrolled loop stays in parameter space. Timed the same on 2xH200 either way.
-  uint4* own;
+  LLLine* own;
   unsigned long long* counters;  // this rank's sequence per block
   unsigned* status;              // mapped host: [nranks]
   unsigned* norm_done;           // fused add + norm: blocks of each row done, [blocks]; back to 0 after
@@ -209,23 +207,14 @@ struct P2pLLHandle {
 
   // The lines that rank `from` writes into rank `owner`'s memory in sequence slot `slot`; call it with
   // an `owner` from an unrolled loop (a constant), as recv[] wants.
-  __device__ __forceinline__ uint4* sendLines(int owner, int slot, int from) const {
+  __device__ __forceinline__ LLLine* sendLines(int owner, int slot, int from) const {
     return recv[owner] + (static_cast<size_t>(slot) * nranks + from) * lines;
   }
   // The lines this rank received from rank `from` in slot `slot` (its own memory).
-  __device__ __forceinline__ const uint4* receivedLines(int slot, int from) const {
+  __device__ __forceinline__ const LLLine* receivedLines(int slot, int from) const {
     return own + (static_cast<size_t>(slot) * nranks + from) * lines;
   }
 };
-
-__device__ inline uint4 loadLine(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
 
 // Words w0 + k * stride (k < n <= kWords) of an LL call summed over the ranks in rank order into acc[k]
 // (zero on entry): this rank's part from `own`, each peer's from the lines it wrote into this rank's
@@ -258,12 +247,12 @@ __device__ __forceinline__ bool sumLLWords(const P2pLLHandle& h, int slot, unsig
         if (k < n) add(k, own[k]);
       continue;
     }
-    const uint4* p = h.receivedLines(slot, q) + w0;
-    uint4 line[kWords];
+    const LLLine* p = h.receivedLines(slot, q) + w0;
+    LLLine line[kWords];
 #pragma unroll
     for (int k = 0; k < kWords; ++k)
-      if (k < n) line[k] = loadLine(p + k * stride);
-    auto missing = [&](int k) { return k < n && (line[k].y != s || line[k].w != s); };
+      if (k < n) line[k] = loadLLLine(p + k * stride);
+    auto missing = [&](int k) { return k < n && !line[k].of(s); };
     for (;;) {
       bool ready = true;
 #pragma unroll
@@ -272,11 +261,11 @@ __device__ __forceinline__ bool sumLLWords(const P2pLLHandle& h, int slot, unsig
       if (globalTimerNs() - t0 > h.timeout_ns) return false;
 #pragma unroll
       for (int k = 0; k < kWords; ++k)
-        if (missing(k)) line[k] = loadLine(p + k * stride);
+        if (missing(k)) line[k] = loadLLLine(p + k * stride);
     }
 #pragma unroll
     for (int k = 0; k < kWords; ++k)
-      if (k < n) add(k, make_uint2(line[k].x, line[k].z));
+      if (k < n) add(k, line[k].data());
   }
   return true;
 }
@@ -293,8 +282,8 @@ __device__ __forceinline__ bool sumLLWord(const P2pLLHandle& h, int slot, unsign
   return ok;
 }
 
-// This rank's word w of an LL call, sent as one line {d0, s, d1, s} into every peer's memory (the
-// line format of allreduce/push.cuh, which callers' kernels use to push a call's words themselves).
+// This rank's word w of an LL call, sent as one LLLine into every peer's memory (as pushWord does from
+// callers' kernels that push a call's words themselves).
 __device__ __forceinline__ void sendLLWord(const P2pLLHandle& h, int slot, unsigned s, size_t w, uint2 v) {
 #pragma unroll
   for (int q = 0; q < TPS_MAX_DEVICES; ++q)
@@ -494,7 +483,7 @@ static __global__ void __launch_bounds__(kFusedThreads)
 // block's reduction order is fixed). residual_out may be residual_in or partial (each word is read
 // before it is written, by the thread that writes it).
 // kPushed: the call's words were sent by the kernel that made the partial (allreduce/push.cuh), and
-// this one only waits for the peers' lines and sums (tpsAllReducePushedAddRmsNorm).
+// this one only waits for the peers' lines and sums (allReducePushedAddRmsNorm).
 // 512 x 4: the fastest block shape for 8b tensor decode with pushed reductions, from a sweep of 256 x 8,
 // 512 x 4 and 1024 x 2 (docs/PERFORMANCE.md, "The synthetic transformer").
 constexpr int kRowThreads = 512, kRowWords = 4;  // rows of up to 8192 bf16

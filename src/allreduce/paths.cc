@@ -193,7 +193,7 @@ AutoSummary autoPicks(const Topology& topo, const std::vector<PathStatus>& paths
     pick.backend = detail::chooseAuto(a, bytes, table, &from_table);
     switch (pick.backend) {
       case tpsBackendP2p:
-        pick.algorithm = detail::p2pAlgoName(detail::p2pAlgoFor(bytes, true, true, detail::p2pLLMax()));
+        pick.algorithm = detail::p2pAlgoName(detail::p2pAlgoFor(bytes));
         break;
       case tpsBackendHost:
         pick.algorithm = bytes >= host_copy_threshold ? "copy engines" : "kernel";  // host_staged.cu pathFor()

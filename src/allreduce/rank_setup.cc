@@ -5,7 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -37,8 +37,9 @@ tpsResult_t exchange(RankGroup& g, const char* what, tpsResult_t status, const v
     int32_t sq = 0;
     std::memcpy(&sq, buf.data() + slot * q, sizeof(sq));
     if (sq != tpsSuccess) {
-      if (q != g.rank) TPS_LOG_WARN("tpsCommInitRank: rank {}: {} failed on rank {} ({})", g.rank, what, q,
-                                    tpsGetErrorString(static_cast<tpsResult_t>(sq)));
+      if (q != g.rank)
+        TPS_LOG_WARN("tpsCommInitRank: rank {}: {} failed on rank {} ({})", g.rank, what, q,
+                     tpsGetErrorString(static_cast<tpsResult_t>(sq)));
       return static_cast<tpsResult_t>(sq);
     }
   }
@@ -54,7 +55,7 @@ tpsResult_t agree(RankGroup& g, const char* what, tpsResult_t status) {
   return exchange(g, what, status, nullptr, 0, nullptr);
 }
 
-tpsResult_t joinRankGroup(const tpsUniqueId& id, int nranks, int rank, int device, unsigned timeout_ms,
+tpsResult_t joinRankGroup(const tpsUniqueId& id, int nranks, int rank, int device, bool may_share, unsigned timeout_ms,
                           RankGroup* out) {
   std::string error;
   const tpsResult_t joined = Bootstrap::join(id, nranks, rank, timeout_ms, &out->boot, &error);
@@ -83,10 +84,15 @@ tpsResult_t joinRankGroup(const tpsUniqueId& id, int nranks, int rank, int devic
   TPS_CHECK(exchange(*out, "learning the ranks' GPUs", status, &mine, sizeof(mine), &all));
   const auto* info = reinterpret_cast<const RankInfo*>(all.data());
 
-  // Ranks on one GPU only for tests (as tpsCommCreate); the others can reach a GPU when it is visible
-  // here and has peer access from this rank's.
-  const char* shared = std::getenv("TPSCOPE_TEST_SHARED_DEVICES");
-  const bool may_share = shared != nullptr && std::string(shared) == "1";
+  // Ranks on one GPU only when the config lets them (as tpsCommCreate); the others can reach a GPU when
+  // it is visible here and has peer access from this rank's. Every rank counts the ranks per GPU from
+  // the same list, so all agree on it.
+  for (int q = 0; q < nranks; ++q) {
+    int same = 0;
+    for (int p = 0; p < nranks; ++p)
+      same += std::strncmp(info[p].pci_bus_id, info[q].pci_bus_id, sizeof(info[q].pci_bus_id)) == 0;
+    out->ranks_per_gpu = std::max(out->ranks_per_gpu, same);
+  }
   status = tpsSuccess;
   unsigned char reach = 1;
   for (int q = 0; q < nranks; ++q) {

@@ -21,13 +21,15 @@ struct RankGroup {
   int rank = 0, nranks = 0;
   int device = -1;              // this rank's CUDA ordinal in this process
   bool all_peer_access = true;  // every pair of ranks' GPUs is one GPU or has peer access (as seen from both ends)
-  bool shared_device = false;   // some ranks share a GPU (TPSCOPE_TEST_SHARED_DEVICES=1 only)
+  bool shared_device = false;   // some ranks share a GPU (tpsConfig_t.shared_devices only)
+  int ranks_per_gpu = 1;        // the most ranks on any one GPU (ranksPerGpu in backend.h, across processes)
 };
 
 // Joins the communicator of `id` (Bootstrap::join, bounded by timeout_ms), checks this rank's device
-// and learns every rank's GPU. Errors as tpsCommInitRank; every rank returns the same status, except
+// and learns every rank's GPU; ranks may share a GPU only when every rank says `may_share`
+// (tpsConfig_t.shared_devices). Errors as tpsCommInitRank; every rank returns the same status, except
 // for argument errors found before the join.
-tpsResult_t joinRankGroup(const tpsUniqueId& id, int nranks, int rank, int device, unsigned timeout_ms,
+tpsResult_t joinRankGroup(const tpsUniqueId& id, int nranks, int rank, int device, bool may_share, unsigned timeout_ms,
                           RankGroup* out);
 
 // Every rank's `bytes`-byte blob, in rank order, with this rank's `status` exchanged beside it: returns

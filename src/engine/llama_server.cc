@@ -256,13 +256,22 @@ KeyValues settingsFromProps(const json& p) {
 }
 
 std::vector<std::string> fallbacksInLog(const std::string& log) {
-  // ggml-cuda.cu's comm init: every path that does not run the AllReduce asked for says so in a warning.
-  static const std::regex re(R"((falling back to|unknown GGML_CUDA_ALLREDUCE value|AllReduce init failed))");
+  // ggml-cuda.cu's comm init: every path that does not run the AllReduce asked for says so in a warning;
+  // the tpscope path (integrations/llama.cpp) when it cannot start, is not built in, or hands tensors
+  // of a kind it does not take to llama.cpp's own AllReduce.
+  static const std::regex re(
+      R"((falling back to|unknown GGML_CUDA_ALLREDUCE value|AllReduce init failed|tpscope AllReduce unavailable|)"
+      R"(tpscope is not compiled in|use llama.cpp's own AllReduce))");
   std::vector<std::string> out;
   std::istringstream in(log);
   for (std::string line; std::getline(in, line);)
     if (std::regex_search(line, re)) out.push_back(line);
   return out;
+}
+
+bool tpscopeInLog(const std::string& log) {
+  static const std::regex re(R"(tpscope AllReduce \(tpscope [^)]*\) over CUDA devices)");
+  return std::regex_search(log, re);
 }
 
 std::string tailLines(const std::string& log, int n) {

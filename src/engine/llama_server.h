@@ -84,6 +84,10 @@ KeyValues settingsFromProps(const nlohmann::json& props);
 // Log lines where llama.cpp says it did not do what it was asked: an AllReduce that fell back to
 // another, an unknown GGML_CUDA_ALLREDUCE value. Empty when there are none.
 std::vector<std::string> fallbacksInLog(const std::string& log);
+
+// Whether the log shows tpscope's AllReduce started (integrations/llama.cpp's patch, GGML_CUDA_ALLREDUCE=tpscope):
+// "tpscope AllReduce (tpscope VERSION, BACKEND) over CUDA devices 0,1".
+bool tpscopeInLog(const std::string& log);
 // The last `n` non-empty lines of a log, for error messages.
 std::string tailLines(const std::string& log, int n);
 // Prometheus text format -> name -> value (labels dropped; comments skipped).

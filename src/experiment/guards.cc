@@ -60,8 +60,9 @@ std::vector<int> parseDeviceList(const std::string& csv) {
 }
 
 const std::vector<std::string>& deltaKeys() {
-  static const std::vector<std::string> k = {"devices",   "split", "backend",   "tokens_per_step", "acceptance",
-                                             "allreduce", "draft", "spec_type", "draft_max"};
+  static const std::vector<std::string> k = {"devices",   "split",           "backend", "tokens_per_step",
+                                             "acceptance", "allreduce",      "tpscope_backend",
+                                             "draft",      "spec_type",      "draft_max"};
   return k;
 }
 const std::vector<std::string>& derivedKeys() {
@@ -138,6 +139,8 @@ std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, con
                  {"baseline_retries", std::to_string(sh.baseline_retries),
                   shared(sh.baseline_retries != defaults.baseline_retries)},
                  {"meter_period_ms", num(sh.meter_period_ms), shared(sh.meter_period_ms != defaults.meter_period_ms)},
+                 {"meter_idle_period_ms", num(std::max(sh.meter_idle_period_ms, sh.meter_period_ms)),
+                  shared(sh.meter_idle_period_ms != defaults.meter_idle_period_ms)},
                  // The delta.
                  {"devices", joinInts(devices), sourceOf(d.devices, b.devices)},
                  {"split", splitModeName(split), sourceOf(d.split, b.split)},
@@ -160,6 +163,11 @@ std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, con
       // "default": GGML_CUDA_ALLREDUCE is removed from the server's environment, so llama.cpp's own
       // default runs (nccl on Linux), never whatever the user's shell had set.
       const std::string allreduce = d.allreduce ? *d.allreduce : b.allreduce.value_or("default");
+      // tpscope's backend (TPSCOPE_ALLREDUCE) under allreduce = "tpscope"; "none" under any other.
+      const std::string tpscope_backend =
+          allreduce == "tpscope" ? (d.tpscope_backend ? *d.tpscope_backend : b.tpscope_backend.value_or("auto"))
+                                 : "none";
+      const std::string reduction = allreduce == "tpscope" ? "tpscope-" + tpscope_backend : allreduce;
       const std::string draft = d.draft ? *d.draft : b.draft.value_or("none");
       const std::string type = d.spec_type ? *d.spec_type : b.spec_type.value_or("none");
       const auto draft_max = d.draft_max ? d.draft_max : b.draft_max;
@@ -167,11 +175,12 @@ std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, con
           S.end(),
           {
               {"allreduce", allreduce, sourceOf(d.allreduce, b.allreduce)},
+              {"tpscope_backend", tpscope_backend, sourceOf(d.tpscope_backend, b.tpscope_backend)},
               {"draft", draft, sourceOf(d.draft, b.draft)},
               {"spec_type", type, sourceOf(d.spec_type, b.spec_type)},
               {"draft_max", draft_max ? std::to_string(*draft_max) : "default", sourceOf(d.draft_max, b.draft_max)},
               {"gpu_count", std::to_string(devices.size()), SettingSource::kDerived},
-              {"allreduce_backend", split == SplitMode::kTensor ? allreduce : "none", SettingSource::kDerived},
+              {"allreduce_backend", split == SplitMode::kTensor ? reduction : "none", SettingSource::kDerived},
           });
     } else {
       S.push_back({"gpu_count", std::to_string(devices.size()), SettingSource::kDerived});

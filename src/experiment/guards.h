@@ -4,10 +4,11 @@
 // 1. Every arm's effective settings: every setting that affects the measurement, after defaults and
 //    after every automatic decision (the workload's, the library's, the box's), including settings no
 //    arm declares. Arms may differ only in their declared delta and what follows from it; anything
-//    else is the study's trap 1 (a flag that decides differently per arm) and refuses the run.
+//    else is an undeclared difference (the seed study's auto-tuning flag that decided differently per
+//    arm) and refuses the run.
 // 2. Availability: an arm whose split mode, backend, device set or preset this build and box do not
-//    offer is refused up front with the reason, never started (the study's trap 2: listed in help,
-//    not implemented).
+//    offer is refused up front with the reason, never started (the seed study's row split: listed in
+//    help, not implemented).
 #pragma once
 
 #include <functional>

@@ -82,10 +82,19 @@ QuiesceRecord quiesceFromJson(const json& j) {
 json toJson(const Manifest& m) {
   json eff = json::array();
   for (const EffectiveSettings& e : m.effective) eff.push_back(toJson(e));
-  return {
-      {"format", m.format},     {"experiment", m.experiment}, {"spec_path", m.spec_path},   {"spec_toml", m.spec_toml},
-      {"arms", m.arms},         {"phases", m.phases},         {"effective", eff},           {"versions", m.versions},
-      {"topology", m.topology}, {"machine", m.machine},       {"start_time", m.start_time}, {"recording", m.recording}};
+  return {{"format", m.format},
+          {"experiment", m.experiment},
+          {"spec_path", m.spec_path},
+          {"spec_toml", m.spec_toml},
+          {"arms", m.arms},
+          {"phases", m.phases},
+          {"effective", eff},
+          {"versions", m.versions},
+          {"topology", m.topology},
+          {"machine", m.machine},
+          {"start_time", m.start_time},
+          {"recording", m.recording},
+          {"invocation", m.invocation}};
 }
 
 Manifest manifestFromJson(const json& j) {
@@ -104,6 +113,7 @@ Manifest manifestFromJson(const json& j) {
     m.versions = j.value("versions", json::object());
     m.topology = j.value("topology", json::object());
     m.machine = j.value("machine", json::object());
+    m.invocation = j.value("invocation", json::object());
     m.start_time = j.value("start_time", std::string());
     m.recording = j.value("recording", std::string());
   } catch (const json::exception& e) {
@@ -127,6 +137,8 @@ json toJson(const RepetitionResult& r) {
       gpus.push_back({{"gpu", g.gpu},
                       {"pcie_rx_bytes", opt(g.rx_bytes)},
                       {"pcie_tx_bytes", opt(g.tx_bytes)},
+                      {"pcie_rx_own_bytes", opt(g.own_rx_bytes)},
+                      {"pcie_tx_own_bytes", opt(g.own_tx_bytes)},
                       {"pcie_rx_mbps", opt(g.rx_mbps)},
                       {"pcie_tx_mbps", opt(g.tx_mbps)},
                       {"nvlink_rx_mbps", opt(g.nvlink_rx_mbps)},
@@ -150,6 +162,7 @@ json toJson(const RepetitionResult& r) {
   json out = {{"arm", r.arm},         {"repetition", r.repetition},   {"attempt", r.attempt}, {"valid", r.valid},
               {"devices", r.devices}, {"quiesce", toJson(r.quiesce)}, {"phases", phases}};
   if (!r.disturbed.empty()) out["disturbed"] = r.disturbed;
+  if (!r.meter.is_null()) out["meter"] = r.meter;
   return out;
 }
 
@@ -162,6 +175,7 @@ RepetitionResult repetitionFromJson(const json& j) {
   r.devices = j.value("devices", std::vector<int>{});
   r.quiesce = quiesceFromJson(j.at("quiesce"));
   r.disturbed = j.value("disturbed", std::string());
+  r.meter = j.value("meter", json(nullptr));
   for (const json& pj : j.at("phases")) {
     PhaseResult p;
     p.phase = pj.at("phase").get<std::string>();
@@ -183,6 +197,8 @@ RepetitionResult repetitionFromJson(const json& j) {
       t.gpu = g.at("gpu").get<int>();
       t.rx_bytes = getOpt<double>(g, "pcie_rx_bytes");
       t.tx_bytes = getOpt<double>(g, "pcie_tx_bytes");
+      t.own_rx_bytes = getOpt<double>(g, "pcie_rx_own_bytes");
+      t.own_tx_bytes = getOpt<double>(g, "pcie_tx_own_bytes");
       t.rx_mbps = getOpt<double>(g, "pcie_rx_mbps");
       t.tx_mbps = getOpt<double>(g, "pcie_tx_mbps");
       t.nvlink_rx_mbps = getOpt<double>(g, "nvlink_rx_mbps");
@@ -331,6 +347,8 @@ std::vector<GpuTraffic> trafficFromWindow(const MeterWindow& w, const std::vecto
     t.gpu = gpus[i].index;
     t.rx_bytes = rx.bytes;
     t.tx_bytes = tx.bytes;
+    t.own_rx_bytes = rx.own_bytes;
+    t.own_tx_bytes = tx.own_bytes;
     t.rx_mbps = rx.mean_mbps;
     t.tx_mbps = tx.mean_mbps;
     t.nvlink_rx_mbps = c[static_cast<int>(MeterCounter::kNvlinkRx)].mean_mbps;

@@ -40,7 +40,8 @@ struct Manifest {
   std::vector<EffectiveSettings> effective;
   nlohmann::json versions = nlohmann::json::object();  // tpscope, git_sha, cuda, driver, nccl
   nlohmann::json topology = nlohmann::json::object();  // `tpscope topo --format json`
-  nlohmann::json machine = nlohmann::json::object();   // hostname, kernel, cpu
+  nlohmann::json machine = nlohmann::json::object();   // hostname, os, cpu, gpus, description
+  nlohmann::json invocation = nlohmann::json::object();  // argv, quick, arms: how the run was asked for
   std::string start_time;                              // ISO 8601 UTC
   // Non-empty for a shipped recording, printed as is: "Recorded run: 2026-11-29 on 2x NVIDIA H200 ...".
   std::string recording;
@@ -49,7 +50,10 @@ struct Manifest {
 // One GPU in one phase window of one repetition.
 struct GpuTraffic {
   int gpu = 0;                               // CUDA ordinal
-  std::optional<double> rx_bytes, tx_bytes;  // PCIe, counter difference across the window
+  std::optional<double> rx_bytes, tx_bytes;  // PCIe, counter difference across the window, net of the meter
+  // What the meter's own reads inside the window added (subtracted from rx/tx_bytes); nullopt when the
+  // meter was not calibrated. rx_bytes + own_rx_bytes is the counter difference as counted.
+  std::optional<double> own_rx_bytes, own_tx_bytes;
   std::optional<double> rx_mbps, tx_mbps;    // mean inside the window: bytes / duration
   std::optional<double> nvlink_rx_mbps, nvlink_tx_mbps;
   int samples = 0;                                   // PCIe reads inside the window
@@ -88,6 +92,9 @@ struct RepetitionResult {
                           // not used in statistics
   std::string disturbed;  // why a repetition whose baseline passed is invalid (work that was not the rig's)
   QuiesceRecord quiesce;
+  // The repetition's meter: {"options": ..., "calibration": ...} (src/meter/record.h's shapes), so the
+  // bytes per read every window was made net with travel with the figures.
+  nlohmann::json meter = nullptr;
   std::vector<int> devices;  // CUDA ordinals of quiesce.idle_mbps rows
   std::vector<PhaseResult> phases;
 };
@@ -149,8 +156,9 @@ RunRecord readRun(const std::string& dir);
 // `devices` maps meter GPU positions to CUDA ordinals.
 std::vector<GpuTraffic> trafficFromWindow(const MeterWindow& w, const std::vector<MeterGpu>& gpus);
 
-// The bytes counter `c` moved on GPU `gpu` (CUDA ordinal) in [start_ns, end_ns] of one repetition,
-// recomputed from the run's samples as the meter computed its windows; nullopt where the samples do not
+// The bytes counter `c` counted on GPU `gpu` (CUDA ordinal) in [start_ns, end_ns] of one repetition
+// (before the meter's own reads are subtracted), recomputed from the run's samples as the meter
+// computed its windows; nullopt where the samples do not
 // span the window. A run folder reproduces its own windows this way (tests check it does, exactly).
 std::optional<double> windowBytesFromSamples(const RunRecord& run, const std::string& arm, int repetition, int gpu,
                                              MeterCounter c, int64_t start_ns, int64_t end_ns);

@@ -162,6 +162,34 @@ void explain(Report* r) {
 
 }  // namespace
 
+// The meter's own traffic per GPU: its bytes over the valid phase windows' time.
+static void ownTraffic(const RunRecord& run, Report* r) {
+  std::map<int, std::array<double, 3>> per_gpu;  // gpu -> own rx bytes, own tx bytes, seconds
+  int gross = 0;
+  for (const RepetitionResult& rep : run.repetitions) {
+    if (!rep.valid) continue;
+    for (const PhaseResult& p : rep.phases)
+      for (const GpuTraffic& g : p.gpus) {
+        if (!g.own_rx_bytes || !g.own_tx_bytes) {
+          ++gross;
+          continue;
+        }
+        auto& a = per_gpu[g.gpu];
+        a[0] += *g.own_rx_bytes;
+        a[1] += *g.own_tx_bytes;
+        a[2] += p.seconds();
+      }
+  }
+  for (const auto& [gpu, a] : per_gpu)
+    if (a[2] > 0)
+      r->own.push_back(fmt::format("the meter's own reads: {:.2f} MB/s rx, {:.2f} MB/s tx on GPU {}", a[0] / a[2] / 1e6,
+                                   a[1] / a[2] / 1e6, gpu));
+  if (gross > 0 && !per_gpu.empty())
+    r->own_note = fmt::format("{} GPU windows were not calibrated and include the meter's own reads.", gross);
+  else if (gross > 0)
+    r->own_note = "The meter was not calibrated in this run: its figures include the meter's own reads.";
+}
+
 Report buildReport(const RunRecord& run) {
   const Manifest& man = run.manifest;
   Report r;
@@ -352,6 +380,7 @@ Report buildReport(const RunRecord& run) {
       n.ratio = n.layer_rx_mbps > 0 ? n.tensor_rx_mbps / n.layer_rx_mbps : 0;
       r.net.push_back(n);
     }
+  ownTraffic(run, &r);
   explain(&r);
   return r;
 }
@@ -418,6 +447,13 @@ std::string formatMarkdown(const Report& r) {
     s += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu, spread(c.rx_mbps, mbps),
                      spread(c.tx_mbps, mbps), samples, c.share_of_ceiling ? pct(*c.share_of_ceiling) : "N/A");
   }
+  if (!r.own.empty()) {
+    s += "\nEvery figure is net of the meter's own counter reads (each NVML read adds PCIe traffic; calibrated at "
+         "each meter start, docs/METHOD.md):";
+    for (const std::string& line : r.own) s += "\n- " + line;
+    s += "\n";
+  }
+  if (!r.own_note.empty()) s += "\n" + r.own_note + "\n";
   if (r.busiest)
     s += fmt::format("\nBusiest cell: arm {} {} GPU {} {} {} MB/s = {} of the {} MB/s ceiling per direction.\n",
                      r.busiest->arm, r.busiest->phase, r.busiest->gpu, r.busiest->direction, mbps(r.busiest->mbps),

@@ -2,10 +2,10 @@
 // report.h - the study's tables from a run folder, as markdown and JSON.
 //
 // Statistics (docs/METHOD.md): per repetition the mean inside the phase window (bytes over time; never
-// a median of samples, which throws the bursts away: the study's trap 3); across repetitions the
-// median with min–max and the number of repetitions. Only repetitions whose baseline passed count;
-// the others are listed, never dropped silently. "rx per card" in the summary is the mean over the
-// arm's GPUs of each GPU's median, as the study reports it.
+// a median of samples, which throws the bursts away, as the seed study's medians did); across
+// repetitions the median with min–max and the number of repetitions. Only repetitions whose baseline
+// passed count; the others are listed, never dropped silently. "rx per card" in the summary is the
+// mean over the arm's GPUs of each GPU's median, as the study reports it.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -78,6 +78,11 @@ struct Report {
   std::vector<NetCost> net;
   std::optional<BusiestCell> busiest;
   std::vector<std::string> failed;                   // one line per repetition attempt whose baseline failed
+  // What the meter's own reads added, per GPU over every valid phase window, subtracted from every
+  // figure: "the meter's own reads: 1.02 MB/s rx, 1.10 MB/s tx on GPU 0"; empty for runs recorded
+  // before the meter was calibrated. own_note says when some windows were not made net.
+  std::vector<std::string> own;
+  std::string own_note;
   std::vector<std::string> meaning;                  // "what this means", generated from the numbers
   nlohmann::json windows = nlohmann::json::array();  // {arm, repetition, phase, start_ns, end_ns} for plots
 };

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "experiment/report.h"
+#include "meter/record.h"
 
 namespace tpscope::experiment {
 
@@ -133,6 +134,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
   m.versions = c.versions;
   m.topology = c.topology;
   m.machine = c.machine;
+  m.invocation = c.invocation;
   m.start_time = isoTimeUtc();
   std::unique_ptr<RunWriter> writer;
   try {
@@ -186,7 +188,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
       out.message = "arm " + arm.arm + ": " + reason;
       return out;
     }
-    // A decision the workload makes now must be the one the guards saw (trap 1 again).
+    // A decision the workload makes now must be the one the guards saw (an undeclared difference otherwise).
     for (const Setting& d : decisions)
       if (const Setting* s = arm.find(d.key); s && s->value != d.value) {
         out.message = fmt::format(
@@ -205,6 +207,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
         MeterOptions mo;
         mo.devices = devices;
         mo.period_us = static_cast<int64_t>(sh.meter_period_ms * 1000 + 0.5);
+        mo.idle_period_us = std::max(mo.period_us, static_cast<int64_t>(sh.meter_idle_period_ms * 1000 + 0.5));
         mo.method = MeterMethod::kBoth;  // the dmon figure beside the counters, same windows
         std::unique_ptr<Meter> meter;
         if (start_meter(mo, &meter, &reason) != tpsSuccess) {
@@ -220,6 +223,7 @@ RunOutcome runExperiment(const RunnerConfig& c) {
         r.attempt = attempt;
         r.devices.clear();
         for (const MeterGpu& g : meter->gpus()) r.devices.push_back(g.index);
+        r.meter = {{"options", toJson(meter->options())}, {"calibration", toJson(meter->calibration(), meter->gpus())}};
         if (quiesce(*meter, arm_qo, &r.quiesce) != tpsSuccess) {
           out.message = "arm " + arm.arm + ": quiescing failed: " + r.quiesce.reason;
           return out;

@@ -4,7 +4,7 @@
 //
 // Nothing here needs a GPU: the workload comes in through an ArmPhases factory (the GPU one is
 // workload_phases.h; tests and TPSCOPE_ARMS_FAKE=1 use makeFakeArmPhases) and the meter through a
-// factory (Meter::start; with TPSCOPE_METER_FAKE=1 two scripted GPUs).
+// factory (Meter::start; with MeterOptions::fake_gpus two scripted GPUs).
 //
 // One meter per repetition attempt, on the arm's devices: its quiesce() is the attempt's baseline,
 // its samples are the attempt's samples.jsonl rows, its windows the phases' traffic. An attempt whose
@@ -46,6 +46,7 @@ struct RunnerConfig {
   nlohmann::json versions = nlohmann::json::object();
   nlohmann::json topology = nlohmann::json::object();
   nlohmann::json machine = nlohmann::json::object();
+  nlohmann::json invocation = nlohmann::json::object();  // Manifest::invocation
   std::ostream* progress = nullptr;  // progress lines; nullptr: none
   // Start every arm's engine once before anything is measured and add what it reports about itself
   // (settings of source kEngine) to the arms' effective settings before the guards compare them: a

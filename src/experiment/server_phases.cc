@@ -80,7 +80,7 @@ class ServerArmPhases : public ArmPhases {
     json props;
     if (tpsResult_t r = server_->props(&props, reason); r != tpsSuccess) return r;
     const std::string log = server_->log();
-    // Trap 2: what ran must be what was asked for.
+    // The availability guard at run time: what ran must be what was asked for.
     const std::string speculative = speculationInLog(log);
     if (const std::string no = notAsAsked(arm, log, speculative); !no.empty()) {
       *reason = no;
@@ -204,6 +204,9 @@ class ServerArmPhases : public ArmPhases {
         log.find("initialized AllReduce pipeline") == std::string::npos)
       return "llama-server did not start its internal AllReduce (its log has no \"initialized AllReduce pipeline\" "
              "line)";
+    if (tensor && arm.value("allreduce") == "tpscope" && !engine::tpscopeInLog(log))
+      return "llama-server did not start tpscope's AllReduce (its log has no \"tpscope AllReduce (tpscope ...) over "
+             "CUDA devices\" line: build it with scripts/llama/build-llama-server --with-tpscope PREFIX)";
     const bool drafting = arm.value("draft") != "none" || arm.value("spec_type") != "none";
     if (drafting && speculative == "none")
       return "llama-server started without speculative decoding although the arm asks for it (draft = " +
@@ -340,6 +343,11 @@ bool serverLaunch(const EngineSettings& engine, const EffectiveSettings& arm, co
     out->unset.push_back("GGML_CUDA_ALLREDUCE");
   else
     out->env.emplace_back("GGML_CUDA_ALLREDUCE", allreduce);
+  // tpscope's backend inside the server is the arm's, never what tpscope's own environment had.
+  if (allreduce == "tpscope")
+    out->env.emplace_back("TPSCOPE_ALLREDUCE", arm.value("tpscope_backend"));
+  else
+    out->unset.push_back("TPSCOPE_ALLREDUCE");
   return true;
 }
 

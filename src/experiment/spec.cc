@@ -113,9 +113,14 @@ struct Reader {
       d->acceptance = number(n, key, 0, 1, /*lo_open=*/true);
     } else if (key == "allreduce") {
       const std::string s = string(n, key);
-      if (s != "internal" && s != "nccl" && s != "none")
-        error(n, fmt::format("'allreduce' = \"{}\" is not one of internal, nccl, none (GGML_CUDA_ALLREDUCE)", s));
+      if (s != "internal" && s != "nccl" && s != "none" && s != "tpscope")
+        error(n, fmt::format("'allreduce' = \"{}\" is not one of internal, nccl, none, tpscope (GGML_CUDA_ALLREDUCE)", s));
       d->allreduce = s;
+    } else if (key == "tpscope_backend") {
+      const std::string s = string(n, key);
+      if (s != "host" && s != "p2p" && s != "nccl" && s != "auto")
+        error(n, fmt::format("'tpscope_backend' = \"{}\" is not one of host, p2p, nccl, auto (TPSCOPE_ALLREDUCE)", s));
+      d->tpscope_backend = s;
     } else if (key == "draft") {
       d->draft = string(n, key);
       if (d->draft->empty()) error(n, "'draft' is empty: name a draft GGUF, \"self\" or \"none\"");
@@ -134,11 +139,12 @@ struct Reader {
 
 const char* kSharedKeys =
     "name, engine, preset, prompt_tokens, decode_tokens, context, phases, repetitions, idle_seconds, "
-    "baseline_threshold_mbps, baseline_retries, meter_period_ms, recorded_run, devices, split, backend, "
+    "baseline_threshold_mbps, baseline_retries, meter_period_ms, meter_idle_period_ms, recorded_run, devices, split, backend, "
     "tokens_per_step, acceptance; engine llama-server: server, model, flags, port, start_timeout_s, "
-    "request_timeout_s, allreduce, draft, spec_type, draft_max; engine command: command";
+    "request_timeout_s, allreduce, tpscope_backend, draft, spec_type, draft_max; engine command: command";
 const char* kArmKeys =
-    "name, devices, split, backend, tokens_per_step, acceptance, allreduce, draft, spec_type, draft_max";
+    "name, devices, split, backend, tokens_per_step, acceptance, allreduce, tpscope_backend, draft, spec_type, "
+    "draft_max";
 
 // Names become file and folder names (the run folder, a server's log): nothing that leaves the folder.
 void checkName(const Reader& r, const toml::node& n, const std::string& what, const std::string& name) {
@@ -172,6 +178,7 @@ const Foreign kNotForSynthetic[] = {
     {"start_timeout_s", "set engine = \"llama-server\""},
     {"request_timeout_s", "set engine = \"llama-server\""},
     {"allreduce", "the synthetic engine's AllReduce is 'backend'"},
+    {"tpscope_backend", "the synthetic engine's AllReduce is 'backend'"},
     {"draft", "the synthetic engine drafts with 'tokens_per_step' and 'acceptance'"},
     {"draft_max", "the synthetic engine drafts with 'tokens_per_step' and 'acceptance'"},
     {"spec_type", "the synthetic engine drafts with 'tokens_per_step' and 'acceptance'"},
@@ -188,6 +195,7 @@ const Foreign kNotForCommand[] = {
     {"flags", "set engine = \"llama-server\""},
     {"port", "set engine = \"llama-server\""},
     {"allreduce", "set engine = \"llama-server\""},
+    {"tpscope_backend", "set engine = \"llama-server\""},
     {"draft", "set engine = \"llama-server\""},
     {"draft_max", "set engine = \"llama-server\""},
     {"spec_type", "set engine = \"llama-server\""},
@@ -253,6 +261,8 @@ void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec, Gi
       s.baseline_retries = r.integer(v, key, 0, 100);
     else if (key == "meter_period_ms")
       s.meter_period_ms = r.number(v, key, 0.1, 50);
+    else if (key == "meter_idle_period_ms")
+      s.meter_idle_period_ms = r.number(v, key, 0.1, 50);
     else if (key == "recorded_run") {
       spec->recorded_run = r.string(v, key);
       if (spec->recorded_run.empty()) r.error(v, "'recorded_run' is empty: name a run folder or leave the key out");
@@ -334,6 +344,13 @@ void checkEngine(const Reader& r, const ExperimentSpec& spec, const GivenKeys& g
         if (draft_max && !drafting)
           throw SpecError(r.source, a.line,
                           fmt::format("arm '{}': draft_max needs a draft (a GGUF or \"self\") or a spec_type", a.name));
+        const auto& allreduce = a.delta.allreduce ? a.delta.allreduce : spec.shared.base.allreduce;
+        const auto& tpscope_backend = a.delta.tpscope_backend ? a.delta.tpscope_backend : spec.shared.base.tpscope_backend;
+        if (tpscope_backend && allreduce.value_or("") != "tpscope")
+          throw SpecError(r.source, a.line,
+                          fmt::format("arm '{}': tpscope_backend chooses tpscope's backend under allreduce = "
+                                      "\"tpscope\", but the arm's allreduce is {}",
+                                      a.name, allreduce ? "\"" + *allreduce + "\"" : "unset"));
       }
       break;
     case Engine::kCommand:

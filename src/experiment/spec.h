@@ -5,7 +5,7 @@
 // arm with only what that arm changes (devices, split mode, backend, tokens per step, acceptance; for a
 // llama-server engine: devices, split, allreduce, draft, draft_max).
 // Parsing is strict on purpose: an unknown key anywhere is an error, because a typo that is silently
-// ignored leaves an arm on a default nobody chose (the study's trap 1 starts exactly like that).
+// ignored leaves an arm on a default nobody chose (an undeclared difference starts exactly like that).
 #pragma once
 
 #include <optional>
@@ -17,8 +17,8 @@ namespace tpscope::experiment {
 
 enum class SplitMode { kNone, kLayer, kTensor, kRow };
 const char* splitModeName(SplitMode m);  // "none", "layer", "tensor", "row"
-// Accepts every mode a user may write, implemented here or not ("row": the study's trap 2 is refused
-// later by the availability check, with its reason, not by the parser).
+// Accepts every mode a user may write, implemented here or not ("row", listed but not implemented in
+// the seed study's build, is refused later by the availability check, with its reason, not by the parser).
 std::optional<SplitMode> parseSplitMode(const std::string& text);
 
 // The settings an arm may change. Unset here: the [experiment] value, else the built-in default.
@@ -29,7 +29,8 @@ struct ArmDelta {
   std::optional<int> tokens_per_step;  // tokens one decode step proposes (1 + drafts), 1..16
   std::optional<double> acceptance;    // share of drafted tokens accepted, (0, 1]
   // llama-server only.
-  std::optional<std::string> allreduce;  // GGML_CUDA_ALLREDUCE: internal | nccl | none (tensor split only)
+  std::optional<std::string> allreduce;  // GGML_CUDA_ALLREDUCE: internal | nccl | none | tpscope (tensor split only)
+  std::optional<std::string> tpscope_backend;  // TPSCOPE_ALLREDUCE under allreduce = "tpscope": host | p2p | nccl | auto
   std::optional<std::string> draft;      // speculative decoding: a draft GGUF, "self" (the model), or "none"
   std::optional<std::string> spec_type;  // --spec-type, e.g. "ngram-simple" or "draft-mtp"; "none": off
   std::optional<int> draft_max;          // tokens drafted per step, 1..16 (--spec-draft-n-max)
@@ -67,7 +68,8 @@ struct SharedSettings {
   int repetitions = 3;
   double idle_seconds = 8;               // idle, metered, before every repetition
   double baseline_threshold_mbps = 100;  // highest idle rate of any counter that still passes
-  double meter_period_ms = 2;            // counter read period
+  double meter_period_ms = 2;            // counter read period while a link moves
+  double meter_idle_period_ms = 25;      // counter read period while a link is quiet (= meter_period_ms: fixed)
   int baseline_retries = 2;              // a repetition whose baseline fails is retried this often, then reported
   ArmDelta base;                         // arm settings given once in [experiment], overridden per arm
   EngineSettings engine;

@@ -158,9 +158,15 @@ class WorkloadArmPhases : public ArmPhases {
 
 std::vector<Setting> workloadDecisions(const EffectiveSettings&) {
   const bool cudnn = workload::CudnnAttention::available(nullptr);
+  // The decode kernel choices are the model's defaults in every arm (the rule of attention_pdl's auto
+  // is the same for all; `tpscope tp --attention-pdl` shows what it resolves to).
+  const workload::DecodeKernels k;
   return {{"cuda_graph", "on", SettingSource::kAuto},
           {"prefill_ubatch", std::to_string(kUbatch), SettingSource::kAuto},
-          {"prefill_attention", cudnn ? "cudnn" : "kernel", SettingSource::kAuto}};
+          {"prefill_attention", cudnn ? "cudnn" : "kernel", SettingSource::kAuto},
+          {"reduction", workload::reductionName(k.reduction), SettingSource::kDefault},
+          {"rope_kernel", workload::ropeKernelName(k.rope), SettingSource::kDefault},
+          {"attention_pdl", workload::attentionPdlName(k.attention_pdl), SettingSource::kDefault}};
 }
 
 std::unique_ptr<ArmPhases> makeWorkloadArmPhases() { return std::make_unique<WorkloadArmPhases>(); }

@@ -16,7 +16,8 @@ namespace tpscope::experiment {
 
 // The workload's automatic decisions for an arm: cuda_graph ("on": decode runs as a CUDA graph where
 // capture works), prefill_ubatch (micro-batch tokens), prefill_attention ("cudnn" where cuDNN loads,
-// else "kernel"). The same for every arm by construction.
+// else "kernel"), and the decode kernel choices (workload::DecodeKernels: reduction, rope_kernel,
+// attention_pdl). The same for every arm by construction.
 std::vector<Setting> workloadDecisions(const EffectiveSettings& arm);
 
 std::unique_ptr<ArmPhases> makeWorkloadArmPhases();

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// fake_source.cc - scripted counter and dmon readers (tests, and TPSCOPE_METER_FAKE=1 for CI).
+// fake_source.cc - scripted counter and dmon readers (tests and CI: MeterOptions::fake_gpus).
 #include "meter/fake_source.h"
 
 #include <algorithm>
@@ -11,13 +11,24 @@ namespace tpscope::detail {
 
 namespace {
 
+// Reads of each kind made so far on one fake GPU, shared by its counter and dmon readers.
+struct ReadTally {
+  std::array<std::atomic<int64_t>, kMeterReadKinds> n{};
+  double own(const FakeGpuScript& s, int c) const {
+    double v = 0;
+    for (int k = 0; k < kMeterReadKinds; ++k) v += s.bytes_per_read[k][c] * n[k].load();
+    return v;
+  }
+};
+
 void sleepNs(int64_t ns) {
   if (ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
 }
 
 class FakeCounterReader : public CounterReader {
  public:
-  FakeCounterReader(const FakeGpuScript& s, int64_t t0) : s_(s), t0_(t0) {}
+  FakeCounterReader(const FakeGpuScript& s, int64_t t0, std::shared_ptr<ReadTally> tally)
+      : s_(s), t0_(t0), tally_(std::move(tally)) {}
   uint32_t supported() const override { return s_.supported; }
   int widthBits(MeterCounter c) const override { return isPcie(c) ? 32 : 64; }
   bool read(MeterGroup group, Reading* out) override {
@@ -29,24 +40,27 @@ class FakeCounterReader : public CounterReader {
     for (int c = 0; c < kMeterCounters; ++c) {
       if (!(s_.supported & groupMask(group) & (1u << c))) continue;
       const MeterCounter mc = static_cast<MeterCounter>(c);
-      uint64_t v = static_cast<uint64_t>(fakeCumulative(s_, mc, (t - t0_) * 1e-9));
+      uint64_t v = static_cast<uint64_t>(fakeCumulative(s_, mc, (t - t0_) * 1e-9) + tally_->own(s_, c));
       // PCIe: a 32-bit counter that starts 1 MB below its wrap.
       if (isPcie(mc)) v = (v + 0xFFFFFFFFull - 1000000) & 0xFFFFFFFFull;
       out->raw[c] = v;
       out->t_ns[c] = t;
       out->valid |= 1u << c;
     }
+    tally_->n[group == MeterGroup::kPcie ? 0 : 1].fetch_add(1);
     return out->valid != 0;
   }
 
  private:
   FakeGpuScript s_;
   int64_t t0_;
+  std::shared_ptr<ReadTally> tally_;
 };
 
 class FakeDmonReader : public DmonReader {
  public:
-  FakeDmonReader(const FakeGpuScript& s, int gpu, int64_t t0) : s_(s), gpu_(gpu), t0_(t0) {}
+  FakeDmonReader(const FakeGpuScript& s, int gpu, int64_t t0, std::shared_ptr<ReadTally> tally)
+      : s_(s), gpu_(gpu), t0_(t0), tally_(std::move(tally)) {}
   bool read(MeterCounter direction, MeterDmonSample* out) override {
     out->gpu = gpu_;
     out->counter = direction;
@@ -55,6 +69,7 @@ class FakeDmonReader : public DmonReader {
     out->t_after_ns = monotonicNs();
     const double a = (out->t_before_ns - t0_) * 1e-9, b = (out->t_after_ns - t0_) * 1e-9;
     out->mbps = (fakeCumulative(s_, direction, b) - fakeCumulative(s_, direction, a)) / (b - a) / 1e6;
+    tally_->n[static_cast<int>(MeterReadKind::kDmon)].fetch_add(1);
     return true;
   }
 
@@ -62,6 +77,7 @@ class FakeDmonReader : public DmonReader {
   FakeGpuScript s_;
   int gpu_;
   int64_t t0_;
+  std::shared_ptr<ReadTally> tally_;
 };
 
 }  // namespace
@@ -87,8 +103,9 @@ SourceSet makeFakeSources(const std::vector<FakeGpuScript>& scripts, MeterMethod
     g.nvlink_links = (s.supported & 0x0c) ? s.nvlink_links : 0;
     g.pcie_ceiling_mbps = s.pcie_ceiling_mbps;
     g.nvlink_ceiling_mbps = s.nvlink_ceiling_mbps;
-    if (method != MeterMethod::kDmon) set.counters.push_back(std::make_unique<FakeCounterReader>(s, t0));
-    if (method != MeterMethod::kCounters) set.dmon.push_back(std::make_unique<FakeDmonReader>(s, int(k), t0));
+    auto tally = std::make_shared<ReadTally>();
+    if (method != MeterMethod::kDmon) set.counters.push_back(std::make_unique<FakeCounterReader>(s, t0, tally));
+    if (method != MeterMethod::kCounters) set.dmon.push_back(std::make_unique<FakeDmonReader>(s, int(k), t0, tally));
     set.gpus.push_back(g);
   }
   set.processes = [scripts](int gpu) -> std::optional<std::vector<unsigned>> { return scripts[gpu].pids; };

@@ -6,6 +6,8 @@
 // just below the wrap, so every test run crosses a wrap as real H200 counters do every ~70 ms.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <vector>
 
 #include "meter/source.h"
@@ -26,6 +28,9 @@ struct FakeGpuScript {
   int64_t read_cost_ns = 200000;         // each PCIe read sleeps this long, like an NVML call
   int64_t nvlink_read_cost_ns = 200000;  // each NVLink read (H200: ~22 ms for 18 links)
   int64_t dmon_window_ns = 20000000;     // the dmon call blocks this long and reports the mean over it
+  // What each read adds to each counter of this GPU, as a real NVML read adds its own PCIe traffic
+  // (by kind: a PCIe read, an NVLink read, a dmon call); counted right after the read's values.
+  std::array<std::array<double, kMeterCounters>, kMeterReadKinds> bytes_per_read{};
   std::optional<double> pcie_ceiling_mbps = 63015.4, nvlink_ceiling_mbps = 478116;
   int nvlink_links = 18;
   std::vector<unsigned> pids;  // what the process check reports

@@ -12,6 +12,7 @@
 
 #include "common/checks.h"
 #include "common/param.h"
+#include "meter/calibrate.h"
 #include "meter/control.h"
 #include "meter/meter_internal.h"
 #include "meter/sampler.h"
@@ -36,7 +37,7 @@ struct Meter::Impl {
   MeterWindow compute(const detail::ClosedWindow& w) const {
     return sampler.withData([&](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>& dmon) {
       return detail::computeWindow(w.name, w.repetition, w.start_ns, w.end_ns, series, sampler.gpus(), dmon,
-                                   options.peak_span_ms);
+                                   options.peak_span_ms, &sampler.calibration());
     });
   }
 };
@@ -56,18 +57,32 @@ tpsResult_t Meter::start(const MeterOptions& options, std::unique_ptr<Meter>* ou
   MeterOptions o = options;
   if (tpsResult_t r = detail::resolveOptions(&o, reason); r != tpsSuccess) return r;
   detail::SourceSet set;
-  const char* fake = std::getenv("TPSCOPE_METER_FAKE");
-  tpsResult_t r = (fake && std::string(fake) == "1") ? detail::openFakeSources(o, &set, reason)
-                                                     : detail::openNvmlSources(o, &set, reason);
+  tpsResult_t r = o.fake_gpus ? detail::openFakeSources(o, &set, reason) : detail::openNvmlSources(o, &set, reason);
   if (r != tpsSuccess) return r;
   return detail::createMeter(o, std::move(set), out, reason);
 }
 
 tpsResult_t detail::resolveOptions(MeterOptions* o, std::string* reason) {
-  if (o->period_us == 0) o->period_us = tpsParamMeterPeriodUs();
+  // A period someone chose (the options or TPSCOPE_METER_PERIOD_US) is fixed unless an idle period
+  // is chosen too; the built-in default adapts between kDefaultPeriodUs and kDefaultIdlePeriodUs.
+  bool chosen = o->period_us != 0;
+  if (o->period_us == 0) {
+    o->period_us = tpsParamMeterPeriodUs();
+    chosen = o->period_us != kDefaultPeriodUs;
+  }
+  if (o->idle_period_us == 0) o->idle_period_us = chosen ? o->period_us : std::max(kDefaultIdlePeriodUs, o->period_us);
   if (o->period_us < 100 || o->period_us > 50000) {
     *reason = "sampling period " + std::to_string(o->period_us) +
               " us is out of range: use 100-50000 us (longer lets a 32-bit PCIe counter wrap unseen)";
+    return tpsInvalidArgument;
+  }
+  if (o->idle_period_us < o->period_us || o->idle_period_us > 50000) {
+    *reason = "idle period " + std::to_string(o->idle_period_us) + " us is out of range: use the period (" +
+              std::to_string(o->period_us) + " us) to 50000 us (longer lets a 32-bit PCIe counter wrap unseen)";
+    return tpsInvalidArgument;
+  }
+  if (!(o->busy_mbps >= 0)) {
+    *reason = "the busy threshold must be 0 MB/s or more";
     return tpsInvalidArgument;
   }
   if (o->dmon_period_ms < 0) {
@@ -103,6 +118,7 @@ tpsResult_t Meter::begin(const std::string& name) {
   TPS_EXPECT(!impl_->stopped, tpsInvalidUsage, "meter: begin('{}') after stop()", name);
   auto err = impl_->book.begin(name, t);
   TPS_EXPECT(!err, tpsInvalidUsage, "meter: {}", err.value_or(""));
+  impl_->sampler.wake();  // a read right after the edge (when the period adapts)
   return tpsSuccess;
 }
 
@@ -113,8 +129,11 @@ tpsResult_t Meter::end(const std::string& name) {
   auto err = impl_->book.end(name, t, &w);
   TPS_EXPECT(!err, tpsInvalidUsage, "meter: {}", err.value_or(""));
   impl_->closed.push_back(w);
+  impl_->sampler.wake();
   return tpsSuccess;
 }
+
+void Meter::readNow() { impl_->sampler.wake(); }
 
 tpsResult_t Meter::addWindow(const std::string& name, int64_t start_ns, int64_t end_ns) {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -205,6 +224,52 @@ std::optional<MeterDmonSample> Meter::latestDmon(int gpu, MeterCounter counter) 
 }
 
 std::vector<MeterCadence> Meter::cadence() const { return impl_->sampler.cadence(); }
+
+const MeterCalibration& Meter::calibration() const { return impl_->sampler.calibration(); }
+
+std::optional<double> Meter::ownBytes(int gpu, MeterCounter c, int64_t start_ns, int64_t end_ns) const {
+  const MeterCalibration& cal = calibration();
+  if (!cal.calibrated || gpu < 0 || gpu >= static_cast<int>(cal.gpus.size())) return std::nullopt;
+  return impl_->sampler.withData([&](const std::vector<detail::Series>& series,
+                                     const std::vector<MeterDmonSample>& dmon) -> std::optional<double> {
+    const std::array<int64_t, kMeterReadKinds> reads =
+        detail::readsInside(series[gpu], dmon, gpu, start_ns + 1, end_ns);
+    double own = 0;
+    for (int r = 0; r < kMeterReadKinds; ++r) {
+      const std::optional<double> x =
+          detail::ownBytes(cal.gpus[gpu], static_cast<MeterReadKind>(r), static_cast<int>(c), reads[r]);
+      if (!x) return std::nullopt;
+      own += *x;
+    }
+    return own;
+  });
+}
+
+std::vector<std::array<std::optional<double>, kMeterCounters>> Meter::ownMBps() const {
+  const MeterCalibration& cal = calibration();
+  std::vector<std::array<std::optional<double>, kMeterCounters>> out(gpus().size());
+  if (!cal.calibrated) return out;
+  // Over the span of each GPU's reads so far: every kind of read, at its calibrated cost.
+  return impl_->sampler.withData([&](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>& dmon) {
+    for (size_t k = 0; k < out.size() && k < series.size(); ++k) {
+      if (series[k].size() < 2) continue;
+      const int64_t a = series[k].front().t_before_ns, b = series[k].back().t_after_ns;
+      const std::array<int64_t, kMeterReadKinds> reads = detail::readsInside(series[k], dmon, static_cast<int>(k), a, b);
+      for (int c = 0; c < kMeterCounters; ++c) {
+        if (!gpus()[k].supported[c] || b <= a) continue;
+        double own = 0;
+        bool known = true;
+        for (int r = 0; r < kMeterReadKinds; ++r) {
+          const std::optional<double> x = detail::ownBytes(cal.gpus[k], static_cast<MeterReadKind>(r), c, reads[r]);
+          known = known && x.has_value();
+          own += x.value_or(0);
+        }
+        if (known) out[k][c] = own / ((b - a) * 1e-9) / 1e6;
+      }
+    }
+    return out;
+  });
+}
 
 std::vector<QuiesceRecord> Meter::quiesceRecords() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -13,6 +13,10 @@ namespace tpscope::detail {
 // wrap. NVLink reads cost ~22 ms (36 per-link fields at ~0.6 ms) and run back to back on their own
 // thread: no period can make them faster. docs/METHOD.md has the measured cadence and overhead.
 constexpr int64_t kDefaultPeriodUs = 2000;
+// The period while a link is quiet, when the period is not fixed: a read adds ~15 KB rx and ~21 KB tx
+// of PCIe traffic on H200, so 25 ms keeps the meter's own traffic under 1 MB/s per direction, and 25 ms at the
+// Gen5 line rate (~1.6 GB) stays far from the 4.29 GB that would wrap a 32-bit counter unseen.
+constexpr int64_t kDefaultIdlePeriodUs = 25000;
 // One link (2 fields, ~1.2 ms) per NVML call: a PCIe read waits at most that long should NVML
 // serialise calls to one device; the calls' own overhead is small (22 ms / 36 fields ~ 0.6 ms per
 // field, against 0.68 ms for a whole 2-field PCIe call).

@@ -40,6 +40,14 @@ const char* methodName(MeterMethod m) {
   return "?";
 }
 
+// The counters a GPU supports, by name; null where a value is missing.
+nlohmann::json countersJson(const std::array<std::optional<double>, kMeterCounters>& v, const MeterGpu& g) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int c = 0; c < kMeterCounters; ++c)
+    if (g.supported[c]) j[meterCounterName(static_cast<MeterCounter>(c))] = opt(v[c]);
+  return j;
+}
+
 }  // namespace
 
 std::vector<MeterCounter> reportedCounters(const MeterOptions& o) {
@@ -70,6 +78,9 @@ nlohmann::json toJson(const MeterGpu& g) {
 
 nlohmann::json toJson(const MeterOptions& o) {
   return {{"period_us", o.period_us},
+          {"idle_period_us", o.idle_period_us},
+          {"busy_mbps", o.busy_mbps},
+          {"calibrate", o.calibrate},
           {"method", methodName(o.method)},
           {"nvlink", o.nvlink},
           {"nvlink_raw", o.nvlink_raw},
@@ -113,6 +124,8 @@ nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus,
     for (MeterCounter c : counters) {
       const MeterCell& x = w.cells[k][static_cast<int>(c)];
       cells[meterCounterName(c)] = {{"bytes", opt(x.bytes)},
+                                    {"counted_bytes", opt(x.counted_bytes)},
+                                    {"own_bytes", opt(x.own_bytes)},
                                     {"bytes_low", opt(x.bytes_low)},
                                     {"bytes_high", opt(x.bytes_high)},
                                     {"mean_mbps", opt(x.mean_mbps)},
@@ -155,6 +168,8 @@ nlohmann::json toJson(const MeterCadence& c, const std::vector<MeterGpu>& gpus) 
           {"group", meterGroupName(c.group)},
           {"reads", c.reads},
           {"period_target_ms", c.period_target_ms},
+          {"idle_period_ms", c.idle_period_ms},
+          {"edge_reads", c.edge_reads},
           {"period_mean_ms", c.period_mean_ms},
           {"period_p50_ms", c.period_p50_ms},
           {"period_p99_ms", c.period_p99_ms},
@@ -164,7 +179,63 @@ nlohmann::json toJson(const MeterCadence& c, const std::vector<MeterGpu>& gpus) 
           {"dropped", c.dropped},
           {"wrap_gaps", c.wrap_gaps},
           {"failed_reads", c.failed_reads},
-          {"last_error", c.last_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.last_error)}};
+          {"last_error", c.last_error.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.last_error)},
+          {"own_mbps", countersJson(c.own_mbps, gpus[c.gpu])}};
+}
+
+nlohmann::json toJson(const MeterCalibration& c, const std::vector<MeterGpu>& gpus) {
+  nlohmann::json per_gpu = nlohmann::json::array();
+  for (size_t k = 0; k < c.gpus.size() && k < gpus.size(); ++k) {
+    const MeterGpuCalibration& g = c.gpus[k];
+    nlohmann::json kinds = nlohmann::json::object();
+    for (int r = 0; r < kMeterReadKinds; ++r) {
+      const MeterReadCost& cost = g.cost[r];
+      if (cost.reads == 0) continue;
+      kinds[meterReadKindName(static_cast<MeterReadKind>(r))] = {{"reads", cost.reads},
+                                                                  {"bytes_per_read", countersJson(cost.bytes, gpus[k])},
+                                                                  {"low", countersJson(cost.low, gpus[k])},
+                                                                  {"high", countersJson(cost.high, gpus[k])}};
+    }
+    per_gpu.push_back({{"gpu", gpus[k].index},
+                       {"rounds", g.rounds},
+                       {"quiet_mbps", countersJson(g.quiet_mbps, gpus[k])},
+                       {"cost", kinds}});
+  }
+  return {{"calibrated", c.calibrated},
+          {"note", c.note},
+          {"duration_ms", (c.end_ns - c.start_ns) * 1e-6},
+          {"gpus", per_gpu}};
+}
+
+MeterCalibration calibrationFromJson(const nlohmann::json& j, const std::vector<MeterGpu>& gpus) {
+  MeterCalibration c;
+  if (!j.is_object()) return c;
+  c.calibrated = j.value("calibrated", false);
+  c.note = j.value("note", std::string());
+  const auto fill = [](const nlohmann::json& from, std::array<std::optional<double>, kMeterCounters>* to) {
+    if (!from.is_object()) return;
+    for (int k = 0; k < kMeterCounters; ++k) {
+      const char* n = meterCounterName(static_cast<MeterCounter>(k));
+      if (from.contains(n) && from[n].is_number()) (*to)[k] = from[n].get<double>();
+    }
+  };
+  for (const nlohmann::json& g : j.value("gpus", nlohmann::json::array())) {
+    MeterGpuCalibration gc;
+    gc.rounds = g.value("rounds", 0);
+    fill(g.value("quiet_mbps", nlohmann::json()), &gc.quiet_mbps);
+    const nlohmann::json kinds = g.value("cost", nlohmann::json::object());
+    for (int r = 0; r < kMeterReadKinds; ++r) {
+      const char* n = meterReadKindName(static_cast<MeterReadKind>(r));
+      if (!kinds.contains(n)) continue;
+      gc.cost[r].reads = kinds[n].value("reads", 0);
+      fill(kinds[n].value("bytes_per_read", nlohmann::json()), &gc.cost[r].bytes);
+      fill(kinds[n].value("low", nlohmann::json()), &gc.cost[r].low);
+      fill(kinds[n].value("high", nlohmann::json()), &gc.cost[r].high);
+    }
+    c.gpus.push_back(gc);
+  }
+  if (c.gpus.size() != gpus.size()) c.calibrated = false;
+  return c;
 }
 
 std::string samplesCsvHeader() {
@@ -190,8 +261,8 @@ std::string toCsv(const MeterSample& s, const std::vector<MeterGpu>& gpus) {
 }
 
 std::string windowsCsvHeader() {
-  return "window,repetition,start_ns,end_ns,duration_ms,gpu,counter,bytes,bytes_low,bytes_high,mean_mbps,peak_mbps,"
-         "share_of_ceiling,samples,dmon_mbps,dmon_samples\n";
+  return "window,repetition,start_ns,end_ns,duration_ms,gpu,counter,bytes,counted_bytes,own_bytes,bytes_low,bytes_high,"
+         "mean_mbps,peak_mbps,share_of_ceiling,samples,dmon_mbps,dmon_samples\n";
 }
 
 std::string toCsv(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const std::vector<MeterCounter>& counters) {
@@ -199,11 +270,38 @@ std::string toCsv(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const
   for (size_t k = 0; k < w.cells.size(); ++k) {
     for (MeterCounter c : counters) {
       const MeterCell& x = w.cells[k][static_cast<int>(c)];
-      out += fmt::format("{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{},{}\n", csvName(w.name), w.repetition,
+      out += fmt::format("{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csvName(w.name), w.repetition,
                          w.start_ns, w.end_ns, (w.end_ns - w.start_ns) * 1e-6, gpus[k].index, meterCounterName(c),
-                         csv(x.bytes, true), csv(x.bytes_low, true), csv(x.bytes_high, true), csv(x.mean_mbps),
+                         csv(x.bytes, true), csv(x.counted_bytes, true), csv(x.own_bytes, true), csv(x.bytes_low, true), csv(x.bytes_high, true), csv(x.mean_mbps),
                          csv(x.peak_mbps), csv(x.share_of_ceiling), x.samples, csv(x.dmon_mbps), x.dmon_samples);
     }
+  }
+  return out;
+}
+
+std::string ownTrafficLines(const MeterCalibration& c, const std::vector<std::array<std::optional<double>, kMeterCounters>>& own_mbps,
+                            const std::vector<MeterGpu>& gpus) {
+  if (!c.calibrated) return "# the meter's own reads are included in the figures above: " + c.note + "\n";
+  std::string out;
+  auto f = [](const std::optional<double>& v, double scale, const char* spec) {
+    return v ? fmt::format(fmt::runtime(spec), *v * scale) : std::string("N/A");
+  };
+  const int rx = static_cast<int>(MeterCounter::kPcieRx), tx = static_cast<int>(MeterCounter::kPcieTx);
+  for (size_t k = 0; k < gpus.size() && k < c.gpus.size(); ++k) {
+    const std::array<std::optional<double>, kMeterCounters> none{};
+    const auto& mbps = k < own_mbps.size() ? own_mbps[k] : none;
+    const MeterReadCost& pcie = c.gpus[k].cost[static_cast<int>(MeterReadKind::kPcie)];
+    out += fmt::format(
+        "# the meter's own reads: {} MB/s rx, {} MB/s tx on GPU {}; subtracted above (a PCIe read adds {} KB rx "
+        "[{} - {}], {} KB tx [{} - {}])",
+        f(mbps[rx], 1, "{:.2f}"), f(mbps[tx], 1, "{:.2f}"), gpus[k].index, f(pcie.bytes[rx], 1e-3, "{:.1f}"),
+        f(pcie.low[rx], 1e-3, "{:.1f}"), f(pcie.high[rx], 1e-3, "{:.1f}"), f(pcie.bytes[tx], 1e-3, "{:.1f}"),
+        f(pcie.low[tx], 1e-3, "{:.1f}"), f(pcie.high[tx], 1e-3, "{:.1f}"));
+    const MeterReadCost& nvl = c.gpus[k].cost[static_cast<int>(MeterReadKind::kNvlink)];
+    if (nvl.reads > 0)
+      out += fmt::format("; an NVLink read adds {} KB rx, {} KB tx", f(nvl.bytes[rx], 1e-3, "{:.1f}"),
+                         f(nvl.bytes[tx], 1e-3, "{:.1f}"));
+    out += "\n";
   }
   return out;
 }

@@ -24,6 +24,14 @@ nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus,
                       const std::vector<MeterCounter>& counters);
 nlohmann::json toJson(const QuiesceRecord& q, const std::vector<MeterGpu>& gpus);  // "type": "quiesce"
 nlohmann::json toJson(const MeterCadence& c, const std::vector<MeterGpu>& gpus);   // "type": "cadence"
+// Bytes per read by GPU and kind of read, with the round spread and the quiet background.
+nlohmann::json toJson(const MeterCalibration& c, const std::vector<MeterGpu>& gpus);
+MeterCalibration calibrationFromJson(const nlohmann::json& j, const std::vector<MeterGpu>& gpus);
+// The lines every report prints under its table, one per GPU ('#' comments): what the meter's own
+// reads added, in MB/s over the run (own_mbps[gpu position], Meter::ownMBps()), and the calibrated
+// cost per read they were subtracted at; or why nothing was subtracted.
+std::string ownTrafficLines(const MeterCalibration& c, const std::vector<std::array<std::optional<double>, kMeterCounters>>& own_mbps,
+                            const std::vector<MeterGpu>& gpus);
 
 // The counters a set of options asks for, in report order.
 std::vector<MeterCounter> reportedCounters(const MeterOptions& o);

@@ -7,11 +7,19 @@
 #include <algorithm>
 #include <system_error>
 
+#include "meter/calibrate.h"
+
 namespace tpscope::detail {
 
 namespace {
 constexpr size_t kRingSlots = 8192;  // > 0.8 s of reads at the fastest period; drained every 5 ms
 constexpr int kCollectMs = 5;
+// After a busy interval a link stays on the busy period this long: bursty traffic (a decode step's
+// AllReduces every few ms) does not flip the period at every read.
+constexpr int64_t kStayBusyNs = 100000000;
+// NVLink counters are 64-bit and cannot wrap; a quiet NVLink is read this many times less often
+// than a quiet PCIe link.
+constexpr int64_t kNvlinkIdleFactor = 4;
 
 void sleepUntil(int64_t t_ns) {
   timespec ts{static_cast<time_t>(t_ns / 1000000000), static_cast<long>(t_ns % 1000000000)};
@@ -84,6 +92,7 @@ void SeriesBuilder::append(MeterGroup group, const Reading& r, Series* out) {
 
 Sampler::Sampler(const MeterOptions& options, SourceSet sources) : options_(options), src_(std::move(sources)) {
   const size_t n = src_.gpus.size();
+  read_counts_ = std::make_unique<std::atomic<int64_t>[]>(n * kMeterReadKinds + 1);
   series_.resize(n);
   builders_.resize(n);
   for (size_t k = 0; k < src_.counters.size(); ++k) {
@@ -99,9 +108,18 @@ Sampler::Sampler(const MeterOptions& options, SourceSet sources) : options_(opti
     series_[k].reserve(1 << 14);
   }
   dmon_ring_ = std::make_unique<SpscRing<MeterDmonSample>>(1024);
+  edge_reads_ = std::make_unique<std::atomic<int64_t>[]>(streams_.size() + 1);
 }
 
 tpsResult_t Sampler::start(std::string* reason) {
+  if (!options_.calibrate) {
+    calibration_.note = "not calibrated (turned off): figures include the meter's own reads";
+  } else {
+    CalibrationPlan plan;
+    plan.busy_mbps = options_.busy_mbps;
+    plan.pcie_spacing_ns = options_.period_us * 1000;
+    calibration_ = calibrateAll(src_, plan);
+  }
   try {
     for (size_t i = 0; i < streams_.size(); ++i) threads_.emplace_back([this, i] { sample(i); });
     if (!src_.dmon.empty()) threads_.emplace_back([this] { sampleDmon(); });
@@ -117,9 +135,51 @@ tpsResult_t Sampler::start(std::string* reason) {
   return tpsSuccess;
 }
 
+void Sampler::wake() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    ++wake_seq_;
+  }
+  wake_cv_.notify_all();
+}
+
+void Sampler::sleepOrWake(int64_t until_ns, uint64_t* seen) {
+  if (options_.idle_period_us == options_.period_us) {  // a fixed period: no early reads
+    sleepUntil(until_ns);
+    return;
+  }
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  const auto deadline = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns));
+  wake_cv_.wait_until(lock, deadline, [&] {
+    return wake_seq_ != *seen || stop_sampling_.load(std::memory_order_acquire);
+  });
+  *seen = wake_seq_;
+}
+
+bool Sampler::busySince(const Stream& st, const Reading& prev, const Reading& now,
+                        const std::array<int64_t, kMeterReadKinds>& own_reads) const {
+  const CounterReader& reader = *src_.counters[st.gpu];
+  const MeterGpuCalibration* cal =
+      calibration_.calibrated && st.gpu < calibration_.gpus.size() ? &calibration_.gpus[st.gpu] : nullptr;
+  for (int c = 0; c < kMeterCounters; ++c) {
+    if (!(groupMask(st.group) & prev.valid & now.valid & (1u << c))) continue;
+    const int64_t dt = now.t_ns[c] - prev.t_ns[c];
+    if (dt <= 0) continue;
+    const int bits = reader.widthBits(static_cast<MeterCounter>(c));
+    const uint64_t mask = bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+    double bytes = static_cast<double>((now.raw[c] - prev.raw[c]) & mask);
+    if (cal)
+      for (int k = 0; k < kMeterReadKinds; ++k)
+        bytes -= ownBytes(*cal, static_cast<MeterReadKind>(k), c, own_reads[k]).value_or(0);
+    if (bytes / (dt * 1e-9) / 1e6 > options_.busy_mbps) return true;
+  }
+  return false;
+}
+
 void Sampler::stop() {
   // release pairs with the samplers' acquire: their next read starts after this point.
   stop_sampling_.store(true, std::memory_order_release);
+  wake();  // a sampler asleep for its idle period stops now
   for (std::thread& t : threads_)
     if (t.joinable()) t.join();
   stop_collecting_.store(true, std::memory_order_release);
@@ -133,27 +193,52 @@ void Sampler::sample(size_t i) {
   // tps-pcie-0, tps-nvlink-0: shows in top -H, gdb, perf (names are at most 15 characters).
   nameThread(((st.group == MeterGroup::kPcie ? "tps-pcie-" : "tps-nvlink-") + std::to_string(st.gpu)).c_str());
   CounterReader& reader = *src_.counters[st.gpu];
-  const int64_t period = options_.period_us * 1000;
+  const MeterReadKind kind = st.group == MeterGroup::kPcie ? MeterReadKind::kPcie : MeterReadKind::kNvlink;
+  const int64_t busy_period = options_.period_us * 1000;
+  const int64_t idle_period =
+      options_.idle_period_us * 1000 * (st.group == MeterGroup::kNvlink && options_.idle_period_us != options_.period_us
+                                            ? kNvlinkIdleFactor
+                                            : 1);
   int64_t next = monotonicNs();
+  int64_t busy_until = next + kStayBusyNs;  // start on the busy period: the link's state is unknown
   bool first_done = false;
+  uint64_t seen = 0;
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    seen = wake_seq_;
+  }
+  Reading prev;
+  std::array<int64_t, kMeterReadKinds> reads_prev = readCounts(st.gpu);
   for (;;) {
     // acquire pairs with stop()'s release: a read that starts after seeing the flag is later than
     // everything the stopping thread did before stop(), window ends included.
     const bool last = stop_sampling_.load(std::memory_order_acquire);
     Reading r;
     reader.read(st.group, &r);
+    readCount(st.gpu, kind).fetch_add(1, std::memory_order_relaxed);
     st.ring->push(r);
     if (!first_done) {
       first_done = true;
       first_reads_.fetch_add(1, std::memory_order_release);  // start() waits for every stream's first read
     }
     if (last) return;
-    next += period;
+    const std::array<int64_t, kMeterReadKinds> reads_now = readCounts(st.gpu);
+    std::array<int64_t, kMeterReadKinds> own{};
+    for (int k = 0; k < kMeterReadKinds; ++k) own[k] = reads_now[k] - reads_prev[k];
     const int64_t now = monotonicNs();
+    if (prev.valid && busySince(st, prev, r, own)) busy_until = now + kStayBusyNs;
+    prev = r;
+    reads_prev = reads_now;
+    next += now < busy_until ? busy_period : idle_period;
     // A read slower than the period (NVLink on H200) starts again at once: back to back, no burst
     // to catch up, and no sleep that would only leave the counters unread.
     if (next < now) next = now;
-    sleepUntil(next);
+    const uint64_t before = seen;
+    sleepOrWake(next, &seen);
+    if (seen != before && !stop_sampling_.load(std::memory_order_acquire)) {
+      edge_reads_[i].fetch_add(1, std::memory_order_relaxed);
+      next = monotonicNs();  // an edge read: the period starts again from here
+    }
   }
 }
 
@@ -165,6 +250,7 @@ void Sampler::sampleDmon() {
       for (MeterCounter dir : {MeterCounter::kPcieRx, MeterCounter::kPcieTx}) {
         MeterDmonSample d;
         src_.dmon[k]->read(dir, &d);
+        readCount(k, MeterReadKind::kDmon).fetch_add(1, std::memory_order_relaxed);
         d.gpu = static_cast<int>(k);
         dmon_ring_->push(d);
       }
@@ -218,6 +304,11 @@ std::vector<MeterCadence> Sampler::cadence() const {
     c.gpu = static_cast<int>(st.gpu);
     c.group = st.group;
     c.period_target_ms = options_.period_us / 1000.0;
+    c.idle_period_ms = options_.idle_period_us / 1000.0 *
+                       (st.group == MeterGroup::kNvlink && options_.idle_period_us != options_.period_us
+                            ? kNvlinkIdleFactor
+                            : 1);
+    c.edge_reads = edge_reads_[&st - streams_.data()].load(std::memory_order_relaxed);
     c.dropped = st.ring->dropped();
     c.wrap_gaps = st.group == MeterGroup::kPcie ? builders_[st.gpu].wrapGaps() : 0;
     c.failed_reads = builders_[st.gpu].failedReads(st.group);
@@ -243,6 +334,13 @@ std::vector<MeterCadence> Sampler::cadence() const {
     if (!costs.empty()) {
       c.read_cost_mean_ms = cost_sum / costs.size();
       c.read_cost_p99_ms = percentile(costs, 0.99);
+    }
+    if (calibration_.calibrated && st.gpu < calibration_.gpus.size() && prev > first) {
+      const MeterReadKind kind = st.group == MeterGroup::kPcie ? MeterReadKind::kPcie : MeterReadKind::kNvlink;
+      for (int k = 0; k < kMeterCounters; ++k) {
+        const std::optional<double> b = ownBytes(calibration_.gpus[st.gpu], kind, k, c.reads);
+        if (b && src_.gpus[st.gpu].supported[k]) c.own_mbps[k] = *b / ((prev - first) * 1e-9) / 1e6;
+      }
     }
     out.push_back(c);
   }

@@ -4,7 +4,9 @@
 // Threads and what they share:
 //   sampler[k, group]  one per GPU and counter group (PCIe; NVLink when the GPU has NVLink
 //               counters). Each reads its group every period into its own SPSC ring (preallocated);
-//               never allocates, locks or prints. Splitting the groups keeps PCIe's cadence
+//               never allocates or prints, and locks only to sleep (so that wake() can end a sleep
+//               early). The period adapts (MeterOptions::idle_period_us): the busy period while the
+//               link moves more than busy_mbps net of the meter's own reads, the idle period otherwise. Splitting the groups keeps PCIe's cadence
 //               (~0.7 ms a read on H200) independent of NVLink's (one field per link, ~22 ms a read
 //               for 18 links), which then simply runs back to back.
 //   dmon        (method dmon/both) calls the blocking ~20 ms throughput function per GPU and
@@ -15,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -67,9 +70,17 @@ class Sampler {
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
 
-  // Starts the threads and returns once every stream has read once (at most 5 s), so that anything
-  // marked after start() is bracketed by reads. tpsSystemError when a thread cannot start.
+  // Calibrates (MeterOptions::calibrate), starts the threads and returns once every stream has read
+  // once (at most 5 s), so that anything marked after start() is bracketed by reads. tpsSystemError
+  // when a thread cannot start.
   tpsResult_t start(std::string* reason);
+  // With a period that adapts: every sampler reads at once (a window edge was just marked).
+  void wake();
+  const MeterCalibration& calibration() const { return calibration_; }
+  // Reads of each kind made so far on GPU position k (dmon: calls).
+  int64_t reads(size_t k, MeterReadKind kind) const {
+    return k < src_.gpus.size() ? readCount(k, kind).load(std::memory_order_relaxed) : 0;
+  }
   // Each sampler takes one last read after this call began, then every thread is joined.
   void stop();
 
@@ -102,8 +113,28 @@ class Sampler {
   void collect();
   void drainLocked() const;
 
+  // Whether the link moved more than busy_mbps since the previous read, net of the meter's own reads
+  // meanwhile (every kind, from the read counters), for the period of the next read.
+  bool busySince(const Stream& st, const Reading& prev, const Reading& now,
+                 const std::array<int64_t, kMeterReadKinds>& own_reads) const;
+  void sleepOrWake(int64_t until_ns, uint64_t* seen);
+
   MeterOptions options_;
   SourceSet src_;
+  MeterCalibration calibration_;
+  std::atomic<int64_t>& readCount(size_t k, MeterReadKind kind) const {
+    return read_counts_[k * kMeterReadKinds + static_cast<int>(kind)];
+  }
+  std::array<int64_t, kMeterReadKinds> readCounts(size_t k) const {
+    return {readCount(k, MeterReadKind::kPcie).load(std::memory_order_relaxed),
+            readCount(k, MeterReadKind::kNvlink).load(std::memory_order_relaxed),
+            readCount(k, MeterReadKind::kDmon).load(std::memory_order_relaxed)};
+  }
+  std::unique_ptr<std::atomic<int64_t>[]> read_counts_;  // [gpu position * kMeterReadKinds + kind]
+  std::unique_ptr<std::atomic<int64_t>[]> edge_reads_;  // [stream]
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  uint64_t wake_seq_ = 0;  // guarded by wake_mu_
   std::vector<Stream> streams_;
   std::unique_ptr<SpscRing<MeterDmonSample>> dmon_ring_;
   std::vector<std::thread> threads_;  // samplers and dmon

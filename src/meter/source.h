@@ -73,7 +73,7 @@ struct SourceSet {
 
 // The real GPUs through NVML (nvml_source.cc). Errors as Meter::start documents them.
 tpsResult_t openNvmlSources(const MeterOptions& options, SourceSet* out, std::string* reason);
-// Two scripted GPUs for tests and CI (fake_source.cc), chosen by TPSCOPE_METER_FAKE=1.
+// Two scripted GPUs for tests and CI (fake_source.cc), chosen by MeterOptions::fake_gpus.
 tpsResult_t openFakeSources(const MeterOptions& options, SourceSet* out, std::string* reason);
 
 }  // namespace tpscope::detail

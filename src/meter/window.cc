@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "meter/calibrate.h"
+
 namespace tpscope::detail {
 
 namespace {
@@ -80,6 +82,7 @@ MeterCell computeCell(const Series& s, MeterCounter counter, int64_t start, int6
   const std::optional<double> c_start = cumulativeAt(s, counter, start), c_end = cumulativeAt(s, counter, end);
   if (!c_start || !c_end) return cell;
   cell.bytes = *c_end - *c_start;
+  cell.counted_bytes = cell.bytes;
   cell.bytes_high = at(s[hi], c) - at(s[lo], c);
   cell.bytes_low = inner_first == std::string::npos ? 0.0 : at(s[inner_last], c) - at(s[inner_first], c);
   const double duration_s = (end - start) * 1e-9;
@@ -121,9 +124,48 @@ void addDmon(MeterCell* cell, const std::vector<MeterDmonSample>& dmon, int gpu,
   cell->dmon_mbps = n > 0 ? std::optional<double>(sum / n) : std::nullopt;
 }
 
+std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vector<MeterDmonSample>& dmon, int gpu,
+                                                 int64_t start, int64_t end) {
+  std::array<int64_t, kMeterReadKinds> n{};
+  for (const MeterSample& x : s) {
+    const int64_t mid = x.t_before_ns + (x.t_after_ns - x.t_before_ns) / 2;
+    if (mid >= start && mid <= end) ++n[x.group == MeterGroup::kPcie ? 0 : 1];
+  }
+  for (const MeterDmonSample& d : dmon) {
+    const int64_t mid = d.t_before_ns + (d.t_after_ns - d.t_before_ns) / 2;
+    if (d.gpu == gpu && mid >= start && mid <= end) ++n[static_cast<int>(MeterReadKind::kDmon)];
+  }
+  return n;
+}
+
+void subtractOwn(MeterCell* cell, const MeterGpuCalibration& cal, int c, const std::array<int64_t, kMeterReadKinds>& reads,
+                 double duration_s, std::optional<double> ceiling_mbps) {
+  if (!cell->bytes) return;
+  double own = 0, own_low = 0, own_high = 0;
+  for (int k = 0; k < kMeterReadKinds; ++k) {
+    const MeterReadKind kind = static_cast<MeterReadKind>(k);
+    const std::optional<double> mid = ownBytes(cal, kind, c, reads[k]), lo = ownBytes(cal, kind, c, reads[k], -1),
+                                hi = ownBytes(cal, kind, c, reads[k], +1);
+    if (!mid || !lo || !hi) return;
+    own += *mid;
+    own_low += *lo;
+    own_high += *hi;
+  }
+  cell->counted_bytes = cell->bytes;
+  cell->own_bytes = own;
+  cell->bytes = *cell->bytes - own;
+  if (cell->bytes_low) cell->bytes_low = *cell->bytes_low - own_high;
+  if (cell->bytes_high) cell->bytes_high = *cell->bytes_high - own_low;
+  if (duration_s > 0) {
+    cell->mean_mbps = *cell->bytes / duration_s / 1e6;
+    if (ceiling_mbps && *ceiling_mbps > 0) cell->share_of_ceiling = *cell->mean_mbps / *ceiling_mbps;
+  }
+}
+
 MeterWindow computeWindow(const std::string& name, int repetition, int64_t start, int64_t end,
                           const std::vector<Series>& series, const std::vector<MeterGpu>& gpus,
-                          const std::vector<MeterDmonSample>& dmon, double peak_span_ms) {
+                          const std::vector<MeterDmonSample>& dmon, double peak_span_ms,
+                          const MeterCalibration* calibration) {
   MeterWindow w;
   w.name = name;
   w.repetition = repetition;
@@ -131,12 +173,18 @@ MeterWindow computeWindow(const std::string& name, int repetition, int64_t start
   w.end_ns = end;
   w.complete = true;
   w.cells.resize(gpus.size());
+  const bool net = calibration && calibration->calibrated && calibration->gpus.size() == gpus.size();
   for (size_t k = 0; k < gpus.size(); ++k) {
     const Series& s = k < series.size() ? series[k] : Series{};
     if (!readAfter(s, gpus[k], end)) w.complete = false;
+    const std::array<int64_t, kMeterReadKinds> reads =
+        net ? readsInside(s, dmon, static_cast<int>(k), start, end) : std::array<int64_t, kMeterReadKinds>{};
     for (int c = 0; c < kMeterCounters; ++c) {
       const MeterCounter mc = static_cast<MeterCounter>(c);
-      if (gpus[k].supported[c]) w.cells[k][c] = computeCell(s, mc, start, end, peak_span_ms, gpus[k].ceilingMBps(mc));
+      if (gpus[k].supported[c]) {
+        w.cells[k][c] = computeCell(s, mc, start, end, peak_span_ms, gpus[k].ceilingMBps(mc));
+        if (net) subtractOwn(&w.cells[k][c], calibration->gpus[k], c, reads, (end - start) * 1e-9, gpus[k].ceilingMBps(mc));
+      }
       if (isPcie(mc) && !dmon.empty()) addDmon(&w.cells[k][c], dmon, static_cast<int>(k), mc, start, end);
     }
   }
@@ -192,6 +240,18 @@ const char* meterCounterName(MeterCounter c) {
 }
 
 const char* meterGroupName(MeterGroup g) { return g == MeterGroup::kPcie ? "pcie" : "nvlink"; }
+
+const char* meterReadKindName(MeterReadKind k) {
+  switch (k) {
+    case MeterReadKind::kPcie:
+      return "pcie_read";
+    case MeterReadKind::kNvlink:
+      return "nvlink_read";
+    case MeterReadKind::kDmon:
+      return "dmon_call";
+  }
+  return "unknown";
+}
 
 std::optional<MeterSpread> meterSpread(const std::vector<std::optional<double>>& values) {
   std::vector<double> v;

@@ -36,10 +36,24 @@ MeterCell computeCell(const Series& s, MeterCounter c, int64_t start, int64_t en
 void addDmon(MeterCell* cell, const std::vector<MeterDmonSample>& dmon, int gpu, MeterCounter c, int64_t start,
              int64_t end);
 
-// A window over every GPU. series[k] belongs to gpus[k]; dmon may be empty.
+// A window over every GPU. series[k] belongs to gpus[k]; dmon may be empty. With a calibration
+// (calibrated), each cell is made net of the meter's own reads inside the window (subtractOwn).
 MeterWindow computeWindow(const std::string& name, int repetition, int64_t start, int64_t end,
                           const std::vector<Series>& series, const std::vector<MeterGpu>& gpus,
-                          const std::vector<MeterDmonSample>& dmon, double peak_span_ms);
+                          const std::vector<MeterDmonSample>& dmon, double peak_span_ms,
+                          const MeterCalibration* calibration = nullptr);
+
+// Reads of each kind on GPU position `gpu` whose midpoint lies in [start, end]: the series' rows by
+// group, the dmon readings as calls.
+std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vector<MeterDmonSample>& dmon, int gpu,
+                                                 int64_t start, int64_t end);
+
+// Makes a cell net of `reads` reads of each kind at the calibrated costs: counted_bytes keeps the
+// counter difference, own_bytes what the reads added, bytes/mean/share become net, and the bounds
+// widen by the calibration's spread. A cell without bytes, or a kind without a cost for the counter
+// while it was read, is left gross (own_bytes stays nullopt).
+void subtractOwn(MeterCell* cell, const MeterGpuCalibration& cal, int c, const std::array<int64_t, kMeterReadKinds>& reads,
+                 double duration_s, std::optional<double> ceiling_mbps);
 
 // The verdict of a quiescing interval from its window. pids[k] lists the processes on GPU k
 // (nullopt: could not list); own_pids are ours (this process, an engine's server) and do not count.

@@ -11,26 +11,12 @@
 
 #include "common/checks.h"
 #include "common/cuda_raii.h"
-#include "common/param.h"
 #include "workload/attention_cudnn.h"
 #include "workload/shard.h"
 
 namespace tpscope::workload {
 
 namespace {
-
-// 1: `tensor` fuses each AllReduce with the residual add and norm after it where the library can
-// (tpsAllReduceAddRmsNorm, p2p), for forwards that do not push (TPSCOPE_TP_PUSH below, which takes
-// precedence). Off by default: under graphs the fused kernel measures slower than the LL AllReduce
-// followed by the add+norm kernel launched as its programmatic dependent (docs/PERFORMANCE.md, "The
-// synthetic transformer", fused A/B tables).
-TPS_PARAM_INT(TpFused, "TPSCOPE_TP_FUSED", 0)
-
-// 1: `tensor` decode pushes the partials from the projections that make them (allreduce/push.cuh) where
-// the communicator has push channels (p2p), and the reduction only waits and sums
-// (tpsAllReducePushedAddRmsNorm). 0: the reduction sends them itself (tpsAllReduce + the add + norm).
-// Pushing is the faster of the two for tensor decode (docs/PERFORMANCE.md, "The synthetic transformer").
-TPS_PARAM_INT(TpPush, "TPSCOPE_TP_PUSH", 1)
 
 // The layer ranges, heads and FFN columns of GPU position `rank`.
 ShardDims dimsFor(const ModelConfig& c, SplitMode mode, int ngpu, int rank) {
@@ -48,7 +34,7 @@ ShardDims dimsFor(const ModelConfig& c, SplitMode mode, int ngpu, int rank) {
 }
 
 // The per-GPU arguments of a reduction fused with the residual add and the norm after layer `layer`'s
-// `after` (tpsAllReduceAddRmsNorm, tpsAllReducePushedAddRmsNorm).
+// `after` (tpsAllReduceAddRmsNorm, allReducePushedAddRmsNorm).
 struct NormCall {
   void* partial[TPS_MAX_DEVICES];
   void* x[TPS_MAX_DEVICES];  // the residual (read, or updated in place)
@@ -121,9 +107,11 @@ tpsResult_t Model::create(const ModelOptions& o, std::unique_ptr<Model>* out, st
   if (o.prefill_attention == PrefillAttention::kAuto)
     m->options_.prefill_attention = cudnn ? PrefillAttention::kCudnn : PrefillAttention::kKernel;
   const bool use_cudnn = m->options_.prefill_attention == PrefillAttention::kCudnn;
+  DecodeKernels& k = m->options_.kernels;
+  k.attention_pdl = resolveAttentionPdl(k.attention_pdl, o.config, o.split, n);
   for (int r = 0; r < n; ++r) {
     std::unique_ptr<Shard> s;
-    TPS_CHECK(Shard::create(o.config, dimsFor(o.config, o.split, n, r), o.shape, o.devices[r], o.seed, use_cudnn, &s,
+    TPS_CHECK(Shard::create(o.config, dimsFor(o.config, o.split, n, r), o.shape, o.devices[r], o.seed, use_cudnn, k, &s,
                             reason));
     m->shards_.push_back(std::move(s));
     // An event is recorded on a stream of the device it was made on: ready_[r] by the previous stage
@@ -158,10 +146,10 @@ tpsResult_t Model::create(const ModelOptions& o, std::unique_ptr<Model>* out, st
       return r;
     }
     // Pushes go through the p2p backend's lines: only when the calls would be p2p's anyway.
-    if (tpsParamTpPush() != 0 && (o.backend == tpsBackendP2p || o.backend == tpsBackendAuto)) {
+    if (k.reduction == Reduction::kPushed && (o.backend == tpsBackendP2p || o.backend == tpsBackendAuto)) {
       m->push_.resize(n);
       for (int r = 0; r < n && !m->push_.empty(); ++r)
-        if (tpsCommGetPushChannel(m->comm_, r, &m->push_[r]) != tpsSuccess) m->push_.clear();
+        if (detail::commPushChannel(m->comm_, r, &m->push_[r]) != tpsSuccess) m->push_.clear();
     }
   }
   *out = std::move(m);
@@ -218,12 +206,12 @@ tpsResult_t Model::reduceThenResidual(int layer, int tokens, Shard::After after,
   const size_t rows = static_cast<size_t>(tokens), width = options_.config.hidden;
   if (pushed) {
     // In place: the by-row kernel reads each residual word before the same thread writes it.
-    TPS_CHECK(tpsAllReducePushedAddRmsNorm(comm_, c.partial, c.x, c.x, c.weights(), c.normed, rows, width,
-                                           options_.config.rms_eps, tpsBfloat16, c.streams));
+    TPS_CHECK(detail::allReducePushedAddRmsNorm(comm_, c.partial, c.x, c.x, c.weights(), c.normed, rows, width,
+                                                options_.config.rms_eps, tpsBfloat16, c.streams));
     for (auto& s : shards_) TPS_CHECK(s->mark("allreduce (pushed) + residual + rmsnorm"));
     return tpsSuccess;
   }
-  if (!skip_allreduce_ && tpsParamTpFused() != 0) {
+  if (!skip_allreduce_ && options_.kernels.reduction == Reduction::kFused) {
     // The new residual goes into the partial buffer (the kernel reads x whole while it writes), and
     // the two buffers then trade roles.
     const tpsResult_t r =

@@ -33,6 +33,7 @@ struct ModelOptions {
   uint64_t seed = 1;
   RunShape shape;
   PrefillAttention prefill_attention = PrefillAttention::kAuto;
+  DecodeKernels kernels;  // after create(): attention_pdl resolved (never kAuto)
 };
 
 class Model {
@@ -76,7 +77,7 @@ class Model {
   tpsResult_t forwardStage(size_t stage, int tokens, int pos0);  // layer split: one stage and its hand-off
   tpsResult_t allReduce(int tokens);
   // `tensor`: the AllReduce of the partials and the residual add + next RMSNorm: pushed (the
-  // projections sent the partials, tpsAllReducePushedAddRmsNorm) when `pushed`, else fused into one
+  // projections sent the partials, allReducePushedAddRmsNorm) when `pushed`, else fused into one
   // library call where the backend has that kernel (tpsAllReduceAddRmsNorm), else one after the other.
   tpsResult_t reduceThenResidual(int layer, int tokens, Shard::After after, bool pushed);
   // Whether a `tensor` forward of `tokens` pushes its partials (push channels exist and every shard's
@@ -89,7 +90,7 @@ class Model {
   std::vector<cudaEvent_t> ready_, consumed_, join_;  // per shard: hand-off and capture events
   bool capturing_ = false;
   bool skip_allreduce_ = false;
-  std::vector<tpsPushChannel_t> push_;  // `tensor` with p2p: each shard's push channel (empty: no pushes)
+  std::vector<detail::PushChannel> push_;  // `tensor` with p2p: each shard's push channel (empty: no pushes)
 };
 
 }  // namespace tpscope::workload

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "common/param.h"
 #include "workload/kernels.h"
@@ -38,41 +39,56 @@ uint64_t layerElements(const ModelConfig& c, const Local& l) {
 
 }  // namespace
 
-const char* splitModeName(SplitMode mode) {
-  switch (mode) {
-    case SplitMode::kNone:
-      return "none";
-    case SplitMode::kLayer:
-      return "layer";
-    case SplitMode::kTensor:
-      return "tensor";
-  }
+namespace {
+
+// Each enum's printed names, one table per enum, read both ways.
+constexpr std::pair<SplitMode, const char*> kSplitModes[] = {
+    {SplitMode::kNone, "none"}, {SplitMode::kLayer, "layer"}, {SplitMode::kTensor, "tensor"}};
+constexpr std::pair<PrefillAttention, const char*> kPrefillAttentions[] = {
+    {PrefillAttention::kAuto, "auto"}, {PrefillAttention::kCudnn, "cudnn"}, {PrefillAttention::kKernel, "kernel"}};
+constexpr std::pair<Reduction, const char*> kReductions[] = {
+    {Reduction::kPushed, "pushed"}, {Reduction::kFused, "fused"}, {Reduction::kPlain, "plain"}};
+constexpr std::pair<RopeKernel, const char*> kRopeKernels[] = {{RopeKernel::kAttention, "attention"},
+                                                               {RopeKernel::kKernel, "kernel"}};
+constexpr std::pair<AttentionPdl, const char*> kAttentionPdls[] = {
+    {AttentionPdl::kAuto, "auto"}, {AttentionPdl::kOn, "on"}, {AttentionPdl::kOff, "off"}};
+
+template <typename E, size_t N>
+const char* nameIn(const std::pair<E, const char*> (&table)[N], E value) {
+  for (const auto& [e, name] : table)
+    if (e == value) return name;
   return "?";
 }
 
-std::optional<SplitMode> parseSplitMode(const std::string& name) {
-  if (name == "none") return SplitMode::kNone;
-  if (name == "layer") return SplitMode::kLayer;
-  if (name == "tensor") return SplitMode::kTensor;
+template <typename E, size_t N>
+std::optional<E> parseIn(const std::pair<E, const char*> (&table)[N], const std::string& name) {
+  for (const auto& [e, n] : table)
+    if (name == n) return e;
   return std::nullopt;
 }
 
-const char* prefillAttentionName(PrefillAttention a) {
-  switch (a) {
-    case PrefillAttention::kAuto:
-      return "auto";
-    case PrefillAttention::kCudnn:
-      return "cudnn";
-    case PrefillAttention::kKernel:
-      return "kernel";
-  }
-  return "?";
-}
+}  // namespace
 
+const char* splitModeName(SplitMode mode) { return nameIn(kSplitModes, mode); }
+std::optional<SplitMode> parseSplitMode(const std::string& name) { return parseIn(kSplitModes, name); }
+const char* prefillAttentionName(PrefillAttention a) { return nameIn(kPrefillAttentions, a); }
 std::optional<PrefillAttention> parsePrefillAttention(const std::string& name) {
-  for (PrefillAttention a : {PrefillAttention::kAuto, PrefillAttention::kCudnn, PrefillAttention::kKernel})
-    if (name == prefillAttentionName(a)) return a;
-  return std::nullopt;
+  return parseIn(kPrefillAttentions, name);
+}
+const char* reductionName(Reduction r) { return nameIn(kReductions, r); }
+std::optional<Reduction> parseReduction(const std::string& name) { return parseIn(kReductions, name); }
+const char* ropeKernelName(RopeKernel r) { return nameIn(kRopeKernels, r); }
+std::optional<RopeKernel> parseRopeKernel(const std::string& name) { return parseIn(kRopeKernels, name); }
+const char* attentionPdlName(AttentionPdl a) { return nameIn(kAttentionPdls, a); }
+std::optional<AttentionPdl> parseAttentionPdl(const std::string& name) { return parseIn(kAttentionPdls, name); }
+
+AttentionPdl resolveAttentionPdl(AttentionPdl a, const ModelConfig& config, SplitMode mode, int ngpu) {
+  if (a != AttentionPdl::kAuto) return a;
+  // A GPU's slice of a tensor split holds q_heads / ngpu query heads over kv_heads / ngpu KV heads: the
+  // GQA group size is the model's either way, and only a tensor slice (fewer heads per GPU) turns it off.
+  const bool slice = mode == SplitMode::kTensor && ngpu > 1;
+  const bool big_groups = config.kv_heads > 0 && config.q_heads / config.kv_heads >= 8;
+  return slice && big_groups ? AttentionPdl::kOff : AttentionPdl::kOn;
 }
 
 std::vector<std::string> presetNames() { return {"tiny", "8b", "32b"}; }

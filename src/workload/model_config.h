@@ -33,6 +33,42 @@ enum class SplitMode { kNone, kLayer, kTensor };
 enum class PrefillAttention { kAuto, kCudnn, kKernel };
 const char* prefillAttentionName(PrefillAttention a);  // "auto", "cudnn", "kernel"
 std::optional<PrefillAttention> parsePrefillAttention(const std::string& name);
+// How `tensor` reduces each layer's partials and applies the residual add and next RMSNorm after them:
+//   kPushed  the projections that make the partials send them to the peers as they finish (p2p push
+//            channels, allreduce/push.h), and the reduction only waits and sums, fused with the add and
+//            norm; where a forward cannot push (not p2p, or a shape the channel does not take): kPlain.
+//            The default: the fastest for tensor decode (docs/PERFORMANCE.md, "The synthetic transformer").
+//   kFused   tpsAllReduceAddRmsNorm, one library kernel for the reduction, add and norm, where the
+//            library has it (p2p LL sizes); elsewhere kPlain.
+//   kPlain   tpsAllReduce, then the add + norm kernel.
+enum class Reduction { kPushed, kFused, kPlain };
+const char* reductionName(Reduction r);  // "pushed", "fused", "plain"
+std::optional<Reduction> parseReduction(const std::string& name);
+
+// Where decode applies RoPE and stores the step's K and V: inside the decode attention kernel (kAttention,
+// one kernel fewer per layer; the default) or in a kernel of its own before it (kKernel, as prefill does).
+enum class RopeKernel { kAttention, kKernel };
+const char* ropeKernelName(RopeKernel r);  // "attention", "kernel"
+std::optional<RopeKernel> parseRopeKernel(const std::string& name);
+
+// Whether the decode attention kernel is launched as a programmatic dependent of the kernel before it.
+// kAuto: on, except for a tensor-parallel slice with GQA groups of 8 or more, where it measured slower
+// (docs/PERFORMANCE.md, "The synthetic transformer"); resolveAttentionPdl says which.
+enum class AttentionPdl { kAuto, kOn, kOff };
+const char* attentionPdlName(AttentionPdl a);  // "auto", "on", "off"
+std::optional<AttentionPdl> parseAttentionPdl(const std::string& name);
+
+// The choices that decide which decode kernels run, beyond the split and the backend. Every record
+// carries them (`tpscope tp` JSON, the arms' settings).
+struct DecodeKernels {
+  Reduction reduction = Reduction::kPushed;
+  RopeKernel rope = RopeKernel::kAttention;
+  AttentionPdl attention_pdl = AttentionPdl::kAuto;
+};
+
+// `a`, with kAuto resolved for `config` split `mode` over `ngpu` GPUs: kOn or kOff.
+AttentionPdl resolveAttentionPdl(AttentionPdl a, const ModelConfig& config, SplitMode mode, int ngpu);
+
 const char* splitModeName(SplitMode mode);  // "none", "layer", "tensor"
 std::optional<SplitMode> parseSplitMode(const std::string& name);
 

@@ -4,13 +4,7 @@
 
 #include <mutex>
 
-#include "common/param.h"
-
 namespace tpscope::workload {
-
-namespace {
-TPS_PARAM_INT(TpPdl, "TPSCOPE_TP_PDL", 1)
-}
 
 bool pdlEnabled() {
   static std::once_flag once;
@@ -25,7 +19,7 @@ bool pdlEnabled() {
     (void)cudaGetLastError();
   });
   int device = 0;
-  if (tpsParamTpPdl() == 0 || cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
   return capable[device] != 0;
 }
 

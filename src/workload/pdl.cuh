@@ -5,7 +5,7 @@
 // the decode GEMVs use that to start streaming their weights (which no earlier kernel writes) and
 // call pdlWait() before they read the activations (common/pdl.cuh has the semantics). Kernels that
 // precede a GEMV call pdlTrigger() early so that the GEMV's blocks may be scheduled beside their
-// last wave. Before sm_90, or with TPSCOPE_TP_PDL=0, launches are plain.
+// last wave. Before sm_90 launches are plain.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,8 +17,7 @@ namespace tpscope::workload {
 using tpscope::pdlTrigger;
 using tpscope::pdlWait;
 
-// Whether the current device takes programmatic launches (compute capability 9.0 or later) and
-// TPSCOPE_TP_PDL is not 0.
+// Whether the current device takes programmatic launches (compute capability 9.0 or later).
 bool pdlEnabled();
 
 // A programmatic launch where `want` and pdlEnabled(), else an ordinary one.

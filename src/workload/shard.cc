@@ -7,22 +7,12 @@
 #include <cmath>
 
 #include "common/checks.h"
-#include "common/param.h"
 
 namespace tpscope::workload {
 
 namespace {
 
 enum LayerTensor : uint64_t { kAttnNorm = 0, kWq, kWk, kWv, kWo, kFfnNorm, kWgate, kWup, kWdown, kKCache, kVCache };
-
-TPS_PARAM_INT(TpGemv, "TPSCOPE_TP_GEMV", 1)
-// The decode attention kernel as a programmatic dependent of the RoPE kernel: 1 on, 0 off, -1 (auto)
-// on except for a tensor-parallel slice with GQA groups of 8 or more, where it measured slower (why is
-// not known; docs/PERFORMANCE.md, "The synthetic transformer", attention A/B tables).
-TPS_PARAM_INT(TpAttnPdl, "TPSCOPE_TP_ATTN_PDL", -1)
-// 1: the decode attention kernel applies RoPE and stores the step's K and V itself (one kernel fewer
-// per layer); 0: the RoPE kernel runs before it.
-TPS_PARAM_INT(TpAttnRope, "TPSCOPE_TP_ATTN_ROPE", 1)
 
 uint64_t tensorId(int layer, LayerTensor t) { return static_cast<uint64_t>(layer) * kTensorsPerLayer + t; }
 
@@ -45,9 +35,11 @@ Shard::~Shard() {
 }
 
 tpsResult_t Shard::create(const ModelConfig& config, const ShardDims& dims, const RunShape& shape, int device,
-                          uint64_t seed, bool cudnn_attention, std::unique_ptr<Shard>* out, std::string* reason) {
+                          uint64_t seed, bool cudnn_attention, const DecodeKernels& kernels,
+                          std::unique_ptr<Shard>* out, std::string* reason) {
   std::unique_ptr<Shard> s(new Shard());
   s->config_ = config, s->dims_ = dims, s->shape_ = shape, s->device_ = device, s->seed_ = seed;
+  s->kernels_ = kernels;
   DeviceGuard on(device);
   auto failed = [&](const char* what) {
     *reason = fmt::format("GPU {}: {} failed (see the log above)", device, what);
@@ -167,9 +159,9 @@ tpsResult_t Shard::fillContext(int positions) {
 }
 
 // y[tokens][n] = x[tokens][k] . w[n][k]^T, bf16 in and out, fp32 accumulate. A few tokens (decode)
-// take the weight-streaming GEMV (gemv.cu); TPSCOPE_TP_GEMV=0 sends every shape to cuBLAS instead.
+// take the weight-streaming GEMV (gemv.cu), every other shape cuBLAS.
 tpsResult_t Shard::gemm(const bf16_t* w, const bf16_t* xin, bf16_t* y, int n, int k, int tokens) {
-  if (tpsParamTpGemv() != 0 && gemvApplies(w, xin, k, tokens)) {
+  if (gemvApplies(w, xin, k, tokens)) {
     TPS_CUDA_CHECK(launchGemv(w, xin, y, n, k, tokens, stream()));
     return tpsSuccess;
   }
@@ -179,8 +171,7 @@ tpsResult_t Shard::gemm(const bf16_t* w, const bf16_t* xin, bf16_t* y, int n, in
   return tpsSuccess;
 }
 
-bool Shard::canPush(int tokens, const tpsPushChannel_t& channel) const {
-  if (tpsParamTpGemv() == 0) return false;
+bool Shard::canPush(int tokens, const detail::PushChannel& channel) const {
   const int h = config_.hidden;
   for (const LayerWeights& w : layers_)
     if (!gemvPushApplies(w.wo, attn_.as<bf16_t>(), h, dims_.q_heads * config_.head_dim, tokens, channel) ||
@@ -210,14 +201,13 @@ tpsResult_t Shard::attentionBlock(int layer, int tokens, int pos0) {
   s.tokens = tokens, s.pos0 = pos0, s.q_heads = dims_.q_heads, s.kv_heads = dims_.kv_heads, s.head_dim = d;
   s.capacity = shape_.ctx_capacity, s.q_head_offset = dims_.q_head_off, s.kv_head_offset = dims_.kv_head_off;
   s.rope = config_.rope;
-  const int64_t attn_pdl = tpsParamTpAttnPdl();
-  s.pdl = attn_pdl < 0 ? dims_.q_heads == config_.q_heads || dims_.q_heads / dims_.kv_heads < 8 : attn_pdl != 0;
+  s.pdl = kernels_.attention_pdl == AttentionPdl::kOn;
   TPS_EXPECT(pos0 + tokens <= s.capacity, tpsInvalidArgument, "positions up to {} exceed the cache capacity {}",
              pos0 + tokens, s.capacity);
   const int64_t at = int64_t(local(layer)) * dims_.kv_heads * s.capacity * d;
   bf16_t* kc = k_cache_.as<bf16_t>() + at;
   bf16_t* vc = v_cache_.as<bf16_t>() + at;
-  s.store_kv = tpsParamTpAttnRope() != 0 && attentionDecodeApplies(s);
+  s.store_kv = kernels_.rope == RopeKernel::kAttention && attentionDecodeApplies(s);
   if (!s.store_kv) {
     TPS_CUDA_CHECK(launchRopeAndStore(qkv_.as<bf16_t>(), kc, vc, s, stream()));
     TPS_CHECK(mark("rope + kv store"));
@@ -238,7 +228,7 @@ tpsResult_t Shard::ffnBlock(int layer, int tokens) {
   DeviceGuard on(device_);
   const LayerWeights& w = layers_[local(layer)];
   const int h = config_.hidden, f = dims_.ffn;
-  if (tpsParamTpGemv() != 0 && gemvApplies(w.wgu, xn_.as<bf16_t>(), h, tokens)) {
+  if (gemvApplies(w.wgu, xn_.as<bf16_t>(), h, tokens)) {
     TPS_CUDA_CHECK(launchGemvSwiGlu(w.wgu, xn_.as<bf16_t>(), act_.as<bf16_t>(), f, h, tokens, stream()));
     TPS_CHECK(mark("proj gate+up, silu * up", uint64_t(2) * f * h * 2));
   } else {

@@ -31,9 +31,11 @@ class Shard {
  public:
   ~Shard();
   // Allocates and generates everything; *reason says what failed.
-  // cudnn_attention: prefill micro-batches take cuDNN's flash attention (attention_cudnn.h).
+  // cudnn_attention: prefill micro-batches take cuDNN's flash attention (attention_cudnn.h). kernels:
+  // the decode kernel choices, attention_pdl resolved (never kAuto).
   static tpsResult_t create(const ModelConfig& config, const ShardDims& dims, const RunShape& shape, int device,
-                            uint64_t seed, bool cudnn_attention, std::unique_ptr<Shard>* out, std::string* reason);
+                            uint64_t seed, bool cudnn_attention, const DecodeKernels& kernels,
+                            std::unique_ptr<Shard>* out, std::string* reason);
 
   // x = the model input for `tokens` tokens at positions pos0.. (generated from the seed).
   tpsResult_t fillInput(int tokens, int pos0);
@@ -59,10 +61,10 @@ class Shard {
 
   // Pushed reductions (tensor split, decode): while a channel is set, the two projections that make
   // the partial (attentionBlock's and ffnBlock's last) send it to the peers as they compute it
-  // (launchGemvPush); the caller then reduces with tpsAllReducePushedAddRmsNorm instead of
+  // (launchGemvPush); the caller then reduces with allReducePushedAddRmsNorm instead of
   // tpsAllReduce + residual(). Set only for forwards of `tokens` that canPush(tokens, channel).
-  void setPush(const tpsPushChannel_t* channel) { push_ = channel; }
-  bool canPush(int tokens, const tpsPushChannel_t& channel) const;
+  void setPush(const detail::PushChannel* channel) { push_ = channel; }
+  bool canPush(int tokens, const detail::PushChannel& channel) const;
 
   // Step profile: while set, every op records an event after itself (profile.h). Not during a capture.
   void setProfile(StepProfile* p) { profile_ = p; }
@@ -95,6 +97,7 @@ class Shard {
   RunShape shape_;
   int device_ = -1;
   uint64_t seed_ = 0;
+  DecodeKernels kernels_;
   Stream stream_;
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<CudnnAttention> cudnn_;  // prefill attention, when cuDNN runs it
@@ -103,7 +106,7 @@ class Shard {
   std::vector<LayerWeights> layers_;
   bf16_t* final_norm_ = nullptr;
   StepProfile* profile_ = nullptr;
-  const tpsPushChannel_t* push_ = nullptr;
+  const detail::PushChannel* push_ = nullptr;
 };
 
 // Tensor ids for the hash: per layer, and two outside the layers.

@@ -33,9 +33,11 @@ TEST(AllReduceFusedMultiGpu, P2pMatchesTheUnfusedSequence) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   const float eps = 1e-5f;
-  // Decode shapes (1 and 8 tokens of the 8b and 32b hidden sizes), a tiny row, and 3 x 256.
+  // Decode shapes (1 and 8 tokens of the 8b and 32b hidden sizes), a tiny row, 3 x 256 (one block per
+  // row), and rows wider than one block reaches (8192), which spread over the LL grid.
   int shape = 0;
-  for (auto [rows, width] : {std::pair<size_t, size_t>{1, 4096}, {8, 4096}, {3, 5120}, {2, 8}, {3, 256}}) {
+  for (auto [rows, width] :
+       {std::pair<size_t, size_t>{1, 4096}, {8, 4096}, {3, 5120}, {2, 8}, {3, 256}, {1, 16384}, {2, 12288}}) {
     const bool alias = shape++ % 2 == 1;  // residual_out = partial on every other shape, as tpscope tp does
     const size_t count = rows * width;
     PerGpu partial(n, count), residual(n, count), out(n, count), weight(n, width), normed(n, count);

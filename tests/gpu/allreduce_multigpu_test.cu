@@ -2,158 +2,12 @@
 // allreduce_multigpu_test - every AllReduce backend against a double-precision host reference on 2
 // and all visible GPUs: every dtype, odd counts, misaligned buffers, both host paths, CUDA graphs,
 // 100,000 back-to-back calls, the spin timeout, and bad input that must enqueue nothing.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-#include <gtest/gtest.h>
-
-#include <chrono>
-#include <cmath>
-#include <cstring>
-#include <random>
-#include <vector>
-
+#include "allreduce_fixture.cuh"
 #include "gpu_test_util.h"
-#include "host_gate.cuh"
-#include "tpscope/tpscope.h"
 
 namespace {
 
-#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
-#define TPS_OK(x) ASSERT_EQ((x), tpsSuccess) << #x
-
-// Host-side conversions matching the device's round-to-nearest-even.
-float toFloat(tpsDataType_t t, const void* p, size_t i) {
-  if (t == tpsFloat32) return static_cast<const float*>(p)[i];
-  if (t == tpsFloat16) return __half2float(static_cast<const __half*>(p)[i]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-}
-void fromFloat(tpsDataType_t t, void* p, size_t i, float v) {
-  if (t == tpsFloat32) static_cast<float*>(p)[i] = v;
-  else if (t == tpsFloat16) static_cast<__half*>(p)[i] = __float2half_rn(v);
-  else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-}
-double relTol(tpsDataType_t t) { return t == tpsFloat32 ? 1e-6 : t == tpsFloat16 ? 1.0 / 1024 : 1.0 / 128; }
-
-// N GPUs with a stream and a buffer each; data deterministic from (seed, rank, index).
-struct Fixture {
-  std::vector<int> devs;
-  std::vector<cudaStream_t> streams;
-  std::vector<void*> alloc, bufs;
-  std::vector<std::vector<unsigned char>> input;
-  tpsComm_t comm = nullptr;
-
-  void setUp(int n, const tpsConfig_t* cfg = nullptr) {
-    std::vector<int> d;
-    for (int i = 0; i < n; ++i) d.push_back(i);
-    setUp(d, cfg);
-  }
-  // Rank r on GPU d[r] (a GPU may appear twice under TPSCOPE_TEST_SHARED_DEVICES=1).
-  void setUp(const std::vector<int>& d, const tpsConfig_t* cfg = nullptr) {
-    devs = d;
-    streams.resize(d.size());
-    for (size_t i = 0; i < d.size(); ++i) {
-      ASSERT_EQ(cudaSetDevice(d[i]), cudaSuccess);
-      ASSERT_EQ(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking), cudaSuccess);
-    }
-    ASSERT_EQ(tpsCommCreate(&comm, static_cast<int>(d.size()), devs.data(), cfg), tpsSuccess);
-  }
-  void fill(tpsDataType_t t, size_t count, size_t offset_elems, unsigned seed) {
-    for (size_t i = 0; i < alloc.size(); ++i) {
-      cudaSetDevice(devs[i]);
-      cudaFree(alloc[i]);
-    }
-    const size_t es = tpsDataTypeSize(t);
-    alloc.assign(devs.size(), nullptr);
-    bufs.assign(devs.size(), nullptr);
-    input.assign(devs.size(), std::vector<unsigned char>(count * es));
-    for (size_t r = 0; r < devs.size(); ++r) {
-      std::mt19937 rng(seed * 131 + r);
-      std::uniform_real_distribution<float> d(-1.f, 1.f);
-      for (size_t i = 0; i < count; ++i) fromFloat(t, input[r].data(), i, d(rng));
-      ASSERT_EQ(cudaSetDevice(devs[r]), cudaSuccess);
-      ASSERT_EQ(cudaMalloc(&alloc[r], (count + offset_elems) * es + 64), cudaSuccess);
-      bufs[r] = static_cast<char*>(alloc[r]) + offset_elems * es;
-      ASSERT_EQ(cudaMemcpy(bufs[r], input[r].data(), count * es, cudaMemcpyHostToDevice), cudaSuccess);
-    }
-  }
-  void sync() {
-    for (size_t r = 0; r < devs.size(); ++r) {
-      ASSERT_EQ(cudaSetDevice(devs[r]), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
-    }
-  }
-  // Every element within tolerance of the double reference; every GPU bit-identical to GPU 0.
-  void check(tpsDataType_t t, size_t count, const char* what) {
-    const size_t es = tpsDataTypeSize(t);
-    std::vector<std::vector<unsigned char>> out(devs.size(), std::vector<unsigned char>(count * es));
-    for (size_t r = 0; r < devs.size(); ++r) {
-      ASSERT_EQ(cudaSetDevice(devs[r]), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(out[r].data(), bufs[r], count * es, cudaMemcpyDeviceToHost), cudaSuccess);
-    }
-    size_t wrong = 0, first = count;
-    for (size_t i = 0; i < count; ++i) {
-      double ref = 0, mag = 0;
-      for (size_t r = 0; r < devs.size(); ++r) {
-        ref += toFloat(t, input[r].data(), i);
-        mag += std::fabs(toFloat(t, input[r].data(), i));
-      }
-      double got = toFloat(t, out[0].data(), i);
-      if (!(std::fabs(got - ref) <= relTol(t) * mag + 1e-30)) {
-        if (first == count) first = i;
-        ++wrong;
-      }
-    }
-    EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " wrong, first at " << first;
-    for (size_t r = 1; r < devs.size(); ++r)
-      EXPECT_EQ(std::memcmp(out[0].data(), out[r].data(), count * es), 0) << what << ": GPU" << r << " differs from GPU0";
-  }
-  void tearDown() {
-    if (comm) tpsCommDestroy(comm);
-    for (size_t r = 0; r < alloc.size(); ++r) {
-      cudaSetDevice(devs[r]);
-      cudaFree(alloc[r]);
-    }
-    for (size_t r = 0; r < streams.size(); ++r) {
-      cudaSetDevice(devs[r]);
-      cudaStreamDestroy(streams[r]);
-    }
-  }
-};
-
 int gpus() { return tpscope::testing::gpuCount(); }
-
-// Runs the correctness matrix for one backend on n GPUs, or on the ranks of `devs` when given.
-void correctness(tpsBackend_t backend, int n, const std::vector<int>& devs = {}) {
-  Fixture f;
-  if (devs.empty())
-    f.setUp(n);
-  else
-    f.setUp(devs);
-  ASSERT_NE(f.comm, nullptr);
-  // 8, 4096 and 1 << 16 elements are whole 8-byte words: the p2p backend's LL one-shot takes them.
-  const size_t counts[] = {1, 7, 8, 4096, 4097, 1u << 16, 65536 + 3, (1u << 20) + 1, (20u << 20) + 5};
-  const tpsDataType_t types[] = {tpsFloat32, tpsFloat16, tpsBfloat16};
-  unsigned seed = 1;
-  for (tpsDataType_t t : types) {
-    for (size_t count : counts) {
-      for (size_t offset : {size_t{0}, size_t{1}}) {
-        if (offset && count > (1u << 20) + 1) continue;  // misaligned large: covered at 1 Mi + 1
-        f.fill(t, count, offset, seed++);
-        ASSERT_EQ(tpsAllReduceWith(f.comm, backend, f.bufs.data(), count, t, reinterpret_cast<tpsStream_t*>(f.streams.data())),
-                  tpsSuccess);
-        f.sync();
-        std::string what = std::string(tpsBackendName(backend)) + " N=" + std::to_string(n) + " " +
-                           tpsDataTypeName(t) + " count=" + std::to_string(count) + " offset=" + std::to_string(offset);
-        f.check(t, count, what.c_str());
-      }
-    }
-  }
-  tpsResult_t async = tpsInternalError;
-  EXPECT_EQ(tpsCommGetAsyncError(f.comm, &async), tpsSuccess);
-  EXPECT_EQ(async, tpsSuccess);
-  f.tearDown();
-}
 
 TEST(AllReduceMultiGpu, HostBackendTwoGpus) {
   TPS_REQUIRE_GPUS(2);
@@ -183,19 +37,19 @@ TEST(AllReduceMultiGpu, NcclBackendAllGpus) {
   correctness(tpsBackendNccl, std::min(gpus(), 8));
 }
 
-// Four ranks on two GPUs (ranks 0 and 2 on GPU 0, 1 and 3 on GPU 1): the N = 4 code paths of host and
-// p2p (rank-order sums, slots, flags, two-shot slices of four) on a box with two GPUs, until a 4-GPU
-// machine runs the AllGpus tests above. Disabled in the plain run: the ctest entry AllReduceSharedGpus
-// runs them with TPSCOPE_TEST_SHARED_DEVICES=1 (ranks may share a GPU) and TPSCOPE_P2P_BLOCKS=32 (two
-// ranks' two-shot grids must be resident on one GPU together: 82 registers x 512 threads is one block
-// per SM).
-TEST(AllReduceSharedGpus, DISABLED_P2pFourRanksOnTwoGpus) {
+// Four ranks on two GPUs (ranks 0 and 2 on GPU 0, 1 and 3 on GPU 1, config.shared_devices): the N = 4
+// code paths of host and p2p (rank-order sums, slots, flags, two-shot slices of four) on a box with two
+// GPUs, with peer links between the ranks of different GPUs. allreduce_shared_gpu_test.cu runs the same
+// matrix with the ranks on one GPU.
+TEST(AllReduceSharedGpus, P2pFourRanksOnTwoGpus) {
   TPS_REQUIRE_GPUS(2);
-  correctness(tpsBackendP2p, 4, {0, 1, 0, 1});
+  const tpsConfig_t cfg = sharedConfig();
+  correctness(tpsBackendP2p, 4, {0, 1, 0, 1}, &cfg);
 }
-TEST(AllReduceSharedGpus, DISABLED_HostFourRanksOnTwoGpus) {
+TEST(AllReduceSharedGpus, HostFourRanksOnTwoGpus) {
   TPS_REQUIRE_GPUS(2);
-  correctness(tpsBackendHost, 4, {0, 1, 0, 1});
+  const tpsConfig_t cfg = sharedConfig();
+  correctness(tpsBackendHost, 4, {0, 1, 0, 1}, &cfg);
 }
 
 // Both host paths on the same data, forced by the threshold, and a copy-engine chunk that does not
@@ -379,47 +233,23 @@ TEST(AllReduceMultiGpu, HundredThousandP2pCallsNeverConfuseSequences) {
   hundredThousandCalls(tpsBackendP2p);
 }
 
-// GPU1's stream is held behind a kernel that waits for the host, so GPU0 calls and its peer never
-// arrives within the timeout: GPU0's kernel must give up, the error must reach the host as tpsTimeout,
-// and the process must stay usable.
+// Missing peer on every path that spins: the host kernel path and the p2p backend's LL one-shot (8 KiB),
+// flag one-shot (512 KiB) and two-shot (4 MiB).
 TEST(AllReduceMultiGpu, MissingPeerTimesOutInsteadOfHanging) {
   TPS_REQUIRE_GPUS(2);
-  tpsConfig_t cfg;
-  tpsConfigInit(&cfg);
-  cfg.backend = tpsBackendHost;
-  cfg.spin_timeout_ms = 500;
-  Fixture f;
-  f.setUp(2, &cfg);
-  f.fill(tpsBfloat16, 4096, 0, 3);
-  tpscope::testing::HostGate gate;
-  gate.hold(1, f.streams[1]);
-  ASSERT_TRUE(gate.ok());
-  const auto t0 = std::chrono::steady_clock::now();
-  TPS_OK(tpsAllReduce(f.comm, f.bufs.data(), 4096, tpsBfloat16, reinterpret_cast<tpsStream_t*>(f.streams.data())));
-  CUDA_OK(cudaSetDevice(0));
-  CUDA_OK(cudaStreamSynchronize(f.streams[0]));
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_GE(waited, 0.4);
-  EXPECT_LT(waited, 5.0);
-  tpsResult_t async = tpsSuccess;
-  TPS_OK(tpsCommGetAsyncError(f.comm, &async));
-  EXPECT_EQ(async, tpsTimeout);
-  EXPECT_STREQ(tpsGetErrorString(async), "timeout");
-  // Release GPU1: it finds GPU0's published data and finishes; nothing hangs.
-  gate.open();
-  CUDA_OK(cudaSetDevice(1));
-  CUDA_OK(cudaStreamSynchronize(f.streams[1]));
-  // The communicator refuses further work; a new one works.
-  EXPECT_EQ(tpsAllReduce(f.comm, f.bufs.data(), 4096, tpsBfloat16, reinterpret_cast<tpsStream_t*>(f.streams.data())),
-            tpsInvalidUsage);
-  f.tearDown();
-  Fixture g;
-  g.setUp(2, &cfg);
-  g.fill(tpsBfloat16, 4096, 0, 4);
-  TPS_OK(tpsAllReduce(g.comm, g.bufs.data(), 4096, tpsBfloat16, reinterpret_cast<tpsStream_t*>(g.streams.data())));
-  g.sync();
-  g.check(tpsBfloat16, 4096, "after timeout, new communicator");
-  g.tearDown();
+  missingPeerTimesOut(tpsBackendHost, 4096, {0, 1});
+}
+TEST(AllReduceMultiGpu, MissingPeerTimesOutP2pLL) {
+  TPS_REQUIRE_GPUS(2);
+  missingPeerTimesOut(tpsBackendP2p, 4096, {0, 1});
+}
+TEST(AllReduceMultiGpu, MissingPeerTimesOutP2pOneShot) {
+  TPS_REQUIRE_GPUS(2);
+  missingPeerTimesOut(tpsBackendP2p, 256u << 10, {0, 1});
+}
+TEST(AllReduceMultiGpu, MissingPeerTimesOutP2pTwoShot) {
+  TPS_REQUIRE_GPUS(2);
+  missingPeerTimesOut(tpsBackendP2p, 2u << 20, {0, 1});
 }
 
 // Bad input: a clear status, nothing enqueued (buffers and statistics unchanged).

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// allreduce_push_multigpu_test - pushed reductions (tpsCommGetPushChannel, allreduce/push.cuh,
-// tpsAllReducePushedAddRmsNorm): a test kernel pushes the partials word by word, and the pushed call
+// allreduce_push_multigpu_test - pushed reductions (commPushChannel, allreduce/push.cuh,
+// allReducePushedAddRmsNorm): a test kernel pushes the partials word by word, and the pushed call
 // must give bit for bit what the unpushed fused call gives on the same partials, on every GPU,
 // alternating with ordinary LL calls on the same communicator, eagerly and over many graph replays;
 // a peer that never pushes is a tpsTimeout; bad input is refused with nothing enqueued.
@@ -27,21 +27,24 @@ using tpscope::testing::f;
 using tpscope::testing::Gpus;
 using tpscope::testing::PerGpu;
 using tpscope::testing::same;
+using tpscope::detail::allReducePushedAddRmsNorm;
+using tpscope::detail::commPushChannel;
+using tpscope::detail::PushChannel;
 
 // The producer a projection would be: every word of `rows` x `width` pushed once, in any order.
-__global__ void pushPartial(tpsPushChannel_t ch, const Bf* partial, int rows, int width) {
+__global__ void pushPartial(PushChannel ch, const Bf* partial, int rows, int width) {
   const int words = rows * width / 4;
   for (int w = blockIdx.x * blockDim.x + threadIdx.x; w < words; w += gridDim.x * blockDim.x)
-    tpscope::pushWord(ch, w / (width / 4), w, reinterpret_cast<const uint2*>(partial)[w]);
+    tpscope::detail::pushWord(ch, w / (width / 4), w, reinterpret_cast<const uint2*>(partial)[w]);
 }
 
-std::vector<tpsPushChannel_t> channels(const Gpus& g) {
-  std::vector<tpsPushChannel_t> ch(g.n);
-  for (int i = 0; i < g.n; ++i) EXPECT_EQ(tpsCommGetPushChannel(g.comm, i, &ch[i]), tpsSuccess) << "GPU " << i;
+std::vector<PushChannel> channels(const Gpus& g) {
+  std::vector<PushChannel> ch(g.n);
+  for (int i = 0; i < g.n; ++i) EXPECT_EQ(commPushChannel(g.comm, i, &ch[i]), tpsSuccess) << "GPU " << i;
   return ch;
 }
 
-void push(const Gpus& g, const std::vector<tpsPushChannel_t>& ch, const PerGpu& partial, size_t rows, size_t width) {
+void push(const Gpus& g, const std::vector<PushChannel>& ch, const PerGpu& partial, size_t rows, size_t width) {
   for (int i = 0; i < g.n; ++i) {
     cudaSetDevice(g.devs[i]);
     pushPartial<<<8, 128, 0, g.streams[i]>>>(ch[i], static_cast<const Bf*>(partial.dev[i]), static_cast<int>(rows),
@@ -54,7 +57,7 @@ void push(const Gpus& g, const std::vector<tpsPushChannel_t>& ch, const PerGpu& 
 // ordinary LL AllReduce advances the same sequence numbers.
 void pushedEqualsUnpushed(const Gpus& g) {
   const int n = g.n;
-  const std::vector<tpsPushChannel_t> ch = channels(g);
+  const std::vector<PushChannel> ch = channels(g);
   ASSERT_EQ(ch[0].nranks, n);
   ASSERT_GE(ch[0].max_rows, 8);
   ASSERT_GE(ch[0].max_width, 8192);
@@ -78,7 +81,7 @@ void pushedEqualsUnpushed(const Gpus& g) {
     const std::string what = std::to_string(rows) + " x " + std::to_string(width) + " on " + std::to_string(n);
     ASSERT_EQ(tpsAllReduceWith(g.comm, tpsBackendP2p, other.dev.data(), 1000, tpsBfloat16, g.s()), tpsSuccess);
     push(g, ch, partial, rows, width);
-    ASSERT_EQ(tpsAllReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), mine.dev.data(), w.data(),
+    ASSERT_EQ(allReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), mine.dev.data(), w.data(),
                                            normed_mine.dev.data(), rows, width, eps, tpsBfloat16, g.s()),
               tpsSuccess)
         << what;
@@ -111,7 +114,7 @@ void pushedEqualsUnpushed(const Gpus& g) {
   partial.up(), residual.up();
   const std::vector<const void*> rin(residual.dev.begin(), residual.dev.end());
   push(g, ch, partial, rows, width);
-  ASSERT_EQ(tpsAllReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), residual.dev.data(), nullptr,
+  ASSERT_EQ(allReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), residual.dev.data(), nullptr,
                                          nullptr, rows, width, eps, tpsBfloat16, g.s()),
             tpsSuccess);
   g.sync();
@@ -126,11 +129,11 @@ void pushedEqualsUnpushed(const Gpus& g) {
   tpsResult_t async = tpsInternalError;
   EXPECT_EQ(tpsCommGetAsyncError(g.comm, &async), tpsSuccess);
   EXPECT_EQ(async, tpsSuccess);
-  // Accounted on the p2p one-shot path: per shape an ordinary, a pushed and a fused call; then the add.
+  // Accounted on the p2p LL path: per shape an ordinary, a pushed and a fused call; then the add.
   tpsStats_t st;
   ASSERT_EQ(tpsCommGetStats(g.comm, &st), tpsSuccess);
   unsigned long long calls = 0;
-  for (int c = 0; c < TPS_NUM_SIZE_CLASSES; ++c) calls += st.cells[tpsPathP2pOneShot][c].calls;
+  for (int c = 0; c < TPS_NUM_SIZE_CLASSES; ++c) calls += st.cells[tpsPathP2pLL][c].calls;
   EXPECT_EQ(calls, 5u * 3 + 1);
 }
 
@@ -140,11 +143,14 @@ TEST(AllReducePushMultiGpu, PushedEqualsTheUnpushedCall) {
   pushedEqualsUnpushed(g);
 }
 
-// Four ranks on two GPUs, as AllReduceSharedGpus in allreduce_multigpu_test.cu (the ctest entry of that
-// name runs it with TPSCOPE_TEST_SHARED_DEVICES=1): the pushed path's N = 4 sums and line slots.
-TEST(AllReduceSharedGpus, DISABLED_PushedFourRanksOnTwoGpus) {
+// Four ranks on two GPUs (config.shared_devices), as AllReduceSharedGpus in allreduce_multigpu_test.cu:
+// the pushed path's N = 4 sums and line slots.
+TEST(AllReduceSharedGpus, PushedFourRanksOnTwoGpus) {
   TPS_REQUIRE_GPUS(2);
-  const Gpus g(std::vector<int>{0, 1, 0, 1});
+  tpsConfig_t cfg;
+  tpsConfigInit(&cfg);
+  cfg.shared_devices = 1;
+  const Gpus g(std::vector<int>{0, 1, 0, 1}, &cfg);
   pushedEqualsUnpushed(g);
 }
 
@@ -155,7 +161,7 @@ TEST(AllReducePushMultiGpu, GraphReplaysNeverConfuseCalls) {
   TPS_REQUIRE_GPUS(2);
   const int n = std::min(tpscope::testing::gpuCount(), 8);
   Gpus g(n);
-  const std::vector<tpsPushChannel_t> ch = channels(g);
+  const std::vector<PushChannel> ch = channels(g);
   const size_t rows = 1, width = 4096, count = rows * width;
   PerGpu a(g, count), b(g, count), residual(g, count), out_a(g, count), out_b(g, count), weight(g, width);
   PerGpu normed_a(g, count), normed_b(g, count), zeros(g, 512);
@@ -174,11 +180,11 @@ TEST(AllReducePushMultiGpu, GraphReplaysNeverConfuseCalls) {
   auto step = [&] {
     EXPECT_EQ(tpsAllReduceWith(g.comm, tpsBackendP2p, zeros.dev.data(), 512, tpsBfloat16, g.s()), tpsSuccess);
     push(g, ch, a, rows, width);
-    EXPECT_EQ(tpsAllReducePushedAddRmsNorm(g.comm, a.dev.data(), rin.data(), out_a.dev.data(), w.data(),
+    EXPECT_EQ(allReducePushedAddRmsNorm(g.comm, a.dev.data(), rin.data(), out_a.dev.data(), w.data(),
                                            normed_a.dev.data(), rows, width, 1e-5f, tpsBfloat16, g.s()),
               tpsSuccess);
     push(g, ch, b, rows, width);
-    EXPECT_EQ(tpsAllReducePushedAddRmsNorm(g.comm, b.dev.data(), rin.data(), out_b.dev.data(), w.data(),
+    EXPECT_EQ(allReducePushedAddRmsNorm(g.comm, b.dev.data(), rin.data(), out_b.dev.data(), w.data(),
                                            normed_b.dev.data(), rows, width, 1e-5f, tpsBfloat16, g.s()),
               tpsSuccess);
   };
@@ -210,6 +216,14 @@ TEST(AllReducePushMultiGpu, GraphReplaysNeverConfuseCalls) {
   ASSERT_EQ(cudaStreamEndCapture(g.streams[0], &graph), cudaSuccess);
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  // The outputs poisoned (all bits set: a bf16 NaN) so that only replays that ran can restore them.
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(cudaSetDevice(g.devs[i]), cudaSuccess);
+    ASSERT_EQ(cudaMemset(normed_a.dev[i], 0xff, count * sizeof(Bf)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(normed_b.dev[i], 0xff, count * sizeof(Bf)), cudaSuccess);
+    ASSERT_FALSE(same(normed_a.down(i), want_a[0])) << "GPU " << i << ": poisoning changed nothing";
+  }
+  ASSERT_EQ(cudaSetDevice(g.devs[0]), cudaSuccess);
   for (int it = 0; it < 2000; ++it) ASSERT_EQ(cudaGraphLaunch(exec, g.streams[0]), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(g.streams[0]), cudaSuccess);
   tpsResult_t async = tpsInternalError;
@@ -234,7 +248,7 @@ TEST(AllReducePushMultiGpu, PeerThatNeverPushesTimesOut) {
   cfg.backend = tpsBackendP2p;
   cfg.spin_timeout_ms = 500;
   Gpus g(2, &cfg);
-  const std::vector<tpsPushChannel_t> ch = channels(g);
+  const std::vector<PushChannel> ch = channels(g);
   const size_t rows = 1, width = 4096;
   PerGpu partial(2, width), residual(2, width), out(2, width);
   for (PerGpu* p : {&partial, &residual}) p->up();
@@ -244,7 +258,7 @@ TEST(AllReducePushMultiGpu, PeerThatNeverPushesTimesOut) {
   const auto t0 = std::chrono::steady_clock::now();
   push(g, ch, partial, rows, width);
   const std::vector<const void*> rin(residual.dev.begin(), residual.dev.end());
-  ASSERT_EQ(tpsAllReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr,
+  ASSERT_EQ(allReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr,
                                          rows, width, 1e-5f, tpsBfloat16, g.s()),
             tpsSuccess);
   cudaSetDevice(0);
@@ -257,7 +271,7 @@ TEST(AllReducePushMultiGpu, PeerThatNeverPushesTimesOut) {
   EXPECT_EQ(async, tpsTimeout);
   gate.open();  // GPU 1 then finds GPU 0's lines and finishes
   g.sync();
-  EXPECT_EQ(tpsAllReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr,
+  EXPECT_EQ(allReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr,
                                          rows, width, 1e-5f, tpsBfloat16, g.s()),
             tpsInvalidUsage);
 }
@@ -266,12 +280,12 @@ TEST(AllReducePushMultiGpu, PeerThatNeverPushesTimesOut) {
 TEST(AllReducePushMultiGpu, RefusesBadInputAndEnqueuesNothing) {
   TPS_REQUIRE_GPUS(2);
   Gpus g(2);
-  tpsPushChannel_t ch;
-  EXPECT_EQ(tpsCommGetPushChannel(nullptr, 0, &ch), tpsInvalidArgument);
-  EXPECT_EQ(tpsCommGetPushChannel(g.comm, 0, nullptr), tpsInvalidArgument);
-  EXPECT_EQ(tpsCommGetPushChannel(g.comm, 2, &ch), tpsInvalidArgument);
-  EXPECT_EQ(tpsCommGetPushChannel(g.comm, -1, &ch), tpsInvalidArgument);
-  ASSERT_EQ(tpsCommGetPushChannel(g.comm, 1, &ch), tpsSuccess);
+  PushChannel ch;
+  EXPECT_EQ(commPushChannel(nullptr, 0, &ch), tpsInvalidArgument);
+  EXPECT_EQ(commPushChannel(g.comm, 0, nullptr), tpsInvalidArgument);
+  EXPECT_EQ(commPushChannel(g.comm, 2, &ch), tpsInvalidArgument);
+  EXPECT_EQ(commPushChannel(g.comm, -1, &ch), tpsInvalidArgument);
+  ASSERT_EQ(commPushChannel(g.comm, 1, &ch), tpsSuccess);
   EXPECT_EQ(ch.rank, 1);
   const size_t width = 64, big_rows = static_cast<size_t>(ch.max_rows) + 1;
   PerGpu partial(2, big_rows * width), residual(2, big_rows * width), out(2, big_rows * width);
@@ -280,7 +294,7 @@ TEST(AllReducePushMultiGpu, RefusesBadInputAndEnqueuesNothing) {
   for (PerGpu* p : {&partial, &residual, &out}) p->up();
   const std::vector<const void*> rin(residual.dev.begin(), residual.dev.end());
   auto call = [&](size_t rows, size_t wd, tpsDataType_t t, const void* const* in) {
-    return tpsAllReducePushedAddRmsNorm(g.comm, partial.dev.data(), in, out.dev.data(), nullptr, nullptr, rows, wd,
+    return allReducePushedAddRmsNorm(g.comm, partial.dev.data(), in, out.dev.data(), nullptr, nullptr, rows, wd,
                                         1e-5f, t, g.s());
   };
   EXPECT_EQ(call(big_rows, width, tpsBfloat16, rin.data()), tpsInvalidArgument);  // more rows than the channel
@@ -294,14 +308,14 @@ TEST(AllReducePushMultiGpu, RefusesBadInputAndEnqueuesNothing) {
   for (int i = 0; i < 2; ++i) EXPECT_TRUE(same(out.down(i), out.host[i])) << "GPU " << i << ": a refused call wrote";
   tpsStats_t st;
   ASSERT_EQ(tpsCommGetStats(g.comm, &st), tpsSuccess);
-  for (int c = 0; c < TPS_NUM_SIZE_CLASSES; ++c) EXPECT_EQ(st.cells[tpsPathP2pOneShot][c].calls, 0u);
+  for (int c = 0; c < TPS_NUM_SIZE_CLASSES; ++c) EXPECT_EQ(st.cells[tpsPathP2pLL][c].calls, 0u);
   // A communicator without the p2p backend has no channel and takes no pushed call.
   tpsConfig_t cfg;
   tpsConfigInit(&cfg);
   cfg.backend = tpsBackendHost;
   Gpus h(2, &cfg);
-  EXPECT_EQ(tpsCommGetPushChannel(h.comm, 0, &ch), tpsUnavailable);
-  EXPECT_EQ(tpsAllReducePushedAddRmsNorm(h.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr, 1,
+  EXPECT_EQ(commPushChannel(h.comm, 0, &ch), tpsUnavailable);
+  EXPECT_EQ(allReducePushedAddRmsNorm(h.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr, 1,
                                          width, 1e-5f, tpsBfloat16, h.s()),
             tpsUnavailable);
 }

@@ -23,7 +23,7 @@ struct Gpus {
   tpsComm_t comm = nullptr;
   std::vector<int> devs;  // rank r's GPU
   explicit Gpus(int count, const tpsConfig_t* config = nullptr) : Gpus(firstGpus(count), config) {}
-  // Rank r on GPU devices[r] (a GPU may appear twice under TPSCOPE_TEST_SHARED_DEVICES=1).
+  // Rank r on GPU devices[r] (a GPU may appear twice when config says shared_devices).
   explicit Gpus(std::vector<int> devices, const tpsConfig_t* config = nullptr)
       : n(static_cast<int>(devices.size())), streams(devices.size()), devs(std::move(devices)) {
     for (int i = 0; i < n; ++i) {

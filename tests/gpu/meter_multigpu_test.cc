@@ -12,6 +12,7 @@
 #include "common/cuda_raii.h"
 #include "gpu_test_util.h"
 #include "meter_gpu_util.h"
+#include "topology/topology.h"
 
 namespace tpscope {
 namespace {
@@ -28,9 +29,15 @@ TEST(MeterMultiGpu, PeerCopyIsNvlinkTxOnTheSenderAndRxOnTheReceiver) {
   std::unique_ptr<Meter> meter;
   std::string reason;
   ASSERT_EQ(Meter::start(o, &meter, &reason), tpsSuccess) << reason;
-  if (!meter->gpus()[0].supported[static_cast<int>(MeterCounter::kNvlinkTx)])
-    GTEST_SKIP() << "GPU0 has no NVLink data counters (" << meter->gpus()[0].nvlink_links
-                 << " links read): P2P goes over PCIe here";
+  // Whether the pair is joined by NVLink comes from the topology, not from the meter's own probe: a
+  // probe that wrongly finds no counters on an NVLink pair must fail here, not skip.
+  Topology topo;
+  std::string why;
+  ASSERT_EQ(queryTopology({0, 1}, &topo, &why), tpsSuccess) << why;
+  if (topo.pairs[0][1].nvlink_links == 0) GTEST_SKIP() << "GPU0 and GPU1 share no NVLink: P2P goes over PCIe here";
+  ASSERT_TRUE(meter->gpus()[0].supported[static_cast<int>(MeterCounter::kNvlinkTx)])
+      << "GPU0 and GPU1 share " << topo.pairs[0][1].nvlink_links << " NVLink links, but the meter reads no NVLink "
+      << "counters (" << meter->gpus()[0].nvlink_links << " links read)";
   DeviceBuffer src, dst;
   ASSERT_EQ(DeviceBuffer::create(0, kBytes, &src), tpsSuccess);
   ASSERT_EQ(DeviceBuffer::create(1, kBytes, &dst), tpsSuccess);

@@ -12,6 +12,7 @@
 #include "gpu_test_util.h"
 #include "meter_gpu_util.h"
 #include "nvml/nvml_loader.h"
+#include "topology/topology.h"
 
 namespace tpscope {
 namespace {
@@ -129,10 +130,19 @@ TEST(MeterGpu, CadenceKeepsUpAndNothingIsDropped) {
   ::testing::Test::RecordProperty("pcie_period_p50_ms", std::to_string(pcie->period_p50_ms));
   ::testing::Test::RecordProperty("pcie_period_p99_ms", std::to_string(pcie->period_p99_ms));
   const MeterGpu& g = meter->gpus()[0];
-  if (!g.supported[static_cast<int>(MeterCounter::kNvlinkTx)]) {
-    EXPECT_FALSE(nvlink) << "no NVLink counters, no NVLink thread";
+  // Whether NVLink is there comes from the topology (NVML's link states), not from the meter's own
+  // probe: a probe that wrongly finds no counters on a GPU with links up must fail here, not skip.
+  Topology topo;
+  std::string why;
+  ASSERT_EQ(queryTopology({0}, &topo, &why), tpsSuccess) << why;
+  const int links_up = topo.gpus[0].nvlink_links_up.value_or(0);
+  if (links_up == 0) {
+    std::printf("[ INFO ] GPU 0 has no NVLink link up: only the PCIe thread is checked\n");
+    if (!g.supported[static_cast<int>(MeterCounter::kNvlinkTx)]) EXPECT_FALSE(nvlink) << "no counters, no thread";
     return;
   }
+  ASSERT_TRUE(g.supported[static_cast<int>(MeterCounter::kNvlinkTx)])
+      << "GPU 0 has " << links_up << " NVLink links up, but the meter reads no NVLink counters";
   // NVLink runs back to back at whatever its read costs (~22 ms for 18 links on H200): report it,
   // and check that it read, and at a finite period.
   ASSERT_TRUE(nvlink) << "NVLink counters but no NVLink reads";

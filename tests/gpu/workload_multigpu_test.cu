@@ -60,18 +60,7 @@ TEST(WorkloadSplits, TensorDecodeGraphEqualsEager) {
     auto m = makeModel(testConfig("tiny"), SplitMode::kTensor, {0, 1}, b);
     ASSERT_TRUE(m);
     const std::vector<float> eager = decodeOutput(*m, 64, 2);
-    cudaGraphExec_t exec = nullptr;
-    std::string why;
-    const tpsResult_t r = m->captureForward(2, 64, &exec, &why);
-    if (r != tpsSuccess) {
-      ADD_FAILURE() << tpsBackendName(b) << ": capture failed: " << why;
-      continue;
-    }
-    ASSERT_EQ(m->launch(exec), tpsSuccess);
-    std::vector<float> graph;
-    ASSERT_EQ(m->readOutput(2, &graph), tpsSuccess);
-    (void)cudaGraphExecDestroy(exec);
-    EXPECT_EQ(eager, graph) << tpsBackendName(b);
+    expectGraphEqualsEager(*m, 64, 2, eager, tpsBackendName(b));
   }
 }
 
@@ -82,14 +71,7 @@ TEST(WorkloadSplits, LayerDecodeGraphEqualsEager) {
   auto m = makeModel(testConfig("tiny"), SplitMode::kLayer, {0, 1});
   ASSERT_TRUE(m);
   const std::vector<float> eager = decodeOutput(*m, 64, 2);
-  cudaGraphExec_t exec = nullptr;
-  std::string why;
-  ASSERT_EQ(m->captureForward(2, 64, &exec, &why), tpsSuccess) << why;
-  ASSERT_EQ(m->launch(exec), tpsSuccess);
-  std::vector<float> graph;
-  ASSERT_EQ(m->readOutput(2, &graph), tpsSuccess);
-  (void)cudaGraphExecDestroy(exec);
-  EXPECT_EQ(eager, graph);
+  expectGraphEqualsEager(*m, 64, 2, eager, "layer");
 }
 
 // The profile of a tensor-split forward shows the AllReduces on every GPU, two per layer.
@@ -102,11 +84,10 @@ TEST(WorkloadSplits, TensorProfileShowsTheAllReduces) {
   std::vector<std::vector<workload::OpTime>> ops;
   ASSERT_EQ(m->profileForward(1, 32, &ops), tpsSuccess);
   ASSERT_EQ(ops.size(), 2u);
-  // By default p2p decode pushes the partials from the projections (tpsAllReducePushedAddRmsNorm);
-  // TPSCOPE_TP_PUSH=0 reduces the ordinary way, fused with the residual add and norm
-  // (tpsAllReduceAddRmsNorm) where asked (TPSCOPE_TP_FUSED=1).
-  auto off = [](const char* env) { return std::getenv(env) != nullptr && std::string(std::getenv(env)) == "0"; };
-  const bool pushing = !off("TPSCOPE_TP_PUSH") && !off("TPSCOPE_P2P_PUSH");
+  // By default p2p decode pushes the partials from the projections (allReducePushedAddRmsNorm);
+  // reduction=plain reduces the ordinary way, and reduction=fused fuses the reduction with the residual
+  // add and norm (tpsAllReduceAddRmsNorm).
+  const bool pushing = testKernels().reduction == workload::Reduction::kPushed;
   for (const auto& gpu : ops) {
     int calls = 0, pushed = 0;
     for (const auto& t : gpu) {

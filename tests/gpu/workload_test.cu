@@ -103,14 +103,7 @@ TEST(Workload, DecodeGraphEqualsEager) {
   auto m = makeModel(testConfig("tiny"), SplitMode::kNone, {0});
   ASSERT_TRUE(m);
   const std::vector<float> eager = decodeOutput(*m, 64, 4);
-  cudaGraphExec_t exec = nullptr;
-  std::string why;
-  ASSERT_EQ(m->captureForward(4, 64, &exec, &why), tpsSuccess) << why;
-  ASSERT_EQ(m->launch(exec), tpsSuccess);
-  std::vector<float> graph;
-  ASSERT_EQ(m->readOutput(4, &graph), tpsSuccess);
-  (void)cudaGraphExecDestroy(exec);
-  EXPECT_EQ(eager, graph);
+  expectGraphEqualsEager(*m, 64, 4, eager, "none");
 }
 
 TEST(Workload, PhasesReportTokensAndSteps) {
@@ -214,9 +207,8 @@ TEST(Workload, ProfileTimesEveryOp) {
   std::map<std::string, workload::OpTime> by;
   for (const auto& t : ops[0]) by[t.op] = t;
   // Decode-sized: the GEMV with its SwiGLU epilogue, every norm but the first fused with the residual
-  // add, and RoPE inside the attention kernel unless TPSCOPE_TP_ATTN_ROPE=0 (its own kernel then).
-  const char* rope_env = std::getenv("TPSCOPE_TP_ATTN_ROPE");
-  const bool rope_inside = rope_env == nullptr || std::string(rope_env) != "0";
+  // add, and RoPE inside the attention kernel unless the test runs with rope_kernel=kernel.
+  const bool rope_inside = testKernels().rope == workload::RopeKernel::kAttention;
   const std::string attention = rope_inside ? "rope + kv store + attention" : "attention";
   for (const std::string& op : {std::string("proj qkv"), attention, std::string("proj o"),
                                 std::string("proj gate+up, silu * up"), std::string("proj down")}) {

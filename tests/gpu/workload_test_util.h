@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,33 @@ inline workload::ModelConfig testConfig(const std::string& preset, int layers = 
   return c;
 }
 
+// The decode kernel choices the workload tests build their models with: the defaults, or what a ctest
+// entry names in TPSCOPE_TEST_DECODE_KERNELS ("reduction=plain", "rope_kernel=kernel", comma-separated
+// key=value, the `tpscope tp` flags' names and values), so one binary checks every variant against the
+// same references. A word it does not know fails the test instead of running the defaults.
+inline workload::DecodeKernels testKernels() {
+  workload::DecodeKernels k;
+  const char* env = std::getenv("TPSCOPE_TEST_DECODE_KERNELS");
+  std::string rest = env ? env : "";
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string item = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (key == "reduction" && workload::parseReduction(value)) {
+      k.reduction = *workload::parseReduction(value);
+    } else if (key == "rope_kernel" && workload::parseRopeKernel(value)) {
+      k.rope = *workload::parseRopeKernel(value);
+    } else if (key == "attention_pdl" && workload::parseAttentionPdl(value)) {
+      k.attention_pdl = *workload::parseAttentionPdl(value);
+    } else {
+      ADD_FAILURE() << "TPSCOPE_TEST_DECODE_KERNELS: \"" << item << "\" is not a decode kernel choice";
+    }
+  }
+  return k;
+}
+
 inline std::unique_ptr<workload::Model> makeModel(
     const workload::ModelConfig& c, workload::SplitMode split, std::vector<int> devices,
     tpsBackend_t backend = tpsBackendAuto, uint64_t seed = 7, int ctx = 256, int max_tokens = 64,
@@ -27,6 +55,7 @@ inline std::unique_ptr<workload::Model> makeModel(
   workload::ModelOptions o;
   o.config = c, o.split = split, o.devices = devices, o.backend = backend, o.seed = seed;
   o.prefill_attention = attention;
+  o.kernels = testKernels();
   o.shape.ctx_capacity = ctx, o.shape.max_tokens = max_tokens;
   std::unique_ptr<workload::Model> m;
   std::string reason;
@@ -51,6 +80,25 @@ inline std::vector<float> decodeOutput(workload::Model& m, int ctx, int k) {
   EXPECT_EQ(m.forward(k, ctx), tpsSuccess);
   EXPECT_EQ(m.readOutput(k, &out), tpsSuccess);
   return out;
+}
+
+// A decode graph captured at (k tokens, position ctx) compared with `eager`, the eager step's output:
+// first an eager step at a later position (which the captured step does not attend to) overwrites the
+// output with something else, so a graph that ran nothing cannot pass.
+inline void expectGraphEqualsEager(workload::Model& m, int ctx, int k, const std::vector<float>& eager,
+                                   const std::string& what) {
+  cudaGraphExec_t exec = nullptr;
+  std::string why;
+  ASSERT_EQ(m.captureForward(k, ctx, &exec, &why), tpsSuccess) << what << ": " << why;
+  ASSERT_EQ(m.forward(k, ctx + k), tpsSuccess) << what;
+  std::vector<float> poisoned;
+  ASSERT_EQ(m.readOutput(k, &poisoned), tpsSuccess) << what;
+  ASSERT_NE(poisoned, eager) << what << ": the step at another position gave the same output";
+  ASSERT_EQ(m.launch(exec), tpsSuccess) << what;
+  std::vector<float> graph;
+  ASSERT_EQ(m.readOutput(k, &graph), tpsSuccess) << what;
+  (void)cudaGraphExecDestroy(exec);
+  EXPECT_EQ(eager, graph) << what;
 }
 
 // Within bf16 tolerance: the RMS of the difference at most 2 % of the reference's RMS (a few bf16

@@ -2,10 +2,16 @@
 // `tpscope arms`: usage and runtime errors in one line, no GPU said so, and a fake run end to end.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "cli_runner.h"
+#include "experiment/workload_phases.h"
 #include "experiment_fixture.h"
 
 namespace tpscope::testing {
@@ -56,6 +62,38 @@ TEST_F(ArmsCli, FakeRunWritesTheFolderAndPrintsTheReport) {
   const CliResult again = runTpscope("report " + run);
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(again.out, r.out);
+}
+
+// The manifest says how the run was asked for and where it ran: the command line, --quick and --arms
+// as given, and the machine (here the fake GPUs, never just a host name).
+TEST_F(ArmsCli, ManifestRecordsTheInvocationAndTheMachine) {
+  const std::string run = dir_ + "/run";
+  const CliResult r =
+      runTpscope("arms " + spec_ + " --quick --arms B --out " + run, "TPSCOPE_ARMS_FAKE=1 TPSCOPE_METER_FAKE=1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream f(run + "/manifest.json");
+  const nlohmann::json m = nlohmann::json::parse(f);
+  const nlohmann::json& inv = m.at("invocation");
+  EXPECT_EQ(inv.at("quick"), true);
+  EXPECT_EQ(inv.at("arms"), nlohmann::json::array({"B"}));
+  const std::vector<std::string> argv = inv.at("argv").get<std::vector<std::string>>();
+  ASSERT_GE(argv.size(), 3u);
+  EXPECT_EQ(argv[1], "arms");
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "--quick"), argv.end());
+  EXPECT_EQ(m.at("machine").at("description"), "fake GPUs (TPSCOPE_ARMS_FAKE=1)");
+  EXPECT_FALSE(m.at("machine").at("hostname").get<std::string>().empty());
+  EXPECT_FALSE(m.at("machine").at("os").get<std::string>().empty());
+}
+
+// The synthetic workload's decisions, which every arm's settings carry, name the decode kernel choices.
+TEST(ArmsWorkload, DecisionsCarryTheDecodeKernelChoices) {
+  std::map<std::string, std::string> got;
+  for (const experiment::Setting& s : experiment::workloadDecisions(experiment::EffectiveSettings{}))
+    got[s.key] = s.value;
+  EXPECT_EQ(got["reduction"], "pushed");
+  EXPECT_EQ(got["rope_kernel"], "attention");
+  EXPECT_EQ(got["attention_pdl"], "auto");
+  EXPECT_EQ(got["cuda_graph"], "on");
 }
 
 TEST_F(ArmsCli, UnknownKeyIsAUsageError) {

@@ -62,6 +62,7 @@ TEST(BenchStats, PathsMapToTheirMedium) {
   EXPECT_EQ(pathMedium(tpsPathHostCopyEngine), Medium::kHost);
   EXPECT_EQ(pathMedium(tpsPathP2pOneShot), Medium::kPeer);
   EXPECT_EQ(pathMedium(tpsPathP2pTwoShot), Medium::kPeer);
+  EXPECT_EQ(pathMedium(tpsPathP2pLL), Medium::kPeer);
   EXPECT_EQ(pathMedium(tpsPathNccl), Medium::kNccl);
 }
 

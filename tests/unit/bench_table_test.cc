@@ -125,6 +125,27 @@ TEST(BenchTable, GraphPreambleSaysWhatIsTimed) {
   EXPECT_EQ(benchDocument(c, {})["context"]["graph_replays"], 7);
 }
 
+// The JSON context carries the communicator's resolved configuration (null where none was made).
+TEST(BenchTable, JsonCarriesTheCommunicatorSettings) {
+  BenchContext c = h200Context();
+  EXPECT_TRUE(benchDocument(c, {})["context"]["communicator"].is_null());
+  tpsConfig_t cfg;
+  tpsConfigInit(&cfg);
+  cfg.backend = tpsBackendP2p;
+  cfg.host_copy_threshold = 4u << 20, cfg.host_chunk_bytes = 1u << 20, cfg.host_blocks = 16;
+  cfg.spin_timeout_ms = 10000;
+  c.communicator = cfg;
+  const nlohmann::json j = benchDocument(c, {})["context"]["communicator"];
+  EXPECT_EQ(j["backend"], "p2p");
+  EXPECT_EQ(j["host_copy_threshold"], 4u << 20);
+  EXPECT_EQ(j["host_chunk_bytes"], 1u << 20);
+  EXPECT_EQ(j["host_blocks"], 16);
+  EXPECT_EQ(j["spin_timeout_ms"], 10000);
+  EXPECT_EQ(j["shared_devices"], false);
+  EXPECT_EQ(j["p2p_ll_max_bytes"], 262144);
+  EXPECT_EQ(j["fused_max_rows"], 64);
+}
+
 TEST(BenchTable, HeaderHasTheNcclTestsColumnsInOrder) {
   const std::string h = formatHeader();
   EXPECT_EQ(h.front(), '#');

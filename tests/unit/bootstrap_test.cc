@@ -2,6 +2,8 @@
 // bootstrap_test - the rank-per-process join without a GPU: ranks as threads and as forked processes
 // joining, exchanging and failing (a rank that never comes, ranks that disagree on nranks, a rank
 // number taken twice, an id used again, bytes that are no id), and tpsCommInitRank's argument checks.
+#include "allreduce/bootstrap.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "allreduce/bootstrap.h"
 #include "tpscope/tpscope.h"
 #include "tpscope/tpscope.hpp"
 
@@ -145,8 +146,7 @@ TEST(Bootstrap, IdUsedAgainInOneProcessIsRefused) {
   const auto t0 = std::chrono::steady_clock::now();
   const Outcome again = joinAndGather(id, 2, 0, 5000);
   EXPECT_EQ(again.result, tpsInvalidUsage);
-  EXPECT_NE(again.error.find("already joined a communicator with this id as rank 0"), std::string::npos)
-      << again.error;
+  EXPECT_NE(again.error.find("already joined a communicator with this id as rank 0"), std::string::npos) << again.error;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
 }
 

@@ -59,6 +59,22 @@ TEST(EngineLog, FallbacksAreFound) {
   EXPECT_NE(f[0].find("NCCL not compiled in"), std::string::npos);
   EXPECT_TRUE(fallbacksInLog("llama_context: n_ctx = 1\n").empty());
   EXPECT_EQ(fallbacksInLog("unknown GGML_CUDA_ALLREDUCE value: tpscope\n").size(), 1u);
+  // The tpscope path's own lines (integrations/llama.cpp/ggml-cuda/tpscope-comm.cpp and the patch).
+  EXPECT_EQ(fallbacksInLog("tpscope AllReduce unavailable; using llama.cpp's default AllReduce\n").size(), 1u);
+  EXPECT_EQ(fallbacksInLog("GGML_CUDA_ALLREDUCE=tpscope but tpscope is not compiled in (-DGGML_CUDA_TPSCOPE=ON); "
+                           "using llama.cpp's default AllReduce\n")
+                .size(),
+            1u);
+  EXPECT_EQ(fallbacksInLog("ggml_cuda_tpscope_allreduce: tpscope AllReduce: tensors of type q8_0 (tpscope reduces "
+                           "f32, f16 and bf16); such tensors use llama.cpp's own AllReduce (said once)\n")
+                .size(),
+            1u);
+  const std::string started =
+      "ggml_cuda_tpscope_init: tpscope AllReduce (tpscope 0.1.0, TPSCOPE_ALLREDUCE=p2p) over CUDA devices 0,1\n";
+  EXPECT_TRUE(fallbacksInLog(started).empty());
+  EXPECT_TRUE(tpscopeInLog(started));
+  EXPECT_FALSE(tpscopeInLog("ggml_cuda_init: GGML_CUDA_ALLREDUCE=tpscope (tpscope 0.1.0, auto): tensor-parallel "
+                            "splits reduce with tpscope\n"));
 }
 
 TEST(EngineLog, PrometheusAndProps) {

@@ -105,7 +105,7 @@ TEST(EngineSpec, EffectiveSettingsCarryTheServerDelta) {
   EXPECT_EQ(eff[0].find("preset"), nullptr);   // a server loads its model
   EXPECT_EQ(eff[0].find("backend"), nullptr);  // and runs its own AllReduce
   EXPECT_TRUE(undeclaredDifferences(eff).empty());
-  // What a server reports about itself is compared; a differing n_ctx is the study's trap 1.
+  // What a server reports about itself is compared; a differing n_ctx is an undeclared difference.
   std::vector<EffectiveSettings> probed = eff;
   for (size_t i = 0; i < probed.size(); ++i) {
     probed[i].settings.push_back({"server_n_ctx", i == 1 ? "2048" : "4096", SettingSource::kEngine});
@@ -139,7 +139,7 @@ TEST(EngineSpec, ServerLaunchMapsTheArm) {
                                                                      {"GGML_CUDA_ALLREDUCE", "internal"}}));
   // No allreduce declared: the user's environment must not choose one.
   ASSERT_TRUE(serverLaunch(s.shared.engine, eff[0], {"3", "5"}, &l, &error)) << error;
-  EXPECT_EQ(l.unset, std::vector<std::string>{"GGML_CUDA_ALLREDUCE"});
+  EXPECT_EQ(l.unset, (std::vector<std::string>{"GGML_CUDA_ALLREDUCE", "TPSCOPE_ALLREDUCE"}));
   EXPECT_EQ(l.env[0].second, "3");  // spec ordinal 0 under CUDA_VISIBLE_DEVICES=3,5
   // Flags that the spec owns, and flags that are not plain words, are refused.
   s.shared.engine.flags = "-c 4096 -sm row";
@@ -150,6 +150,49 @@ TEST(EngineSpec, ServerLaunchMapsTheArm) {
   s.shared.engine.flags = "-c '4096";
   EXPECT_FALSE(serverLaunch(s.shared.engine, eff[0], {}, &l, &error));
   EXPECT_NE(error.find("quotes"), std::string::npos) << error;
+}
+
+// allreduce = "tpscope" (integrations/llama.cpp's patch): tpscope's backend is a further key, recorded,
+// compared and handed to the server as TPSCOPE_ALLREDUCE.
+TEST(EngineSpec, TpscopeAllReduceArms) {
+  const std::string spec = std::string(kServer) +
+                           "\n[[arm]]\nname = \"T-host\"\ndevices = [0, 1]\nsplit = \"tensor\"\nallreduce = \"tpscope\"\n"
+                           "tpscope_backend = \"host\"\n"
+                           "\n[[arm]]\nname = \"T-auto\"\ndevices = [0, 1]\nsplit = \"tensor\"\nallreduce = \"tpscope\"\n";
+  const ExperimentSpec s = parseSpec(spec, "spec.toml");
+  ASSERT_EQ(s.arms.size(), 5u);
+  EXPECT_EQ(*s.arms[3].delta.tpscope_backend, "host");
+  EXPECT_FALSE(s.arms[4].delta.tpscope_backend.has_value());
+
+  const std::vector<EffectiveSettings> eff = effectiveSettings(s);
+  EXPECT_EQ(eff[1].value("tpscope_backend"), "none");  // allreduce = "internal"
+  EXPECT_EQ(eff[3].value("tpscope_backend"), "host");
+  EXPECT_EQ(eff[3].value("allreduce_backend"), "tpscope-host");
+  EXPECT_EQ(eff[4].value("tpscope_backend"), "auto");  // tpscope's own choice, stated
+  EXPECT_EQ(eff[4].value("allreduce_backend"), "tpscope-auto");
+  EXPECT_EQ(std::count(deltaKeys().begin(), deltaKeys().end(), "tpscope_backend"), 1);
+  EXPECT_TRUE(undeclaredDifferences(eff).empty());  // declared per arm, so they may differ
+
+  ServerLaunch l;
+  std::string error;
+  ASSERT_TRUE(serverLaunch(s.shared.engine, eff[3], {}, &l, &error)) << error;
+  EXPECT_EQ(l.env, (std::vector<std::pair<std::string, std::string>>{
+                       {"CUDA_VISIBLE_DEVICES", "0,1"}, {"GGML_CUDA_ALLREDUCE", "tpscope"}, {"TPSCOPE_ALLREDUCE", "host"}}));
+  EXPECT_TRUE(l.unset.empty());
+  ASSERT_TRUE(serverLaunch(s.shared.engine, eff[4], {}, &l, &error)) << error;
+  EXPECT_EQ(l.env.back(), (std::pair<std::string, std::string>{"TPSCOPE_ALLREDUCE", "auto"}));
+  // Any other AllReduce: tpscope's variable from the user's shell never reaches the server.
+  ASSERT_TRUE(serverLaunch(s.shared.engine, eff[1], {}, &l, &error)) << error;
+  EXPECT_EQ(l.unset, std::vector<std::string>{"TPSCOPE_ALLREDUCE"});
+
+  std::string e = errorOf(std::string(kServer) + "\n[[arm]]\nname = \"D\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
+                                                 "allreduce = \"nccl\"\ntpscope_backend = \"p2p\"\n");
+  EXPECT_NE(e.find("tpscope_backend chooses tpscope's backend under allreduce = \"tpscope\""), std::string::npos) << e;
+  e = errorOf("[experiment]\nengine = \"llama-server\"\nmodel = \"m\"\n[[arm]]\nname = \"A\"\nallreduce = \"tpscope\"\n"
+              "tpscope_backend = \"mpi\"\n");
+  EXPECT_NE(e.find("not one of host, p2p, nccl, auto (TPSCOPE_ALLREDUCE)"), std::string::npos) << e;
+  e = errorOf("[experiment]\n[[arm]]\nname = \"A\"\ntpscope_backend = \"p2p\"\n");
+  EXPECT_NE(e.find("'tpscope_backend' is not a setting of engine = \"synthetic\""), std::string::npos) << e;
 }
 
 }  // namespace

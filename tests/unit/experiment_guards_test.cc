@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Guards: effective settings per arm, undeclared differences (trap 1), availability (trap 2).
+// Guards: effective settings per arm, undeclared differences, availability.
 #include <gtest/gtest.h>
 
 #include "experiment/guards.h"
@@ -48,8 +48,8 @@ TEST(ExperimentGuards, StudyArmsDifferOnlyInTheirDelta) {
           .empty());
 }
 
-// The study's trap 1: --fit is on by default and tensor split ignores it, so A and B were auto-tuned
-// and C was not. A decider that does the same must stop the run with the difference shown.
+// An undeclared difference, as in the seed study: --fit is on by default and tensor split ignores it, so A and B were
+// auto-tuned and C was not. A decider that does the same must stop the run with the difference shown.
 TEST(ExperimentGuards, AutomaticDecisionThatDiffersPerArmIsRefused) {
   const AutoDecider fit = [](const EffectiveSettings& e) {
     return std::vector<Setting>{{"fit", e.value("split") == "tensor" ? "off (not implemented for tensor)" : "on", {}},
@@ -99,7 +99,7 @@ TEST(ExperimentGuards, AllAvailableOnTwoH200) {
   EXPECT_TRUE(checkAvailability(effectiveSettings(fourArms()), h200Box()).empty());
 }
 
-// The study's trap 2: -sm row listed in help, its code removed.
+// Availability, as in the seed study: -sm row listed in help, its code removed.
 TEST(ExperimentGuards, SplitModeNotImplementedIsRefusedUpFront) {
   const auto spec = parseSpec("[[arm]]\nname = \"R\"\ndevices = [0, 1]\nsplit = \"row\"\n[[arm]]\nname = \"A\"\n");
   const auto refused = checkAvailability(effectiveSettings(spec), h200Box());

@@ -104,7 +104,7 @@ TEST(ExperimentReport, FailedBaselineIsListedAndExcluded) {
   std::filesystem::remove_all(dir);
 }
 
-// Trap 3: one window's mean keeps the burst that its median would throw away.
+// A window's mean, not its median of samples: the mean keeps the burst that the median would throw away.
 TEST(ExperimentReport, BurstsSurviveBecausePerRepetitionValuesAreWindowMeans) {
   const std::vector<double> samples = {13, 13, 12, 11, 13, 15, 13, 0, 1111, 10, 0, 70};
   double sum = 0;

@@ -9,6 +9,8 @@
 
 #include "experiment/report.h"
 #include "experiment/runner.h"
+#include "meter/fake_source.h"
+#include "meter/meter_internal.h"
 #include "experiment_fixture.h"
 
 namespace tpscope::testing {
@@ -45,11 +47,12 @@ split = "layer"
 class Runner : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* was = std::getenv("TPSCOPE_METER_FAKE");
-    had_fake_ = was != nullptr;
-    if (was) fake_was_ = was;
-    setenv("TPSCOPE_METER_FAKE", "1", 1);
     dir_ = tempDir("runner");
+    c_.start_meter = [](const MeterOptions& o, std::unique_ptr<Meter>* out, std::string* reason) {
+      MeterOptions fake = o;
+      fake.fake_gpus = true;  // two scripted GPUs
+      return Meter::start(fake, out, reason);
+    };
     c_.spec = parseSpec(kSpec, "tiny-two.toml");
     c_.box.gpu_count = 2;
     c_.box.backends = {"host"};
@@ -63,15 +66,7 @@ class Runner : public ::testing::Test {
       return makeFakeArmPhases(arm, 0.01);
     };
   }
-  void TearDown() override {
-    std::filesystem::remove_all(dir_);
-    if (had_fake_)
-      setenv("TPSCOPE_METER_FAKE", fake_was_.c_str(), 1);
-    else
-      unsetenv("TPSCOPE_METER_FAKE");
-  }
-  bool had_fake_ = false;
-  std::string fake_was_;
+  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string dir_;
   RunnerConfig c_;
   std::ostringstream progress_;
@@ -155,7 +150,7 @@ TEST_F(Runner, FailedBaselineIsRetriedAndRecorded) {
 }
 
 TEST_F(Runner, UndeclaredDifferenceIsRefusedBeforeAnyArmRuns) {
-  // The study's trap 1: an automatic decision that comes out differently per arm.
+  // An undeclared difference: an automatic decision that comes out differently per arm.
   c_.decide = [](const EffectiveSettings& e) {
     return std::vector<Setting>{{"cuda_graph", e.arm == "A" ? "on" : "off", SettingSource::kAuto}};
   };
@@ -269,6 +264,21 @@ TEST_F(Runner, TrafficAfterThePhasesMarksTheRepetition) {
 // A run folder reproduces its own windows: every phase's PCIe bytes recompute from samples.jsonl, as
 // the meter computed them, exactly (the samples keep each value's read time, not only the read's midpoint).
 TEST_F(Runner, EveryWindowRecomputesFromItsSamples) {
+  // Quiet scripted GPUs whose every read adds traffic of its own, as NVML reads do: the meter
+  // calibrates, and every window is recorded net, with what the meter's reads added beside it.
+  c_.start_meter = [](const MeterOptions& options, std::unique_ptr<Meter>* out, std::string* reason) {
+    MeterOptions o = options;
+    if (tpsResult_t r = detail::resolveOptions(&o, reason); r != tpsSuccess) return r;
+    std::vector<detail::FakeGpuScript> scripts(o.devices.empty() ? 2 : o.devices.size());
+    for (detail::FakeGpuScript& s : scripts) {
+      s.supported = 0x03;
+      s.background_bytes_per_s = {3e6, 2e6, 0, 0, 0, 0};
+      s.bytes_per_read[0] = {27000, 24000, 0, 0, 0, 0};  // a PCIe read: tx, rx
+      s.bytes_per_read[2] = {5000, 4000, 0, 0, 0, 0};    // a dmon call
+      s.dmon_window_ns = 2000000;
+    }
+    return detail::createMeter(o, detail::makeFakeSources(scripts, o.method), out, reason);
+  };
   const RunOutcome o = runExperiment(c_);
   ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
   const RunRecord run = readRun(dir_);
@@ -280,6 +290,10 @@ TEST_F(Runner, EveryWindowRecomputesFromItsSamples) {
         for (auto [c, recorded] :
              {std::pair{MeterCounter::kPcieRx, g.rx_bytes}, std::pair{MeterCounter::kPcieTx, g.tx_bytes}}) {
           ASSERT_TRUE(recorded);
+          // The counter difference as counted is the net figure plus what the meter's own reads added.
+          const std::optional<double> own = c == MeterCounter::kPcieRx ? g.own_rx_bytes : g.own_tx_bytes;
+          ASSERT_TRUE(own) << "the runner's meter was calibrated, so every window carries its own bytes";
+          recorded = *recorded + *own;
           const std::optional<double> again =
               windowBytesFromSamples(run, r.arm, r.repetition, g.gpu, c, p.start_ns, p.end_ns);
           ASSERT_TRUE(again) << r.arm << " " << p.phase << " GPU " << g.gpu;

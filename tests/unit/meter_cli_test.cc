@@ -196,14 +196,14 @@ TEST(MeterCli, LiveModePrintsDmonShapedRows) {
 
 TEST(MeterCli, SigintStopsTheWrappedCommandAndStillWritesTheSummary) {
   // SIGINT sent to tpscope alone (not to the process group) is forwarded to the command.
-  Result r = tpscope({"meter", "--", "sleep", "10"}, {"TPSCOPE_METER_FAKE=1"}, SIGINT, 300);
+  Result r = tpscope({"meter", "--", "sleep", "10"}, {"TPSCOPE_METER_FAKE=1"}, SIGINT, 700);
   EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.err;
   EXPECT_NE(r.out.find("(interrupted)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(" command "), std::string::npos) << r.out;
 }
 
 TEST(MeterCli, SigintWhileQuiescingDoesNotStartTheCommand) {
-  Result r = tpscope({"meter", "--quiesce", "1000", "--", "echo", "RAN"}, {"TPSCOPE_METER_FAKE=1"}, SIGINT, 300);
+  Result r = tpscope({"meter", "--quiesce", "1000", "--", "echo", "RAN"}, {"TPSCOPE_METER_FAKE=1"}, SIGINT, 700);
   EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.err;
   EXPECT_NE(r.out.find("did not run (interrupted)"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("\nRAN\n"), std::string::npos) << r.out;
@@ -211,7 +211,8 @@ TEST(MeterCli, SigintWhileQuiescingDoesNotStartTheCommand) {
 }
 
 TEST(MeterCli, SigintEndsLiveModeCleanly) {
-  Result r = tpscope({"meter", "-d", "50"}, {"TPSCOPE_METER_FAKE=1"}, SIGINT, 300);
+  // The meter calibrates first (the fake GPUs are busy: it gives up after three rounds), then rows.
+  Result r = tpscope({"meter", "-d", "50"}, {"TPSCOPE_METER_FAKE=1"}, SIGINT, 700);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_GE(lines(r.out), 2 + 2 * 3);
 }

@@ -14,7 +14,11 @@ namespace {
 
 using std::chrono::milliseconds;
 
-std::unique_ptr<Meter> startFake(const std::vector<FakeGpuScript>& scripts, MeterOptions o = {}) {
+// Scripts run from the moment the sources are made, so the tests that time bursts do not calibrate
+// (the calibration would take the first half second); the calibration tests turn it on.
+std::unique_ptr<Meter> startFake(const std::vector<FakeGpuScript>& scripts, MeterOptions o = {},
+                                 bool calibrate = false) {
+  o.calibrate = calibrate;
   std::string reason;
   EXPECT_EQ(resolveOptions(&o, &reason), tpsSuccess) << reason;
   std::unique_ptr<Meter> m;
@@ -61,7 +65,9 @@ TEST(MeterSampler, PcieKeepsItsPeriodWhileSlowNvlinkReadsRunBackToBack) {
   s.background_bytes_per_s = {5e9, 1e6, 0, 2e6, 0, 0};
   s.bursts.push_back({0.30, 0.31, MeterCounter::kNvlinkTx, 10e9});  // 100 MB in 10 ms
   const int64_t t0 = Meter::now();                                  // the script's time 0 is a few us later
-  auto m = startFake({s});
+  MeterOptions fixed;  // a fixed period: the burst window below is added afterwards, with no edge reads
+  fixed.period_us = fixed.idle_period_us = 2000;
+  auto m = startFake({s}, fixed);
   ASSERT_EQ(m->begin("steady"), tpsSuccess);
   std::this_thread::sleep_for(milliseconds(600));
   ASSERT_EQ(m->end("steady"), tpsSuccess);
@@ -204,7 +210,11 @@ TEST(MeterSampler, BurstLandsInItsWindowAndOnItsGpu) {
   // GPU1 moves 100 MB in a 50 ms burst starting 0.2 s after the meter starts; GPU0 stays idle.
   std::vector<FakeGpuScript> s(2);
   s[1].bursts.push_back({0.2, 0.25, MeterCounter::kNvlinkRx, 2e9});
-  auto m = startFake(s);
+  // A fixed period: the peak of a 50 ms burst needs reads inside it, and a quiet link on the default
+  // adaptive period is read every 25 ms (NVLink every 100 ms) until a read sees it move.
+  MeterOptions fixed;
+  fixed.period_us = fixed.idle_period_us = 2000;
+  auto m = startFake(s, fixed);
   ASSERT_EQ(m->begin("all"), tpsSuccess);
   std::this_thread::sleep_for(milliseconds(400));
   ASSERT_EQ(m->end("all"), tpsSuccess);
@@ -284,8 +294,10 @@ TEST(MeterSampler, OptionsOutOfRangeAreRefused) {
   o.period_us = 50;
   EXPECT_EQ(resolveOptions(&o, &reason), tpsInvalidArgument);
   o.period_us = 0;
+  o.idle_period_us = 0;
   EXPECT_EQ(resolveOptions(&o, &reason), tpsSuccess);
   EXPECT_EQ(o.period_us, kDefaultPeriodUs);
+  EXPECT_EQ(o.idle_period_us, kDefaultIdlePeriodUs) << "the default period adapts";
   EXPECT_EQ(o.nvlink_links_per_call, kDefaultNvlinkLinksPerCall);
   o.nvlink_links_per_call = 65;
   EXPECT_EQ(resolveOptions(&o, &reason), tpsInvalidArgument);
@@ -296,4 +308,183 @@ TEST(MeterSampler, OptionsOutOfRangeAreRefused) {
 }
 
 }  // namespace
+
+TEST(MeterSampler, AChosenPeriodIsFixedUnlessAnIdlePeriodIsChosenToo) {
+  MeterOptions o;
+  std::string reason;
+  o.period_us = 5000;
+  ASSERT_EQ(resolveOptions(&o, &reason), tpsSuccess) << reason;
+  EXPECT_EQ(o.idle_period_us, 5000);
+  o.idle_period_us = 20000;
+  ASSERT_EQ(resolveOptions(&o, &reason), tpsSuccess) << reason;
+  EXPECT_EQ(o.idle_period_us, 20000);
+  o.idle_period_us = 4000;  // quieter links read more often than busy ones: refused
+  EXPECT_EQ(resolveOptions(&o, &reason), tpsInvalidArgument);
+  EXPECT_NE(reason.find("idle period"), std::string::npos) << reason;
+  o.idle_period_us = 60000;
+  EXPECT_EQ(resolveOptions(&o, &reason), tpsInvalidArgument);
+  EXPECT_NE(reason.find("wrap"), std::string::npos) << reason;
+}
+
+// A quiet GPU whose every read adds its own traffic, as an NVML read does on H200 (~25 KB).
+FakeGpuScript selfMeasuringGpu() {
+  FakeGpuScript s;
+  s.background_bytes_per_s = {3e6, 2e6, 1e6, 1e6, 0, 0};
+  s.bytes_per_read[0] = {27000, 24000, 0, 0, 0, 0};     // a PCIe read
+  s.bytes_per_read[1] = {400000, 300000, 0, 0, 0, 0};   // an NVLink read (36 NVML calls)
+  s.bytes_per_read[2] = {5000, 4000, 0, 0, 0, 0};       // a dmon call
+  s.dmon_window_ns = 5000000;
+  return s;
+}
+
+TEST(MeterCalibration, FindsWhatEachKindOfReadAddsToEachCounter) {
+  MeterOptions o;
+  o.method = MeterMethod::kBoth;
+  auto m = startFake({selfMeasuringGpu()}, o, true);
+  const MeterCalibration& c = m->calibration();
+  ASSERT_TRUE(c.calibrated) << c.note;
+  ASSERT_EQ(c.gpus.size(), 1u);
+  const MeterGpuCalibration& g = c.gpus[0];
+  EXPECT_GE(g.rounds, 3);
+  const int tx = static_cast<int>(MeterCounter::kPcieTx), rx = static_cast<int>(MeterCounter::kPcieRx);
+  const auto& pcie = g.cost[static_cast<int>(MeterReadKind::kPcie)];
+  const auto& nvl = g.cost[static_cast<int>(MeterReadKind::kNvlink)];
+  const auto& dmon = g.cost[static_cast<int>(MeterReadKind::kDmon)];
+  ASSERT_TRUE(pcie.bytes[tx] && pcie.bytes[rx] && nvl.bytes[tx] && dmon.bytes[rx]);
+  EXPECT_GT(pcie.reads, 100);  // 5 rounds x 60 ms at the 2 ms period
+  // The background (3 MB/s) is solved for with the costs: within 3 %.
+  EXPECT_NEAR(*pcie.bytes[tx], 27000, 800);
+  EXPECT_NEAR(*pcie.bytes[rx], 24000, 800);
+  EXPECT_NEAR(*nvl.bytes[tx], 400000, 12000);
+  EXPECT_NEAR(*dmon.bytes[rx], 4000, 800);
+  EXPECT_LE(*pcie.low[tx], *pcie.bytes[tx]);
+  EXPECT_GE(*pcie.high[tx], *pcie.bytes[tx]);
+  ASSERT_TRUE(g.quiet_mbps[tx]);
+  EXPECT_NEAR(*g.quiet_mbps[tx], 3.0, 0.5);
+}
+
+TEST(MeterCalibration, WindowsAreNetOfTheMetersOwnReads) {
+  MeterOptions fast;  // a fixed 0.5 ms period: ~2000 reads/s x 27 KB = ~54 MB/s of the meter's own
+  fast.period_us = 500;
+  fast.nvlink = false;
+  FakeGpuScript s = selfMeasuringGpu();
+  s.supported = 0x03;
+  for (bool calibrate : {true, false}) {
+    auto m = startFake({s}, fast, calibrate);
+    ASSERT_EQ(m->begin("w"), tpsSuccess);
+    std::this_thread::sleep_for(milliseconds(300));
+    ASSERT_EQ(m->end("w"), tpsSuccess);
+    m->stop();
+    const MeterWindow w = m->windows().at(0);
+    const MeterCell& tx = w.cells[0][static_cast<int>(MeterCounter::kPcieTx)];
+    const double seconds = (w.end_ns - w.start_ns) * 1e-9;
+    ASSERT_TRUE(tx.bytes && tx.counted_bytes);
+    EXPECT_GT(*tx.counted_bytes, 3e6 * seconds + 100 * 27000) << "the meter's reads are in the counters";
+    if (calibrate) {
+      ASSERT_TRUE(tx.own_bytes);
+      EXPECT_DOUBLE_EQ(*tx.bytes + *tx.own_bytes, *tx.counted_bytes);
+      // Net: the GPU's own 3 MB/s, within two reads at each edge.
+      EXPECT_NEAR(*tx.bytes, 3e6 * seconds, 4 * 27000 + 0.03 * *tx.own_bytes);
+      EXPECT_NEAR(*tx.mean_mbps, 3.0, 1.0);
+      ASSERT_TRUE(tx.bytes_low && tx.bytes_high);
+      EXPECT_LE(*tx.bytes_low, *tx.bytes);
+      EXPECT_GE(*tx.bytes_high, *tx.bytes);
+      const auto own = m->ownMBps();
+      ASSERT_TRUE(own.at(0)[static_cast<int>(MeterCounter::kPcieTx)]);
+      EXPECT_GT(*own[0][static_cast<int>(MeterCounter::kPcieTx)], 20.0);
+    } else {
+      EXPECT_FALSE(tx.own_bytes);
+      EXPECT_DOUBLE_EQ(*tx.bytes, *tx.counted_bytes) << "not calibrated: reported as counted";
+      EXPECT_NE(m->calibration().note.find("turned off"), std::string::npos) << m->calibration().note;
+    }
+  }
+}
+
+TEST(MeterCalibration, ABusyGpuIsNotCalibratedAndSaysSo) {
+  FakeGpuScript s;
+  s.background_bytes_per_s = {1e9, 1e9, 0, 0, 0, 0};  // someone else moves 1 GB/s the whole time
+  s.supported = 0x03;
+  auto m = startFake({s}, {}, true);
+  EXPECT_FALSE(m->calibration().calibrated);
+  EXPECT_NE(m->calibration().note.find("GPU 0"), std::string::npos) << m->calibration().note;
+  ASSERT_EQ(m->begin("w"), tpsSuccess);
+  std::this_thread::sleep_for(milliseconds(50));
+  ASSERT_EQ(m->end("w"), tpsSuccess);
+  m->stop();
+  EXPECT_FALSE(m->windows().at(0).cells[0][0].own_bytes);
+}
+
+TEST(MeterCalibration, TheMetersOwnReadsDoNotFailTheQuiescingCheck) {
+  MeterOptions fast;  // ~54 MB/s of the meter's own at 0.5 ms, against a 20 MB/s threshold
+  fast.period_us = 500;
+  fast.nvlink = false;
+  FakeGpuScript s = selfMeasuringGpu();
+  s.supported = 0x03;
+  QuiesceOptions q;
+  q.idle_ms = 200;
+  q.threshold_mbps = 20;
+  q.check_processes = false;
+  for (bool calibrate : {true, false}) {
+    auto m = startFake({s}, fast, calibrate);
+    QuiesceRecord rec;
+    ASSERT_EQ(m->quiesce(q, &rec), tpsSuccess);
+    EXPECT_EQ(rec.passed, calibrate) << rec.reason;
+  }
+}
+
+TEST(MeterSampler, AQuietLinkIsReadSeldomAndABusyOneAtThePeriod) {
+  // Quiet for 0.5 s, then 1 GB/s of PCIe TX for 0.5 s.
+  FakeGpuScript s;
+  s.supported = 0x03;
+  s.bursts.push_back({0.5, 1.0, MeterCounter::kPcieTx, 1e9});
+  auto m = startFake({s});  // the default: 2 ms busy, 25 ms quiet
+  std::this_thread::sleep_for(milliseconds(950));
+  m->stop();
+  // Read periods while quiet (0.2-0.45 s, after the first 100 ms busy start) and while busy (0.6-0.95 s).
+  const int64_t t0 = m->samples().front().t_before_ns;
+  std::vector<double> quiet, busy;
+  int64_t prev = 0;
+  for (const MeterSample& x : m->samples()) {
+    if (x.group != MeterGroup::kPcie) continue;
+    const double at = (x.t_before_ns - t0) * 1e-9;
+    const double period_ms = (x.t_before_ns - prev) * 1e-6;
+    if (prev && at > 0.2 && at < 0.45) quiet.push_back(period_ms);
+    if (prev && at > 0.6 && at < 0.95) busy.push_back(period_ms);
+    prev = x.t_before_ns;
+  }
+  ASSERT_FALSE(quiet.empty());
+  ASSERT_FALSE(busy.empty());
+  std::sort(quiet.begin(), quiet.end());
+  std::sort(busy.begin(), busy.end());
+  EXPECT_NEAR(quiet[quiet.size() / 2], 25.0, 5.0) << "quiet: the idle period";
+  EXPECT_NEAR(busy[busy.size() / 2], 2.0, 1.0) << "busy: the period";
+  const std::vector<MeterCadence> cad = m->cadence();
+  EXPECT_DOUBLE_EQ(cad.at(0).idle_period_ms, 25.0);
+  EXPECT_EQ(cad.at(0).wrap_gaps, 0);
+}
+
+TEST(MeterSampler, WindowEdgesAreReadAtOnceWhenThePeriodAdapts) {
+  FakeGpuScript s;
+  s.supported = 0x03;
+  for (bool adaptive : {true, false}) {
+    MeterOptions o;
+    if (!adaptive) o.period_us = o.idle_period_us = 25000;  // fixed: reads only on the period
+    auto m = startFake({s}, o);
+    std::this_thread::sleep_for(milliseconds(300));  // quiet: on the idle period by now
+    const int64_t begin = Meter::now();
+    ASSERT_EQ(m->begin("w"), tpsSuccess);
+    std::this_thread::sleep_for(milliseconds(40));
+    m->stop();
+    bool read_at_edge = false;
+    for (const MeterSample& x : m->samples())
+      read_at_edge = read_at_edge || (x.t_before_ns >= begin && x.t_before_ns < begin + 3000000);
+    if (adaptive) {
+      EXPECT_TRUE(read_at_edge) << "a read within 3 ms of begin()";
+      EXPECT_GE(m->cadence().at(0).edge_reads, 1);
+    } else {
+      EXPECT_EQ(m->cadence().at(0).edge_reads, 0);
+    }
+  }
+}
+
 }  // namespace tpscope::detail

@@ -24,7 +24,7 @@ BackendsBuilt allBuilt() {
   return b;
 }
 
-TEST(P2pAlgo, SizeAlignmentAndALoweredLLLimitPickTheAlgorithm) {
+TEST(P2pAlgo, SizeAndAlignmentPickTheAlgorithm) {
   using detail::P2pAlgo;
   using detail::p2pAlgoFor;
   EXPECT_EQ(p2pAlgoFor(8 << 10), P2pAlgo::kLL);
@@ -34,11 +34,7 @@ TEST(P2pAlgo, SizeAlignmentAndALoweredLLLimitPickTheAlgorithm) {
   EXPECT_EQ(p2pAlgoFor(8 << 10, /*aligned8=*/false), P2pAlgo::kOneShot);
   EXPECT_EQ(p2pAlgoFor(detail::kP2pOneShotMax + 16), P2pAlgo::kTwoShot);
   EXPECT_EQ(p2pAlgoFor(64 << 20, true, /*aligned16=*/false), P2pAlgo::kOneShot);
-  // TPSCOPE_P2P_LL_MAX lowers the limit: the same rule, so `tpscope topo` and the backend agree.
-  EXPECT_EQ(p2pAlgoFor(256 << 10, true, true, 128 << 10), P2pAlgo::kOneShot);
-  EXPECT_EQ(p2pAlgoFor(128 << 10, true, true, 128 << 10), P2pAlgo::kLL);
-  EXPECT_EQ(p2pAlgoFor(8, true, true, 0), P2pAlgo::kOneShot) << "0 switches LL off";
-  EXPECT_LE(detail::p2pLLMax(), detail::kP2pLLMax) << "never above what the lines are sized for";
+  EXPECT_EQ(p2pAlgoFor(detail::kP2pLLMax - 8, /*aligned8=*/false, /*aligned16=*/false), P2pAlgo::kOneShot);
 }
 
 TEST(Paths, H200PairUsesNvlinkNotPcieP2p) {

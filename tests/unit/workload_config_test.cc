@@ -144,6 +144,40 @@ TEST(WorkloadConfig, SplitModeNamesRoundTrip) {
   EXPECT_FALSE(parseSplitMode("row"));
 }
 
+// The decode kernel choices print as the `tpscope tp` flags spell them, and parse back.
+TEST(WorkloadConfig, DecodeKernelNamesAreTheFlagValues) {
+  EXPECT_STREQ(reductionName(Reduction::kPushed), "pushed");
+  EXPECT_STREQ(reductionName(Reduction::kFused), "fused");
+  EXPECT_STREQ(reductionName(Reduction::kPlain), "plain");
+  EXPECT_EQ(parseReduction("plain"), Reduction::kPlain);
+  EXPECT_FALSE(parseReduction("push"));
+  EXPECT_STREQ(ropeKernelName(RopeKernel::kAttention), "attention");
+  EXPECT_EQ(parseRopeKernel("kernel"), RopeKernel::kKernel);
+  EXPECT_FALSE(parseRopeKernel("on"));
+  EXPECT_STREQ(attentionPdlName(AttentionPdl::kOff), "off");
+  EXPECT_EQ(parseAttentionPdl("auto"), AttentionPdl::kAuto);
+  EXPECT_FALSE(parseAttentionPdl("1"));
+  EXPECT_EQ(parsePrefillAttention("cudnn"), PrefillAttention::kCudnn);
+  EXPECT_STREQ(prefillAttentionName(PrefillAttention::kKernel), "kernel");
+  const DecodeKernels defaults;
+  EXPECT_EQ(defaults.reduction, Reduction::kPushed);
+  EXPECT_EQ(defaults.rope, RopeKernel::kAttention);
+  EXPECT_EQ(defaults.attention_pdl, AttentionPdl::kAuto);
+}
+
+// auto: on, except a tensor slice of a model whose GQA groups hold 8 or more query heads; an explicit
+// choice stays.
+TEST(WorkloadConfig, AttentionPdlAutoIsOffOnlyForTensorSlicesWithLargeGroups) {
+  ModelConfig c = *presetConfig("8b");  // 32 / 8 heads: groups of 4
+  EXPECT_EQ(resolveAttentionPdl(AttentionPdl::kAuto, c, SplitMode::kTensor, 2), AttentionPdl::kOn);
+  c.q_heads = 64;  // groups of 8
+  EXPECT_EQ(resolveAttentionPdl(AttentionPdl::kAuto, c, SplitMode::kTensor, 2), AttentionPdl::kOff);
+  EXPECT_EQ(resolveAttentionPdl(AttentionPdl::kAuto, c, SplitMode::kNone, 1), AttentionPdl::kOn);
+  EXPECT_EQ(resolveAttentionPdl(AttentionPdl::kAuto, c, SplitMode::kLayer, 2), AttentionPdl::kOn);
+  EXPECT_EQ(resolveAttentionPdl(AttentionPdl::kOn, c, SplitMode::kTensor, 2), AttentionPdl::kOn);
+  EXPECT_EQ(resolveAttentionPdl(AttentionPdl::kOff, c, SplitMode::kNone, 1), AttentionPdl::kOff);
+}
+
 }  // namespace
 }  // namespace tpscope::workload
 

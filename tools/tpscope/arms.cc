@@ -9,6 +9,7 @@
 #include "arms.h"
 
 #include <fmt/format.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,52 @@ namespace {
 bool envIs(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v && std::string(v) == value;
+}
+
+// The first line of /proc/cpuinfo that starts with `key`, after its colon; "" where there is none.
+std::string cpuinfoField(const std::string& key) {
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(key, 0) == 0 && line.find(':') != std::string::npos) {
+      std::string v = line.substr(line.find(':') + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  return "";
+}
+
+// What the manifest says about the machine: the host's name, its kernel, CPU and GPUs, and a
+// description a report prints ("2x NVIDIA H200"), from the topology where it was read (`topo` null:
+// none was, and the description says what the GPUs were instead, e.g. the fake ones).
+nlohmann::json machineRecord(const Topology* topo, const std::string& no_topology) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  utsname u{};
+  uname(&u);
+  nlohmann::json m = {{"hostname", host},
+                      {"os", std::string(u.sysname) + " " + u.release + " " + u.machine},
+                      {"cpu", cpuinfoField("model name")}};
+  if (topo == nullptr || topo->gpus.empty()) {
+    m["description"] = no_topology;
+    return m;
+  }
+  // GPU names in order of first appearance, with their counts: "2x NVIDIA H200".
+  std::vector<std::pair<std::string, int>> names;
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const GpuInfo& g : topo->gpus) {
+    gpus.push_back(g.name);
+    auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return n.first == g.name; });
+    if (it == names.end())
+      names.emplace_back(g.name, 1);
+    else
+      ++it->second;
+  }
+  std::string description;
+  for (const auto& [name, count] : names)
+    description += (description.empty() ? "" : ", ") + fmt::format("{}x {}", count, name);
+  m["gpus"] = gpus;
+  m["description"] = description + " (" + host + ")";
+  return m;
 }
 
 std::string defaultRunDir(const std::string& experiment) {
@@ -85,12 +132,17 @@ class ArmsCommand : public Command {
 
     experiment::RunnerConfig c;
     c.spec = spec;
+    if (fakeMeterGpus())
+      c.start_meter = [](const MeterOptions& o, std::unique_ptr<Meter>* out, std::string* reason) {
+        MeterOptions fake = o;
+        fake.fake_gpus = true;
+        return Meter::start(fake, out, reason);
+      };
     c.out_dir = out_.empty() ? defaultRunDir(spec.name) : out_;
     c.progress = &std::cerr;
     c.versions = {{"tpscope", tpsGetVersion()}, {"git_sha", tpsGetGitRevision()}};
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    c.machine = {{"hostname", host}};
+    c.invocation = {{"argv", processArgv()}, {"quick", quick_}, {"arms", only_}};
+    c.machine = machineRecord(nullptr, "GPUs not read");
     c.box.split_modes = {"none", "layer", "tensor"};
     c.box.presets = {"tiny", "8b", "32b"};
 
@@ -98,11 +150,12 @@ class ArmsCommand : public Command {
     const experiment::Engine engine = spec.shared.engine.engine;
     if (engine != experiment::Engine::kSynthetic) return runEngine(spec, c);
     if (fake) {
-      if (!envIs("TPSCOPE_METER_FAKE", "1"))
+      if (!fakeMeterGpus())
         return fail(kExitUsage, "TPSCOPE_ARMS_FAKE=1 needs TPSCOPE_METER_FAKE=1 (the fake workload runs on no GPU)");
       c.box.gpu_count = 2;
       c.box.backends = {"host", "p2p", "nccl"};
       c.versions["workload"] = "fake (TPSCOPE_ARMS_FAKE=1)";
+      c.machine = machineRecord(nullptr, "fake GPUs (TPSCOPE_ARMS_FAKE=1)");
       c.make_phases = [](const experiment::EffectiveSettings& arm) { return experiment::makeFakeArmPhases(arm); };
     } else {
       int exit_code = 0;
@@ -123,6 +176,7 @@ class ArmsCommand : public Command {
         }
         for (const std::string& b : c.box.backends) c.box.backend_reasons.erase(b);
         c.topology = topologyDocument(topo, paths, built.nccl_version ? ncclVersionString(*built.nccl_version) : "");
+        c.machine = machineRecord(&topo, "");
       } else {
         c.box.backends = {"host"};
       }
@@ -139,11 +193,15 @@ class ArmsCommand : public Command {
     experiment::EngineSettings& e = spec.shared.engine;
     // The meter needs the GPUs; TPSCOPE_METER_FAKE=1 gives it two scripted ones (tests, CI). Without
     // GPUs nothing is started: the spec's recording is rendered, as for the synthetic engine.
-    if (envIs("TPSCOPE_METER_FAKE", "1")) {
+    if (fakeMeterGpus()) {
       c.box.gpu_count = 2;
+      c.machine = machineRecord(nullptr, "fake meter GPUs (TPSCOPE_METER_FAKE=1)");
     } else {
       int exit_code = 0;
       if (!countGpus(spec, &c.box.gpu_count, &exit_code)) return exit_code;
+      Topology topo;
+      std::string why;
+      if (queryTopology({}, &topo, &why) == tpsSuccess) c.machine = machineRecord(&topo, "");
     }
     // The server itself says which split modes it implements (a mode it lists but lacks fails to load).
     c.box.split_modes = {"none", "layer", "tensor", "row"};

@@ -45,13 +45,6 @@ CLI::App* benchGroup(CLI::App& app) {
   }
 }
 
-std::vector<std::string> processArgv() {
-  std::ifstream f("/proc/self/cmdline", std::ios::binary);
-  std::vector<std::string> argv;
-  for (std::string arg; std::getline(f, arg, '\0');) argv.push_back(arg);
-  return argv;
-}
-
 std::string utcNow() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -228,6 +221,7 @@ int BenchAllReduceCommand::run() {
   if (usable.empty()) return fail(kExitRuntime, "no backend of --backend all can run here ('tpscope topo' says why)");
   o_.backends = usable;
   BenchContext ctx = context(topo);
+  ctx.communicator = bench.config();
   // The rate the host backend's algbw is judged by (its target: >= 80 % from 64 MiB), from this run's box.
   const double d2h = pinnedCopyRateGBps(o_.devices[0], true, 256u << 20);
   const double h2d = pinnedCopyRateGBps(o_.devices[0], false, 256u << 20);

@@ -13,6 +13,7 @@
 
 #include "bench_check.h"
 #include "bench_stats.h"
+#include "cli.h"
 #include "common/log.h"
 
 namespace tpscope::cli {
@@ -64,6 +65,7 @@ AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes
   if (options.meter && !options.graph) {
     MeterOptions mo;
     mo.devices = devices;
+    mo.fake_gpus = fakeMeterGpus();
     std::string reason;
     if (Meter::start(mo, &meter_, &reason) != tpsSuccess) {
       TPS_LOG_WARN("the meter cannot run ({}); the pcie/nvl columns show N/A", reason);
@@ -107,6 +109,13 @@ void AllReduceBench::joinInto() {
     TPS_BENCH_CUDA(cudaEventRecord(join_[r].get(), streams_[r].get()));
     TPS_BENCH_CUDA(cudaStreamWaitEvent(streams_[0].get(), join_[r].get(), 0));
   }
+}
+
+tpsConfig_t AllReduceBench::config() const {
+  tpsConfig_t c;
+  tpsConfigInit(&c);
+  (void)tpsCommGetConfig(comm_, &c);
+  return c;
 }
 
 bool AllReduceBench::available(tpsBackend_t backend) {

@@ -49,6 +49,8 @@ class AllReduceBench {
 
   // False when the communicator has no resources for `backend` (tpsUnavailable); one 1-element call.
   bool available(tpsBackend_t backend);
+  // The communicator's resolved configuration (tpsCommGetConfig), for the record.
+  tpsConfig_t config() const;
   // Warm-ups, timing, and with -c 1 the check, for one (backend, dtype, count).
   BenchRow measure(tpsBackend_t backend, tpsDataType_t dtype, size_t count);
 

@@ -9,6 +9,7 @@ Medium pathMedium(tpsPath_t path) {
     case tpsPathHostKernel:
     case tpsPathHostCopyEngine:
       return Medium::kHost;
+    case tpsPathP2pLL:
     case tpsPathP2pOneShot:
     case tpsPathP2pTwoShot:
       return Medium::kPeer;

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <map>
 
+#include "cli.h"
+
 namespace tpscope::cli {
 
 double algBandwidthGBps(uint64_t bytes, double time_us) {
@@ -283,6 +285,7 @@ nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow
                   {"cuda_runtime_version", ctx.cuda_runtime_version},
                   {"nccl_version", orNull(ctx.nccl_version)},
                   {"env", env},
+                  {"communicator", communicatorJson(ctx.communicator)},
                   {"pinned_d2h_gbps", ctx.pinned_d2h_gbps ? json(*ctx.pinned_d2h_gbps) : json(nullptr)},
                   {"pinned_h2d_gbps", ctx.pinned_h2d_gbps ? json(*ctx.pinned_h2d_gbps) : json(nullptr)},
                   {"timer", "cuda events"},

@@ -94,6 +94,8 @@ struct BenchContext {
   // Pinned-memory copy rate of GPU0 (what the host backend's algbw is judged against); nullopt: not measured.
   std::optional<double> pinned_d2h_gbps, pinned_h2d_gbps;
   BenchOptions options;
+  // The communicator's resolved configuration (tpsCommGetConfig); nullopt: no communicator was made.
+  std::optional<tpsConfig_t> communicator;
 };
 
 // The variables the preamble reports when set: NCCL's that change which path NCCL takes, and tpscope's

@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <cstdio>
+#include <fstream>
 
 #include "common/param.h"
 #include "tpscope/tpscope.h"
@@ -32,6 +33,29 @@ std::vector<int> parseDeviceList(const std::string& text, const std::string& opt
 int fail(int code, const std::string& message) {
   std::fprintf(stderr, "tpscope: error: %s\n", message.c_str());
   return code;
+}
+
+bool fakeMeterGpus() {
+  static const bool fake = [] {
+    const char* v = std::getenv("TPSCOPE_METER_FAKE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return fake;
+}
+
+std::vector<std::string> processArgv() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  for (std::string arg; std::getline(f, arg, '\0');) argv.push_back(arg);
+  return argv;
+}
+
+nlohmann::json communicatorJson(const std::optional<tpsConfig_t>& c) {
+  if (!c) return nullptr;
+  return {{"backend", tpsBackendName(c->backend)},    {"host_copy_threshold", c->host_copy_threshold},
+          {"host_chunk_bytes", c->host_chunk_bytes},  {"host_blocks", c->host_blocks},
+          {"spin_timeout_ms", c->spin_timeout_ms},    {"shared_devices", c->shared_devices != 0},
+          {"p2p_ll_max_bytes", TPS_P2P_LL_MAX_BYTES}, {"fused_max_rows", TPS_FUSED_MAX_ROWS}};
 }
 
 int runCli(int argc, char** argv) {

@@ -6,10 +6,13 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "tpscope/tpscope.h"
 
 namespace tpscope::cli {
 
@@ -27,6 +30,18 @@ std::vector<int> parseDeviceList(const std::string& text, const std::string& opt
 
 // Prints "tpscope: error: MESSAGE" on stderr and returns `code`.
 int fail(int code, const std::string& message);
+
+// TPSCOPE_METER_FAKE=1: every meter this process starts uses two scripted GPUs instead of the hardware
+// (MeterOptions::fake_gpus), so the CLI tests and CI run the meter end to end without a GPU.
+bool fakeMeterGpus();
+
+// This process's command line as it was started (/proc/self/cmdline), for records.
+std::vector<std::string> processArgv();
+
+// A record's "communicator": every setting of a communicator that decides which kernel runs, i.e. its
+// resolved configuration (tpsCommGetConfig) and the p2p backend's published limits (the rest of its
+// geometry is fixed by the git revision); null for nullopt (no communicator).
+nlohmann::json communicatorJson(const std::optional<tpsConfig_t>& config);
 
 // One subcommand: registers its options on `app` and later runs if it was selected.
 struct Command {

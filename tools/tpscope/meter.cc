@@ -81,10 +81,12 @@ bool hasEveryCounter(const MeterSample& s, const MeterGpu& g) {
 // MB/s of counter c between two Meter::latest() results. Each counter has its own time (PCIe and
 // NVLink are read at different cadences); no newer value of c since `a` (a row shorter than
 // NVLink's ~22 ms read period) is N/A, and the next row spans from a's value.
-std::optional<double> rate(const MeterSample& a, const MeterSample& b, MeterCounter c) {
+// Net of the meter's own reads in between when it is calibrated (Meter::ownBytes).
+std::optional<double> rate(const Meter& m, int gpu, const MeterSample& a, const MeterSample& b, MeterCounter c) {
   const int k = static_cast<int>(c);
   if (!a.bytes[k] || !b.bytes[k] || b.t_ns[k] <= a.t_ns[k]) return std::nullopt;
-  return double(*b.bytes[k] - *a.bytes[k]) / ((b.t_ns[k] - a.t_ns[k]) * 1e-9) / 1e6;
+  const double own = m.ownBytes(gpu, c, a.t_ns[k], b.t_ns[k]).value_or(0);
+  return (double(*b.bytes[k] - *a.bytes[k]) - own) / ((b.t_ns[k] - a.t_ns[k]) * 1e-9) / 1e6;
 }
 
 bool endsWith(const std::string& s, const std::string& tail) {
@@ -111,8 +113,15 @@ class MeterCommand : public Command {
         ->check(CLI::IsMember({"table", "csv", "json"}))
         ->capture_default_str();
     sub_->add_option("--period-us", period_us_,
-                     "PCIe counter read period per GPU in us (default TPSCOPE_METER_PERIOD_US or 2000); NVLink "
-                     "is read back to back on its own thread (~22 ms a read on H200)");
+                     "Counter read period per GPU in us while the link moves (default TPSCOPE_METER_PERIOD_US or "
+                     "2000); given alone, the period is fixed. NVLink is read back to back on its own thread "
+                     "(~22 ms a read on H200)");
+    sub_->add_option("--idle-period-us", idle_period_us_,
+                     "Read period while the link is quiet (default 25000 with the default period, else the period: "
+                     "fixed); each read adds its own PCIe traffic, so quiet links are read seldom")
+        ->check(CLI::Range(100, 50000));
+    sub_->add_flag("--no-calibrate", no_calibrate_,
+                   "Do not measure what the meter's own reads add (figures then include them)");
     sub_->add_flag("--no-nvlink", no_nvlink_, "Do not read NVLink counters (saves a thread per GPU busy in NVML)");
     sub_->add_flag("--nvlink-raw", nvlink_raw_, "Also read NVLink raw counters (data + protocol)");
     sub_->add_option("--dmon-period", dmon_period_ms_, "Wrapped mode: dmon-method period in ms")->capture_default_str();
@@ -127,6 +136,8 @@ class MeterCommand : public Command {
     MeterOptions o;
     o.devices = parseDeviceList(devices_, "-i");
     o.period_us = period_us_;
+    o.idle_period_us = idle_period_us_;
+    o.calibrate = !no_calibrate_;
     o.nvlink = !no_nvlink_;
     o.nvlink_raw = nvlink_raw_;
     o.method = method_ == "dmon" ? MeterMethod::kDmon : method_ == "both" ? MeterMethod::kBoth : MeterMethod::kCounters;
@@ -147,13 +158,15 @@ class MeterCommand : public Command {
       }
     }
 
+    // Signals are ours from before the meter starts: an interrupt while it calibrates ends the run
+    // cleanly like any other.
+    SignalScope signals;
     std::unique_ptr<Meter> meter;
     std::string reason;
+    o.fake_gpus = fakeMeterGpus();
     tpsResult_t r = Meter::start(o, &meter, &reason);
     if (r == tpsInvalidArgument) return fail(kExitUsage, reason);
     if (r != tpsSuccess) return fail(kExitRuntime, reason);
-
-    SignalScope signals;
     int code = command_.empty() ? runLive(*meter) : runWrapped(*meter);
     if (!out_.empty() && !writeOut(*meter, out, out_windows)) {
       std::fprintf(stderr, "tpscope: error: writing --out %s failed (%s); the summary above is complete\n",
@@ -205,10 +218,10 @@ class MeterCommand : public Command {
         lr.time = clockText("%H:%M:%S");
         std::optional<MeterSample> cur = meter.latest(static_cast<int>(k));
         if (layout.counters && prev[k] && cur) {
-          lr.rxpci = rate(*prev[k], *cur, MeterCounter::kPcieRx);
-          lr.txpci = rate(*prev[k], *cur, MeterCounter::kPcieTx);
-          lr.nvlrx = rate(*prev[k], *cur, MeterCounter::kNvlinkRx);
-          lr.nvltx = rate(*prev[k], *cur, MeterCounter::kNvlinkTx);
+          lr.rxpci = rate(meter, static_cast<int>(k), *prev[k], *cur, MeterCounter::kPcieRx);
+          lr.txpci = rate(meter, static_cast<int>(k), *prev[k], *cur, MeterCounter::kPcieTx);
+          lr.nvlrx = rate(meter, static_cast<int>(k), *prev[k], *cur, MeterCounter::kNvlinkRx);
+          lr.nvltx = rate(meter, static_cast<int>(k), *prev[k], *cur, MeterCounter::kNvlinkTx);
         }
         if (cur) prev[k] = cur;
         if (o.method != MeterMethod::kCounters) {
@@ -252,6 +265,7 @@ class MeterCommand : public Command {
           detail::ClosedWindow w;
           if (cl.kind == detail::ControlLine::Kind::kMalformed) err = cl.error;
           if (cl.kind == detail::ControlLine::Kind::kBegin) err = book.begin(cl.name, t);
+          if (cl.kind != detail::ControlLine::Kind::kMalformed) meter.readNow();  // read the edge at once
           if (cl.kind == detail::ControlLine::Kind::kEnd) {
             err = book.end(cl.name, t, &w);
             if (!err) meter.addWindow(w.name, w.start_ns, w.end_ns);
@@ -268,6 +282,7 @@ class MeterCommand : public Command {
     for (std::string& a : command_) argv.push_back(a.data());
     argv.push_back(nullptr);
     const int64_t t_start = Meter::now();
+    meter.readNow();  // the command window's start, read at once
     // CMD starts with SIGINT/SIGTERM at their defaults even where our caller ignored them (a
     // background job of a non-interactive shell): tpscope forwards them and CMD must be able to stop.
     posix_spawnattr_t attr;
@@ -304,6 +319,7 @@ class MeterCommand : public Command {
       summary.exit_code = code;
     }
     const int64_t t_end = Meter::now();
+    meter.readNow();
     pipe.close();  // reads what CMD wrote last
     unsetenv("TPSCOPE_METER_PIPE");
     for (const detail::ClosedWindow& w : book.closeAll(t_end)) {
@@ -318,6 +334,8 @@ class MeterCommand : public Command {
     summary.windows = meter.windows();
     summary.cadence = meter.cadence();
     summary.quiesce = meter.quiesceRecords();
+    summary.calibration = meter.calibration();
+    summary.own_mbps = meter.ownMBps();
     if (format_ == "json")
       std::printf("%s\n", summaryJson(summary).dump(2).c_str());
     else if (format_ == "csv")
@@ -341,7 +359,10 @@ class MeterCommand : public Command {
       out.flush();
       return out.good() && out_windows.good();
     }
-    nlohmann::json head = {{"type", "meter"}, {"options", toJson(meter.options())}, {"command", command_}};
+    nlohmann::json head = {{"type", "meter"},
+                           {"options", toJson(meter.options())},
+                           {"calibration", toJson(meter.calibration(), gpus)},
+                           {"command", command_}};
     for (const MeterGpu& g : gpus) head["gpus"].push_back(toJson(g));
     out << head.dump() << "\n";
     for (const MeterSample& s : meter.samples()) out << toJson(s, gpus).dump() << "\n";
@@ -355,7 +376,8 @@ class MeterCommand : public Command {
 
   CLI::App* sub_ = nullptr;
   std::string devices_, stamp_, method_ = "counters", format_ = "table", out_;
-  int64_t delay_ms_ = 1000, count_ = 0, period_us_ = 0, dmon_period_ms_ = 1000, quiesce_ms_ = 0;
+  int64_t delay_ms_ = 1000, count_ = 0, period_us_ = 0, idle_period_us_ = 0, dmon_period_ms_ = 1000, quiesce_ms_ = 0;
+  bool no_calibrate_ = false;
   double quiesce_mbps_ = 100;
   bool no_nvlink_ = false, nvlink_raw_ = false;
   std::vector<std::string> command_;

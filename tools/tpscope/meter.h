@@ -40,6 +40,8 @@ struct MeterSummary {
   std::vector<MeterWindow> windows;
   std::vector<MeterCadence> cadence;
   std::vector<QuiesceRecord> quiesce;
+  MeterCalibration calibration;
+  std::vector<std::array<std::optional<double>, kMeterCounters>> own_mbps;  // [gpu position]: Meter::ownMBps()
   std::vector<std::string> command;
   std::optional<int> exit_code;  // nullopt: the command did not run
   bool interrupted = false;

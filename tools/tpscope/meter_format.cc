@@ -117,10 +117,14 @@ std::string summaryTable(const MeterSummary& s) {
                      methodText(s.options.method));
   for (const MeterCadence& c : s.cadence)
     out += fmt::format(
-        "# GPU {} {:<6} reads: period {:.2f} ms target, {:.2f} ms mean, {:.2f} ms p99, {:.2f} ms max; "
+        "# GPU {} {:<6} reads: period {} target, {:.2f} ms mean, {:.2f} ms p99, {:.2f} ms max; "
         "one read {:.2f} ms mean; {} reads{}\n",
-        s.gpus[c.gpu].index, meterGroupName(c.group), c.period_target_ms, c.period_mean_ms, c.period_p99_ms,
-        c.period_max_ms, c.read_cost_mean_ms, c.reads,
+        s.gpus[c.gpu].index, meterGroupName(c.group),
+        c.idle_period_ms > c.period_target_ms
+            ? fmt::format("{:.2f} ms busy / {:.2f} ms quiet (+{} at window edges)", c.period_target_ms,
+                          c.idle_period_ms, c.edge_reads)
+            : fmt::format("{:.2f} ms", c.period_target_ms),
+        c.period_mean_ms, c.period_p99_ms, c.period_max_ms, c.read_cost_mean_ms, c.reads,
         c.read_cost_mean_ms >= c.period_target_ms ? " (back to back: a read outlasts the period)" : "");
   if (dmon)
     out += fmt::format("# dmon method: one ~20 ms throughput reading per GPU and direction every {} ms\n",
@@ -138,10 +142,11 @@ std::string summaryTable(const MeterSummary& s) {
                        q.processes_checked ? "processes checked" : "processes not checked",
                        q.passed ? "" : ": " + q.reason);
   out += "# Bytes are link bytes as the GPU counts them (PCIe includes packet headers); MB = 10^6 B; TX/RX from\n";
-  out += "# the GPU's side. %ceil = MB/s over the per-direction ceiling. edge% = how far the true bytes can be\n";
-  out += "# from the prorated figure (reads inside vs reads bracketing the window). N/A = not measurable.\n";
-  out += fmt::format("#{:<19} {:>3} {:>10} {:>4}  {:<13} {:>14} {:>10} {:>10} {:>6} {:>6} {:>6}{}\n", "window", "rep",
-                     "dur(ms)", "gpu", "counter", "bytes", "MB/s", "peak MB/s", "%ceil", "reads", "edge%",
+  out += "# the GPU's side. bytes, MB/s and %ceil are net of the meter's own reads (own: its reads in the window\n";
+  out += "# x the calibrated bytes per read). %ceil = MB/s over the per-direction ceiling. edge% = how far the\n";
+  out += "# true bytes can be from the figure (edges and the calibration's spread). N/A = not measurable.\n";
+  out += fmt::format("#{:<19} {:>3} {:>10} {:>4}  {:<13} {:>14} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6}{}\n", "window",
+                     "rep", "dur(ms)", "gpu", "counter", "bytes", "own", "MB/s", "peak MB/s", "%ceil", "reads", "edge%",
                      dmon ? fmt::format(" {:>10}", "dmon MB/s") : "");
   std::map<std::string, std::vector<const MeterWindow*>> by_name;
   std::vector<std::string> names;
@@ -152,9 +157,9 @@ std::string summaryTable(const MeterSummary& s) {
       for (MeterCounter c : counters) {
         const MeterCell& x = w.cells[k][static_cast<int>(c)];
         const std::string share = x.share_of_ceiling ? fmt::format("{:.1f}%", 100 * *x.share_of_ceiling) : "N/A";
-        out += fmt::format(" {:<19} {:>3} {:>10.1f} {:>4}  {:<13} {:>14} {:>10} {:>10} {:>6} {:>6} {:>6}{}\n", w.name,
-                           w.repetition, (w.end_ns - w.start_ns) * 1e-6, s.gpus[k].index, meterCounterName(c),
-                           num(x.bytes), num(x.mean_mbps, "{:.1f}"), num(x.peak_mbps, "{:.1f}"), share, x.samples,
+        out += fmt::format(" {:<19} {:>3} {:>10.1f} {:>4}  {:<13} {:>14} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6}{}\n",
+                           w.name, w.repetition, (w.end_ns - w.start_ns) * 1e-6, s.gpus[k].index, meterCounterName(c),
+                           num(x.bytes), num(x.own_bytes), num(x.mean_mbps, "{:.1f}"), num(x.peak_mbps, "{:.1f}"), share, x.samples,
                            num(edgePercent(x), "{:.1f}"),
                            dmon ? fmt::format(" {:>10}", isPcie(c) ? num(x.dmon_mbps, "{:.1f}") : "") : "");
       }
@@ -182,6 +187,7 @@ std::string summaryTable(const MeterSummary& s) {
       }
     }
   }
+  out += ownTrafficLines(s.calibration, s.own_mbps, s.gpus);
   for (const MeterCadence& c : s.cadence) {
     if (c.dropped)
       out += fmt::format("# warning: GPU {} lost {} {} reads (ring full)\n", s.gpus[c.gpu].index, c.dropped,
@@ -215,6 +221,7 @@ nlohmann::json summaryJson(const MeterSummary& s) {
   for (const MeterCadence& c : s.cadence) cadence.push_back(toJson(c, s.gpus));
   for (const QuiesceRecord& q : s.quiesce) quiesce.push_back(toJson(q, s.gpus));
   doc["context"] = {{"tpscope_version", tpsGetVersion()},
+                    {"calibration", toJson(s.calibration, s.gpus)},
                     {"command", s.command},
                     {"exit_code", s.exit_code ? nlohmann::json(*s.exit_code) : nlohmann::json(nullptr)},
                     {"interrupted", s.interrupted},

@@ -15,13 +15,6 @@ namespace tpscope::cli {
 
 namespace {
 
-std::vector<std::string> processArgv() {
-  std::ifstream f("/proc/self/cmdline", std::ios::binary);
-  std::vector<std::string> argv;
-  for (std::string arg; std::getline(f, arg, '\0');) argv.push_back(arg);
-  return argv;
-}
-
 tpsBackend_t backendOf(const std::string& name) {
   if (name == "host") return tpsBackendHost;
   if (name == "p2p") return tpsBackendP2p;
@@ -48,6 +41,22 @@ class TpCommand : public Command {
                      "Prefill attention: cudnn (cuDNN's flash attention), kernel (tpscope's own), auto (cudnn where it "
                      "loads)")
         ->check(CLI::IsMember({"auto", "cudnn", "kernel"}))
+        ->capture_default_str();
+    sub_->add_option("--reduction", o_.reduction,
+                     "Split tensor: pushed (the projections send their partials, p2p), fused (one library kernel "
+                     "for the AllReduce, residual add and norm, p2p), plain (AllReduce, then the add + norm kernel); "
+                     "pushed and fused fall back to plain where they do not apply")
+        ->check(CLI::IsMember({"pushed", "fused", "plain"}))
+        ->capture_default_str();
+    sub_->add_option(
+            "--rope-kernel", o_.rope_kernel,
+            "Decode RoPE and K/V store: inside the attention kernel (attention) or a kernel before it (kernel)")
+        ->check(CLI::IsMember({"attention", "kernel"}))
+        ->capture_default_str();
+    sub_->add_option("--attention-pdl", o_.attention_pdl,
+                     "Decode attention as a programmatic dependent of the kernel before it: on, off, auto (on except "
+                     "a tensor slice with GQA groups of 8 or more)")
+        ->check(CLI::IsMember({"auto", "on", "off"}))
         ->capture_default_str();
     sub_->add_option("--phase", o_.phase, "prefill, decode or both")
         ->check(CLI::IsMember({"prefill", "decode", "both"}))
@@ -103,11 +112,16 @@ class TpCommand : public Command {
     mo.config = o_.config, mo.split = o_.split, mo.devices = o_.devices, mo.backend = backendOf(o_.backend);
     mo.seed = o_.seed, mo.shape = shape;
     mo.prefill_attention = *workload::parsePrefillAttention(o_.prefill_attention);
+    mo.kernels.reduction = *workload::parseReduction(o_.reduction);
+    mo.kernels.rope = *workload::parseRopeKernel(o_.rope_kernel);
+    mo.kernels.attention_pdl = *workload::parseAttentionPdl(o_.attention_pdl);
     std::unique_ptr<workload::Model> model;
     std::string reason;
     if (tpsResult_t r = workload::Model::create(mo, &model, &reason); r != tpsSuccess)
       return fail(r == tpsInvalidArgument ? kExitUsage : kExitRuntime, reason);
     o_.prefill_attention = workload::prefillAttentionName(model->options().prefill_attention);
+    o_.attention_pdl = workload::attentionPdlName(model->options().kernels.attention_pdl);
+    if (tpsConfig_t cfg; model->comm() && tpsCommGetConfig(model->comm(), &cfg) == tpsSuccess) o_.communicator = cfg;
     std::vector<workload::PhaseResult> results;
     if (o_.phase != "decode") {
       workload::PhaseResult r;

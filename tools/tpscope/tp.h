@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,13 @@ struct TpOptions {
   std::string backend = "auto";
   // auto | cudnn | kernel; after the model is built, what auto resolved to (workload::PrefillAttention).
   std::string prefill_attention = "auto";
+  // The decode kernel choices (workload::DecodeKernels): pushed | fused | plain, attention | kernel, and
+  // auto | on | off; after the model is built, attention_pdl is what auto resolved to.
+  std::string reduction = "pushed";
+  std::string rope_kernel = "attention";
+  std::string attention_pdl = "auto";
+  // Split tensor, once the model is built: its communicator's resolved configuration (tpsCommGetConfig).
+  std::optional<tpsConfig_t> communicator;
   std::string phase = "both";
   workload::PrefillOptions prefill;
   workload::DecodeOptions decode;

@@ -111,6 +111,8 @@ std::string formatTpTable(const TpOptions& o, const std::vector<workload::GpuMem
       c.preset, c.hidden, c.ffn, c.layers, c.q_heads, c.kv_heads, c.head_dim, c.rope ? "on" : "off",
       workload::splitModeName(o.split), deviceText(o.devices),
       o.split == workload::SplitMode::kTensor ? o.backend : "-", o.prefill_attention, o.seed);
+  s += fmt::format("# decode kernels: reduction {} | rope kernel {} | attention pdl {}\n",
+                   o.split == workload::SplitMode::kTensor ? o.reduction : "-", o.rope_kernel, o.attention_pdl);
   s += fmt::format("# weights {:.2f} GiB bf16 (bytes streamed per forward)\n",
                    workload::weightBytesPerForward(c) / kGiB);
   for (size_t i = 0; i < estimate.size(); ++i)
@@ -200,7 +202,11 @@ nlohmann::json tpDocument(const TpOptions& o, const std::vector<workload::GpuMem
             {"split", workload::splitModeName(o.split)},
             {"devices", o.devices},
             {"backend", o.backend},
+            {"communicator", communicatorJson(o.communicator)},
             {"prefill_attention", o.prefill_attention},
+            {"reduction", o.reduction},
+            {"rope_kernel", o.rope_kernel},
+            {"attention_pdl", o.attention_pdl},
             {"seed", o.seed},
             {"phase", o.phase},
             {"prompt", o.prefill.prompt},

@@ -48,19 +48,10 @@ std::string hexId(const tpsUniqueId& id) {
   return s;
 }
 
-// Ranks may share GPU 0; one process's four ranks' two-shot grids must then fit on it together
-// (TPSCOPE_P2P_BLOCKS=32, as the AllReduceSharedGpus entry). Set before any communicator reads them;
-// the workers inherit them (the block counts change no result bit).
-void sharedGpuEnvironment() {
-  setenv("TPSCOPE_TEST_SHARED_DEVICES", "1", 1);
-  setenv("TPSCOPE_P2P_BLOCKS", "32", 0);
-}
-
 // Starts one worker per rank and waits for all (killing them after `limit_s`). Returns the workers with
 // their exit statuses; their output files are read by the caller.
 std::vector<Worker> runRanks(const std::string& scenario, const char* backend, int nranks, unsigned spin_ms,
                              double limit_s = 150) {
-  sharedGpuEnvironment();
   tpsUniqueId id;
   EXPECT_EQ(tpsGetUniqueId(&id), tpsSuccess);
   const std::string hex = hexId(id);
@@ -123,7 +114,6 @@ struct OneProcess {
   std::vector<cudaStream_t> streams;
   int n = 0;
   explicit OneProcess(tpsBackend_t backend, int nranks) : n(nranks) {
-    sharedGpuEnvironment();
     std::vector<int> devs(nranks, 0);
     streams.resize(nranks);
     cudaSetDevice(0);
@@ -131,6 +121,7 @@ struct OneProcess {
     tpsConfig_t cfg;
     tpsConfigInit(&cfg);
     cfg.backend = backend;
+    cfg.shared_devices = 1;  // every rank on GPU 0, as the workers (which say so too)
     EXPECT_EQ(tpsCommCreate(&comm, nranks, devs.data(), &cfg), tpsSuccess);
   }
   ~OneProcess() {

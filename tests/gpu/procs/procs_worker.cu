@@ -98,6 +98,14 @@ void runMatrix(tpsComm_t comm, tpsBackend_t backend, int nranks, int rank, cudaS
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / calls;
   std::fprintf(out, "latency_us %.1f\n", us);
   checkAsync(comm);
+  // The latency calls (8 KiB) take the LL one-shot on p2p, and this rank's statistics say so.
+  tpsStats_t st;
+  TPS_OK(tpsCommGetStats(comm, &st));
+  unsigned long long ll = 0;
+  for (int k = 0; k < TPS_NUM_SIZE_CLASSES; ++k) ll += st.cells[tpsPathP2pLL][k].calls;
+  FAIL_IF(st.ndev != 1 || st.devices[0] != 0, "statistics name %d GPUs, the first %d", st.ndev, st.devices[0]);
+  FAIL_IF(backend == tpsBackendP2p && ll < static_cast<unsigned long long>(calls),
+          "%llu calls counted under tpsPathP2pLL, not %d or more", ll, calls);
 }
 
 void graphs(tpsComm_t comm, tpsBackend_t backend, int nranks, int rank, cudaStream_t s, FILE* out) {
@@ -214,8 +222,15 @@ int main(int argc, char** argv) {
   tpsConfigInit(&cfg);
   cfg.backend = backend;
   cfg.spin_timeout_ms = timeout_ms;
+  cfg.shared_devices = 1;
   tpsComm_t comm = nullptr;
   TPS_OK(tpsCommInitRank(&comm, nranks, id, g_rank, 0, &cfg));
+  tpsConfig_t got;
+  TPS_OK(tpsCommGetConfig(comm, &got));
+  FAIL_IF(got.backend != backend || got.spin_timeout_ms != timeout_ms || got.shared_devices != 1 ||
+              got.host_blocks <= 0,
+          "tpsCommGetConfig says backend %d, spin timeout %u, shared_devices %d, host blocks %d", got.backend,
+          got.spin_timeout_ms, got.shared_devices, got.host_blocks);
   int n = 0, r = -1;
   TPS_OK(tpsCommCount(comm, &n));
   TPS_OK(tpsCommUserRank(comm, &r));
