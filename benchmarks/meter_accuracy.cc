@@ -423,10 +423,12 @@ json ownTraffic(int ngpu, int idle_ms) {
     const char* name;
     int64_t period_us, idle_period_us;
     bool calibrate;
-  } configs[] = {{"default (2 ms busy / 25 ms quiet)", 0, 0, true},
-                 {"fixed 2 ms, not calibrated", 2000, 2000, false},
-                 {"fixed 2 ms, calibrated", 2000, 2000, true},
-                 {"fixed 50 ms, not calibrated", 50000, 50000, false}};
+    MeterMethod method;
+  } configs[] = {{"default (2 ms busy / 25 ms quiet)", 0, 0, true, MeterMethod::kCounters},
+                 {"default + dmon method (1 s)", 0, 0, true, MeterMethod::kBoth},
+                 {"fixed 2 ms, not calibrated", 2000, 2000, false, MeterMethod::kCounters},
+                 {"fixed 2 ms, calibrated", 2000, 2000, true, MeterMethod::kCounters},
+                 {"fixed 50 ms, not calibrated", 50000, 50000, false, MeterMethod::kCounters}};
   std::printf(
       "\n# 5. The meter's own traffic: %d GPU(s) idle for %d ms per config, PCIe only (one H200 has no\n"
       "#    NVLink peers). counted = the counters' MB/s; own = the meter's reads x the calibrated bytes per\n"
@@ -442,6 +444,8 @@ json ownTraffic(int ngpu, int idle_ms) {
     o.idle_period_us = c.idle_period_us;
     o.calibrate = c.calibrate;
     o.nvlink = false;
+    o.method = c.method;
+    o.dmon_period_ms = 1000;
     std::unique_ptr<Meter> m = startMeter(o);
     m->begin("idle");
     std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
@@ -481,6 +485,13 @@ json ownTraffic(int ngpu, int idle_ms) {
       }
     }
     if (!cal.calibrated && c.calibrate) std::printf("#   %s: %s\n", c.name, cal.note.c_str());
+    for (int g = 0; g < ngpu && cal.calibrated; ++g) {
+      const MeterReadCost& d = cal.gpus[g].cost[static_cast<int>(MeterReadKind::kDmon)];
+      const int rx = static_cast<int>(MeterCounter::kPcieRx), tx = static_cast<int>(MeterCounter::kPcieTx);
+      if (d.reads > 0 && d.bytes[rx] && d.bytes[tx])
+        std::printf("#   GPU %d: one dmon-method call (20 ms throughput snapshot) adds %.0f B rx, %.0f B tx\n",
+                    m->gpus()[g].index, *d.bytes[rx], *d.bytes[tx]);
+    }
   }
   return out;
 }

@@ -14,18 +14,7 @@ BUILD=${TPSCOPE_BUILD_DIR:-build}
 OUT=${OUT:-meter-out}
 BIN="$BUILD/bin/tpscope"
 mkdir -p "$OUT"
-failed=()
-run() {  # run NAME LIMIT_S CMD...: stdout+stderr to $OUT/NAME.log
-  local name=$1 limit=$2
-  shift 2
-  echo "== $name: $*" | tee "$OUT/$name.log"
-  local t0=$SECONDS
-  timeout "$limit" "$@" >>"$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "   exit $rc after $((SECONDS - t0)) s" | tee -a "$OUT/$name.log"
-  [ $rc -eq 0 ] || failed+=("$name(exit $rc)")
-  return $rc
-}
+source scripts/device/lib.sh
 nvidia-smi -L >"$OUT/gpus.txt" 2>&1
 run idle-default 30 "$BIN" meter -d 1000 -c 6
 run idle-fixed-2ms-gross 30 "$BIN" meter -d 1000 -c 6 --period-us 2000 --no-calibrate

@@ -94,26 +94,24 @@ MeterGpuCalibration calibrateGpu(CounterReader& counters, DmonReader* dmon, cons
     Delta d;
     std::array<int, kMeterReadKinds> reads{};  // in the body
   };
-  auto open = [&](Snapshot* s) {
+  // Reads group g into s: each counter of the group keeps its own value and time.
+  auto take = [&](MeterGroup g, Snapshot* s) {
     Reading x;
-    counters.read(MeterGroup::kPcie, &x);
-    for (int c = 0; c < kMeterCounters; ++c)
-      if (groupMask(MeterGroup::kPcie) & x.valid & (1u << c)) s->raw[c] = x.raw[c], s->t_ns[c] = x.t_ns[c], s->valid |= 1u << c;
-    if (!nvlink) return;
-    counters.read(MeterGroup::kNvlink, &x);
-    for (int c = 0; c < kMeterCounters; ++c)
-      if (groupMask(MeterGroup::kNvlink) & x.valid & (1u << c)) s->raw[c] = x.raw[c], s->t_ns[c] = x.t_ns[c], s->valid |= 1u << c;
+    counters.read(g, &x);
+    for (int c = 0; c < kMeterCounters; ++c) {
+      if (!(groupMask(g) & x.valid & (1u << c))) continue;
+      s->raw[c] = x.raw[c];
+      s->t_ns[c] = x.t_ns[c];
+      s->valid |= 1u << c;
+    }
+  };
+  auto open = [&](Snapshot* s) {
+    take(MeterGroup::kPcie, s);
+    if (nvlink) take(MeterGroup::kNvlink, s);
   };
   auto close = [&](Snapshot* s) {
-    Reading x;
-    if (nvlink) {
-      counters.read(MeterGroup::kNvlink, &x);
-      for (int c = 0; c < kMeterCounters; ++c)
-        if (groupMask(MeterGroup::kNvlink) & x.valid & (1u << c)) s->raw[c] = x.raw[c], s->t_ns[c] = x.t_ns[c], s->valid |= 1u << c;
-    }
-    counters.read(MeterGroup::kPcie, &x);
-    for (int c = 0; c < kMeterCounters; ++c)
-      if (groupMask(MeterGroup::kPcie) & x.valid & (1u << c)) s->raw[c] = x.raw[c], s->t_ns[c] = x.t_ns[c], s->valid |= 1u << c;
+    if (nvlink) take(MeterGroup::kNvlink, s);
+    take(MeterGroup::kPcie, s);
   };
   auto measure = [&](MeterReadKind kind) {
     Interval iv;
