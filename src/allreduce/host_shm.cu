@@ -22,6 +22,7 @@
 #include "allreduce/async_status.h"
 #include "allreduce/host_kernels.cuh"
 #include "allreduce/host_shm.h"
+#include "allreduce/rank_backend.cuh"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
 
@@ -41,7 +42,7 @@ struct Layout {
   int32_t pad;
 };
 
-class HostShmBackend final : public Backend {
+class HostShmBackend final : public RankBackend<HostShmBackend> {
  public:
   ~HostShmBackend() override;
   tpsResult_t init(RankGroup& g, const HostTuning& tuning);
@@ -50,19 +51,12 @@ class HostShmBackend final : public Backend {
   Traffic trafficFor(tpsPath_t, size_t bytes) const override {
     return Traffic{bytes, bytes * static_cast<size_t>(nranks_ - 1)};
   }
-  tpsResult_t allReduce(const CallArgs& a) override {
-    switch (a.dtype) {
-      case tpsFloat32: return run<float>(a.bufs[0], a.count, a.streams[0]);
-      case tpsFloat16: return run<__half>(a.bufs[0], a.count, a.streams[0]);
-      case tpsBfloat16: return run<__nv_bfloat16>(a.bufs[0], a.count, a.streams[0]);
-      default: return tpsInvalidArgument;
-    }
-  }
   tpsResult_t asyncError() const override { return status_.error(nranks_); }
-
- private:
+  // This rank's call of `count` elements of T (RankBackend::allReduce dispatches here).
   template <typename T>
   tpsResult_t run(void* buf, size_t count, cudaStream_t stream);
+
+ private:
 
   int device_ = -1, rank_ = 0, nranks_ = 0;
   Layout layout_{};
@@ -191,10 +185,7 @@ tpsResult_t HostShmBackend::run(void* user, size_t count, cudaStream_t stream) {
 }  // namespace
 
 tpsResult_t createHostShmBackend(RankGroup& g, const HostTuning& tuning, std::unique_ptr<Backend>* out) {
-  auto b = std::make_unique<HostShmBackend>();
-  TPS_CHECK(b->init(g, tuning));
-  *out = std::move(b);
-  return tpsSuccess;
+  return HostShmBackend::create(g, tuning, out);
 }
 
 }  // namespace tpscope::detail

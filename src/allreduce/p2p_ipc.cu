@@ -29,6 +29,7 @@
 #include "allreduce/p2p_algo.h"
 #include "allreduce/p2p_ipc.h"
 #include "allreduce/p2p_launch.cuh"
+#include "allreduce/rank_backend.cuh"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
 
@@ -45,7 +46,7 @@ struct Exported {
   std::array<cudaIpcMemHandle_t, kNumShared> handles;
 };
 
-class P2pIpcBackend final : public Backend {
+class P2pIpcBackend final : public RankBackend<P2pIpcBackend> {
  public:
   ~P2pIpcBackend() override;
   tpsResult_t init(RankGroup& g, const HostTuning& tuning);
@@ -56,20 +57,13 @@ class P2pIpcBackend final : public Backend {
     const size_t t = p2pBytesPerGpu(path, bytes, static_cast<size_t>(nranks_));
     return Traffic{t, t};
   }
-  tpsResult_t allReduce(const CallArgs& a) override {
-    switch (a.dtype) {
-      case tpsFloat32: return run<float>(a.bufs[0], a.count, a.streams[0]);
-      case tpsFloat16: return run<__half>(a.bufs[0], a.count, a.streams[0]);
-      case tpsBfloat16: return run<__nv_bfloat16>(a.bufs[0], a.count, a.streams[0]);
-      default: return tpsInvalidArgument;
-    }
-  }
   tpsResult_t allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) override;
   tpsResult_t asyncError() const override { return status_.error(nranks_); }
-
- private:
+  // This rank's call of `count` elements of T (RankBackend::allReduce dispatches here).
   template <typename T>
   tpsResult_t run(void* buf, size_t count, cudaStream_t stream);
+
+ private:
   template <typename T>
   tpsResult_t oneShot(T* buf, size_t count, cudaStream_t stream);
 
@@ -266,10 +260,7 @@ tpsResult_t P2pIpcBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs
 }  // namespace
 
 tpsResult_t createP2pIpcBackend(RankGroup& g, const HostTuning& tuning, std::unique_ptr<Backend>* out) {
-  auto b = std::make_unique<P2pIpcBackend>();
-  TPS_CHECK(b->init(g, tuning));
-  *out = std::move(b);
-  return tpsSuccess;
+  return P2pIpcBackend::create(g, tuning, out);
 }
 
 }  // namespace tpscope::detail
