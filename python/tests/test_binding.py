@@ -107,6 +107,12 @@ class Arguments(unittest.TestCase):
         self.assertEqual(tpscope.Config()._c().shared_devices, 0)
         self.assertEqual(tpscope.Config(shared_devices=True)._c().shared_devices, 1)
 
+    def test_config_comes_back_from_its_c_struct(self):
+        c = tpscope.Config(backend=tpscope.Backend.HOST, host_blocks=16, spin_timeout_ms=500, shared_devices=True)
+        back = tpscope.Config._from_c(c._c())
+        self.assertEqual((back.backend, back.host_blocks, back.spin_timeout_ms, back.shared_devices),
+                         (tpscope.Backend.HOST, 16, 500, True))
+
 
 class Library(unittest.TestCase):
     def test_unique_ids_are_fresh_bytes(self):
@@ -141,8 +147,10 @@ class Library(unittest.TestCase):
 
         def rank(r):
             try:
-                comm = tpscope.Communicator.init_rank(2, uid, r, 0, tpscope.Config(backend=tpscope.Backend.HOST))
-                outcome[r] = (comm.nranks, comm.rank)
+                cfg = tpscope.Config(backend=tpscope.Backend.HOST, shared_devices=True)  # both on GPU 0
+                comm = tpscope.Communicator.init_rank(2, uid, r, 0, cfg)
+                got = comm.config()
+                outcome[r] = (comm.nranks, comm.rank, got.backend, got.shared_devices)
                 comm.close()
             except tpscope.Error as e:
                 outcome[r] = e.status
@@ -154,7 +162,8 @@ class Library(unittest.TestCase):
             t.join()
         self.assertLess(time.time() - t0, 5.0)
         if isinstance(outcome[0], tuple):
-            self.assertEqual(sorted(outcome), [(2, 0), (2, 1)])
+            host = tpscope.Backend.HOST
+            self.assertEqual(sorted(outcome), [(2, 0, host, True), (2, 1, host, True)])
         else:
             self.assertNotEqual(outcome[0], tpscope.Status.TIMEOUT)
             self.assertEqual(outcome[0], outcome[1])

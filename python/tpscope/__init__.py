@@ -104,6 +104,11 @@ class Config:
             if getattr(self, name) < 0:
                 raise ValueError("Config.%s must not be negative" % name)
 
+    @classmethod
+    def _from_c(cls, c):
+        return cls(Backend(c.backend), c.host_copy_threshold, c.host_chunk_bytes, c.host_blocks, c.spin_timeout_ms,
+                   c.shared_devices != 0)
+
     def _c(self):
         return _Config(int(self.backend), self.host_copy_threshold, self.host_chunk_bytes, self.host_blocks,
                        self.spin_timeout_ms, 1 if self.shared_devices else 0)
@@ -159,6 +164,7 @@ def library():
                                     ctypes.POINTER(vp), ctypes.POINTER(vp), sz, sz, ctypes.c_float, i,
                                     ctypes.POINTER(vp)], i),
         "tpsCommGetAsyncError": ([vp, pi], i),
+        "tpsCommGetConfig": ([vp, ctypes.POINTER(_Config)], i),
     }
     for name, (args, res) in sig.items():
         f = getattr(lib, name)
@@ -345,6 +351,12 @@ class Communicator:
         s = ctypes.c_int()
         _check(library().tpsCommGetAsyncError(self._live(), ctypes.byref(s)), "tpsCommGetAsyncError")
         return Status(s.value)
+
+    def config(self):
+        """tpsCommGetConfig: the configuration in effect (every default resolved), as a Config."""
+        c = _Config()
+        _check(library().tpsCommGetConfig(self._live(), ctypes.byref(c)), "tpsCommGetConfig")
+        return Config._from_c(c)
 
     def check(self):
         """Raises Error when the communicator had an asynchronous error (call after synchronising)."""
