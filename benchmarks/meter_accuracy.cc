@@ -430,69 +430,87 @@ json ownTraffic(int ngpu, int idle_ms) {
                  {"fixed 2 ms, calibrated", 2000, 2000, true, MeterMethod::kCounters},
                  {"fixed 50 ms, not calibrated", 50000, 50000, false, MeterMethod::kCounters}};
   std::printf(
-      "\n# 5. The meter's own traffic: %d GPU(s) idle for %d ms per config, PCIe only (one H200 has no\n"
-      "#    NVLink peers). counted = the counters' MB/s; own = the meter's reads x the calibrated bytes per\n"
-      "#    read; net = counted - own (what every report prints).\n",
+      "\n# 5. The meter's own traffic: %d GPU(s) idle for %d ms per config, each config without the NVLink\n"
+      "#    thread and, where the GPUs have NVLink links, with it (\"+ NVLink\"; its NVLink counters beside).\n"
+      "#    counted = the counters' MB/s; own = the meter's reads x the calibrated bytes per read (PCIe);\n"
+      "#    net = counted - own (what every report prints).\n",
       ngpu, idle_ms);
-  std::printf("#%-34s %4s %-8s %10s %10s %10s %8s %16s\n", "config", "gpu", "counter", "counted", "own", "net",
-              "reads", "bytes/read");
+  std::printf("#%-42s %4s %-9s %10s %10s %10s %8s %16s\n", "config", "gpu", "counter", "counted", "own", "net", "reads",
+              "bytes/read");
   json out = json::array();
-  for (const Config& c : configs) {
-    MeterOptions o;
-    for (int g = 0; g < ngpu; ++g) o.devices.push_back(g);
-    o.period_us = c.period_us;
-    o.idle_period_us = c.idle_period_us;
-    o.calibrate = c.calibrate;
-    o.nvlink = false;
-    o.method = c.method;
-    o.dmon_period_ms = 1000;
-    std::unique_ptr<Meter> m = startMeter(o);
-    m->begin("idle");
-    std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
-    m->end("idle");
-    m->stop();
-    const MeterWindow w = m->windows().back();
-    const MeterCalibration& cal = m->calibration();
-    const double dur = (w.end_ns - w.start_ns) * 1e-9;
-    for (int g = 0; g < ngpu; ++g) {
-      for (MeterCounter mc : {MeterCounter::kPcieRx, MeterCounter::kPcieTx}) {
-        const int k = static_cast<int>(mc);
-        const MeterCell& x = w.cells[g][k];
-        const std::optional<double> counted = x.counted_bytes ? std::optional<double>(*x.counted_bytes / dur / 1e6)
-                                                              : std::nullopt;
-        const std::optional<double> own = x.own_bytes ? std::optional<double>(*x.own_bytes / dur / 1e6) : std::nullopt;
-        std::optional<double> per_read;
-        if (cal.calibrated) per_read = cal.gpus[g].cost[0].bytes[k];
-        auto f = [](const std::optional<double>& v, const char* spec) {
-          return v ? fmt::format(fmt::runtime(spec), *v) : std::string("N/A");
-        };
-        std::printf(" %-34s %4d %-8s %10s %10s %10s %8d %16s\n", c.name, m->gpus()[g].index, meterCounterName(mc),
-                    f(counted, "{:.2f}").c_str(), f(own, "{:.2f}").c_str(), f(x.mean_mbps, "{:.2f}").c_str(),
-                    x.samples,
-                    per_read ? fmt::format("{:.0f} [{:.0f}-{:.0f}]", *per_read, *cal.gpus[g].cost[0].low[k],
-                                           *cal.gpus[g].cost[0].high[k])
-                                   .c_str()
-                             : "N/A");
-        out.push_back({{"config", c.name},
-                       {"gpu", m->gpus()[g].index},
-                       {"counter", meterCounterName(mc)},
-                       {"counted_mbps", counted ? json(*counted) : json(nullptr)},
-                       {"own_mbps", own ? json(*own) : json(nullptr)},
-                       {"net_mbps", x.mean_mbps ? json(*x.mean_mbps) : json(nullptr)},
-                       {"reads", x.samples},
-                       {"options", toJson(m->options())},
-                       {"calibration", toJson(cal, m->gpus())}});
+  bool has_nvlink = true;  // until a meter with the NVLink thread finds no links
+  for (const Config& c : configs)
+    for (bool nvlink : {false, true}) {
+      if (nvlink && !has_nvlink) continue;
+      MeterOptions o;
+      for (int g = 0; g < ngpu; ++g) o.devices.push_back(g);
+      o.period_us = c.period_us;
+      o.idle_period_us = c.idle_period_us;
+      o.calibrate = c.calibrate;
+      o.nvlink = nvlink;
+      o.method = c.method;
+      o.dmon_period_ms = 1000;
+      std::unique_ptr<Meter> m = startMeter(o);
+      if (nvlink) {
+        has_nvlink = false;
+        for (const MeterGpu& g : m->gpus()) has_nvlink = has_nvlink || g.nvlink_links > 0;
+        if (!has_nvlink) {
+          m->stop();
+          std::printf("#   no NVLink links on these GPUs: the configs run without the NVLink thread only\n");
+          continue;
+        }
+      }
+      const std::string name = std::string(c.name) + (nvlink ? " + NVLink" : "");
+      m->begin("idle");
+      std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
+      m->end("idle");
+      m->stop();
+      const MeterWindow w = m->windows().back();
+      const MeterCalibration& cal = m->calibration();
+      const double dur = (w.end_ns - w.start_ns) * 1e-9;
+      for (int g = 0; g < ngpu; ++g) {
+        std::vector<MeterCounter> counters{MeterCounter::kPcieRx, MeterCounter::kPcieTx};
+        if (nvlink) counters.insert(counters.end(), {MeterCounter::kNvlinkRx, MeterCounter::kNvlinkTx});
+        for (MeterCounter mc : counters) {
+          const int k = static_cast<int>(mc);
+          const MeterCell& x = w.cells[g][k];
+          const std::optional<double> counted =
+              x.counted_bytes ? std::optional<double>(*x.counted_bytes / dur / 1e6) : std::nullopt;
+          const std::optional<double> own =
+              x.own_bytes ? std::optional<double>(*x.own_bytes / dur / 1e6) : std::nullopt;
+          std::optional<double> per_read;
+          if (cal.calibrated && isPcie(mc)) per_read = cal.gpus[g].cost[0].bytes[k];
+          auto f = [](const std::optional<double>& v, const char* spec) {
+            return v ? fmt::format(fmt::runtime(spec), *v) : std::string("N/A");
+          };
+          std::printf(" %-42s %4d %-9s %10s %10s %10s %8d %16s\n", name.c_str(), m->gpus()[g].index,
+                      meterCounterName(mc), f(counted, "{:.2f}").c_str(), f(own, "{:.2f}").c_str(),
+                      f(x.mean_mbps, "{:.2f}").c_str(), x.samples,
+                      per_read ? fmt::format("{:.0f} [{:.0f}-{:.0f}]", *per_read, *cal.gpus[g].cost[0].low[k],
+                                             *cal.gpus[g].cost[0].high[k])
+                                     .c_str()
+                               : "N/A");
+          out.push_back({{"config", c.name},
+                         {"nvlink_thread", nvlink},
+                         {"gpu", m->gpus()[g].index},
+                         {"counter", meterCounterName(mc)},
+                         {"counted_mbps", counted ? json(*counted) : json(nullptr)},
+                         {"own_mbps", own ? json(*own) : json(nullptr)},
+                         {"net_mbps", x.mean_mbps ? json(*x.mean_mbps) : json(nullptr)},
+                         {"reads", x.samples},
+                         {"options", toJson(m->options())},
+                         {"calibration", toJson(cal, m->gpus())}});
+        }
+      }
+      if (!cal.calibrated && c.calibrate) std::printf("#   %s: %s\n", name.c_str(), cal.note.c_str());
+      for (int g = 0; g < ngpu && cal.calibrated; ++g) {
+        const MeterReadCost& d = cal.gpus[g].cost[static_cast<int>(MeterReadKind::kDmon)];
+        const int rx = static_cast<int>(MeterCounter::kPcieRx), tx = static_cast<int>(MeterCounter::kPcieTx);
+        if (d.reads > 0 && d.bytes[rx] && d.bytes[tx])
+          std::printf("#   GPU %d: one dmon-method call (20 ms throughput snapshot) adds %.0f B rx, %.0f B tx\n",
+                      m->gpus()[g].index, *d.bytes[rx], *d.bytes[tx]);
       }
     }
-    if (!cal.calibrated && c.calibrate) std::printf("#   %s: %s\n", c.name, cal.note.c_str());
-    for (int g = 0; g < ngpu && cal.calibrated; ++g) {
-      const MeterReadCost& d = cal.gpus[g].cost[static_cast<int>(MeterReadKind::kDmon)];
-      const int rx = static_cast<int>(MeterCounter::kPcieRx), tx = static_cast<int>(MeterCounter::kPcieTx);
-      if (d.reads > 0 && d.bytes[rx] && d.bytes[tx])
-        std::printf("#   GPU %d: one dmon-method call (20 ms throughput snapshot) adds %.0f B rx, %.0f B tx\n",
-                    m->gpus()[g].index, *d.bytes[rx], *d.bytes[tx]);
-    }
-  }
   return out;
 }
 

@@ -43,7 +43,9 @@ typedef enum {
 /* A static, human-readable string for a status code ("invalid argument"). Never NULL. */
 const char* tpsGetErrorString(tpsResult_t result);
 
-/* The library version as "MAJOR.MINOR.PATCH" and the git revision it was built from. Never NULL. */
+/* The library version as "MAJOR.MINOR.PATCH", and the git revision it was built from: 12 hex digits of
+ * the commit, with "-dirty" appended when tracked files differed from it, or "unknown" when it was not
+ * built from a git checkout. Both static; never NULL. */
 const char* tpsGetVersion(void);
 const char* tpsGetGitRevision(void);
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// status.cc - tpsGetErrorString and the version strings of the C API.
+// status.cc - tpsGetErrorString and the version string of the C API.
 #include "tpscope/tpscope.h"
 #include "tpscope/version.h"
 
@@ -20,4 +20,3 @@ extern "C" const char* tpsGetErrorString(tpsResult_t result) {
 }
 
 extern "C" const char* tpsGetVersion(void) { return TPSCOPE_VERSION_STRING; }
-extern "C" const char* tpsGetGitRevision(void) { return TPSCOPE_GIT_SHA; }

@@ -60,9 +60,9 @@ std::vector<int> parseDeviceList(const std::string& csv) {
 }
 
 const std::vector<std::string>& deltaKeys() {
-  static const std::vector<std::string> k = {"devices",   "split",           "backend", "tokens_per_step",
-                                             "acceptance", "allreduce",      "tpscope_backend",
-                                             "draft",      "spec_type",      "draft_max"};
+  static const std::vector<std::string> k = {
+      "devices",       "split",     "backend",         "tokens_per_step", "acceptance", "reduction", "rope_kernel",
+      "attention_pdl", "allreduce", "tpscope_backend", "draft",           "spec_type",  "draft_max"};
   return k;
 }
 const std::vector<std::string>& derivedKeys() {
@@ -149,11 +149,19 @@ std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, con
       const std::string backend = d.backend ? *d.backend : b.backend.value_or("auto");
       const int tps = d.tokens_per_step ? *d.tokens_per_step : b.tokens_per_step.value_or(1);
       const double acc = d.acceptance ? *d.acceptance : b.acceptance.value_or(1.0);
+      const workload::DecodeKernels k;  // the model's defaults
+      const workload::Reduction reduction = d.reduction ? *d.reduction : b.reduction.value_or(k.reduction);
+      const workload::RopeKernel rope = d.rope_kernel ? *d.rope_kernel : b.rope_kernel.value_or(k.rope);
+      const workload::AttentionPdl pdl = d.attention_pdl ? *d.attention_pdl : b.attention_pdl.value_or(k.attention_pdl);
       S.insert(S.end(),
                {
                    {"backend", backend, sourceOf(d.backend, b.backend)},
                    {"tokens_per_step", std::to_string(tps), sourceOf(d.tokens_per_step, b.tokens_per_step)},
                    {"acceptance", num(acc), sourceOf(d.acceptance, b.acceptance)},
+                   // Which decode kernels run (attention_pdl's auto is one rule for every arm).
+                   {"reduction", workload::reductionName(reduction), sourceOf(d.reduction, b.reduction)},
+                   {"rope_kernel", workload::ropeKernelName(rope), sourceOf(d.rope_kernel, b.rope_kernel)},
+                   {"attention_pdl", workload::attentionPdlName(pdl), sourceOf(d.attention_pdl, b.attention_pdl)},
                    // What follows from it. Only tensor split reduces across GPUs; the others carry activations.
                    {"gpu_count", std::to_string(devices.size()), SettingSource::kDerived},
                    {"allreduce_backend", split == SplitMode::kTensor ? backend : "none", SettingSource::kDerived},
@@ -249,8 +257,9 @@ std::string formatDifferences(const std::vector<Difference>& diffs) {
          "engine decided the settings above for itself; set them explicitly in the shared flags (and turn off what "
          "decides per arm, e.g. -fit off) so every arm runs them the same way.\n";
   else
-    s += "Arms must differ only in what they declare (devices, split, backend, tokens_per_step, acceptance): set "
-         "the differing settings explicitly in [experiment] so every arm runs them the same way.\n";
+    s += "Arms must differ only in what they declare (devices, split, backend, tokens_per_step, acceptance, "
+         "reduction, rope_kernel, attention_pdl): set the differing settings explicitly in [experiment] so every "
+         "arm runs them the same way.\n";
   return s;
 }
 

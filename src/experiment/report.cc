@@ -190,185 +190,200 @@ static void ownTraffic(const RunRecord& run, Report* r) {
     r->own_note = "The meter was not calibrated in this run: its figures include the meter's own reads.";
 }
 
-Report buildReport(const RunRecord& run) {
-  const Manifest& man = run.manifest;
-  Report r;
-  r.experiment = man.experiment;
-  r.start_time = man.start_time;
-  r.recording = man.recording;
-  r.machine = man.machine.value("description", man.machine.value("hostname", std::string()));
-  r.phases = man.phases;
-  if (!man.effective.empty() && !man.effective[0].value("engine").empty()) {
-    const EffectiveSettings& e = man.effective[0];
-    r.engine = "Engine: " + e.value("engine");
-    if (const std::string b = e.value("server_build_info"); !b.empty()) r.engine += " (build " + b + ")";
-    if (const std::string m = e.value("model"); !m.empty()) {
-      std::string ftype = e.value("server_model_ftype");
-      r.engine += ", model " + m.substr(m.find_last_of('/') + 1) + (ftype.empty() ? "" : " (" + ftype + ")");
-    }
-    if (const std::string f = e.value("flags"); !f.empty()) r.engine += ", flags `" + f + "`";
-    if (const std::string c = e.value("command"); !c.empty()) r.engine += ", command `" + c + "`";
+namespace {
+
+// "Engine: llama-server (build B), model M (FTYPE), flags `F`", from the first arm's settings; "" for the
+// synthetic engine.
+std::string engineLine(const Manifest& man) {
+  if (man.effective.empty() || man.effective[0].value("engine").empty()) return "";
+  const EffectiveSettings& e = man.effective[0];
+  std::string s = "Engine: " + e.value("engine");
+  if (const std::string b = e.value("server_build_info"); !b.empty()) s += " (build " + b + ")";
+  if (const std::string m = e.value("model"); !m.empty()) {
+    std::string ftype = e.value("server_model_ftype");
+    s += ", model " + m.substr(m.find_last_of('/') + 1) + (ftype.empty() ? "" : " (" + ftype + ")");
   }
-  for (const std::string& name : man.arms) {
-    ReportArm a;
-    a.name = name;
-    a.devices = "0";
-    a.split = "none";
-    a.backend = "none";
-    for (const EffectiveSettings& e : man.effective)
-      if (e.arm == name) {
-        a.split = e.value("split");
-        a.devices = e.value("devices");
-        a.backend = e.value("allreduce_backend");
-        a.tokens_per_step = std::stoi(e.value("tokens_per_step").empty() ? "1" : e.value("tokens_per_step"));
-        a.acceptance = std::stod(e.value("acceptance").empty() ? "1" : e.value("acceptance"));
-        const std::string draft = e.value("draft"), type = e.value("spec_type"), n = e.value("draft_max");
-        if ((!draft.empty() && draft != "none") || (!type.empty() && type != "none")) {
-          a.speculative = !type.empty() && type != "none" ? type : "draft " + (draft == "self" ? draft : "model");
-          if (!n.empty() && n != "default") a.speculative += ", up to " + n;
-        }
+  if (const std::string f = e.value("flags"); !f.empty()) s += ", flags `" + f + "`";
+  if (const std::string c = e.value("command"); !c.empty()) s += ", command `" + c + "`";
+  return s;
+}
+
+// Arm `name` as its effective settings describe it (one GPU, no split, no AllReduce without them).
+ReportArm reportArm(const Manifest& man, const std::string& name) {
+  ReportArm a;
+  a.name = name;
+  a.devices = "0";
+  a.split = "none";
+  a.backend = "none";
+  for (const EffectiveSettings& e : man.effective)
+    if (e.arm == name) {
+      a.split = e.value("split");
+      a.devices = e.value("devices");
+      a.backend = e.value("allreduce_backend");
+      a.tokens_per_step = std::stoi(e.value("tokens_per_step").empty() ? "1" : e.value("tokens_per_step"));
+      a.acceptance = std::stod(e.value("acceptance").empty() ? "1" : e.value("acceptance"));
+      const std::string draft = e.value("draft"), type = e.value("spec_type"), n = e.value("draft_max");
+      if ((!draft.empty() && draft != "none") || (!type.empty() && type != "none")) {
+        a.speculative = !type.empty() && type != "none" ? type : "draft " + (draft == "self" ? draft : "model");
+        if (!n.empty() && n != "default") a.speculative += ", up to " + n;
       }
-    a.gpu_count = static_cast<int>(parseDeviceList(a.devices).size());
-    std::vector<const RepetitionResult*> reps;
-    for (const RepetitionResult& rep : run.repetitions) {
-      if (rep.arm != name) continue;
-      ++a.attempts;
-      if (rep.valid)
-        reps.push_back(&rep);
-      else
-        r.failed.push_back(fmt::format("arm {} repetition {} attempt {}: {}", name, rep.repetition + 1, rep.attempt + 1,
-                                       !rep.disturbed.empty()       ? rep.disturbed
-                                       : rep.quiesce.reason.empty() ? "baseline failed"
-                                                                    : rep.quiesce.reason));
-      for (const PhaseResult& p : rep.phases)
-        r.windows.push_back({{"arm", name},
-                             {"repetition", rep.repetition},
-                             {"attempt", rep.attempt},
-                             {"valid", rep.valid},
-                             {"phase", p.phase},
-                             {"start_ns", p.start_ns},
-                             {"end_ns", p.end_ns}});
     }
-    a.valid_repetitions = static_cast<int>(reps.size());
-    const std::vector<int> gpus = parseDeviceList(a.devices);
-    for (const std::string& phase : man.phases) {
-      ReportArmPhase ap;
-      ap.arm = name;
-      ap.phase = phase;
-      Values tok_s, step_ms, calls, client_tok_s, engine_ms, window_ms, acceptance;
-      bool engine_figures = false;
-      std::vector<double> bytes_per_call, calls_per_token;
-      for (const RepetitionResult* rep : reps)
-        if (const PhaseResult* p = findPhase(*rep, phase)) {
-          engine_figures |= p->engine_tok_s.has_value();
-          // A command engine reports no tokens: its tok/s is N/A, not 0.
-          tok_s.push_back(p->engine_tok_s ? p->engine_tok_s
-                          : p->tokens > 0 ? std::optional<double>(p->tok_s)
-                                          : std::nullopt);
-          client_tok_s.push_back(p->tok_s);
-          engine_ms.push_back(p->engine_ms);
-          window_ms.push_back(p->seconds() * 1e3);
-          if (p->engine.is_object() && p->engine.value("draft_n", 0) > 0)
-            acceptance.push_back(p->engine.value("draft_n_accepted", 0.0) / p->engine.value("draft_n", 1.0));
-          step_ms.push_back(p->step_ms);
-          uint64_t c = 0, payload = 0;
-          for (const PathCalls& pc : p->allreduce) {
-            c += pc.calls;
-            payload += pc.payload_bytes;
-            if (pc.calls && std::find(ap.paths.begin(), ap.paths.end(), pc.path) == ap.paths.end())
-              ap.paths.push_back(pc.path);
-          }
-          if (!p->allreduce.empty()) calls.push_back(static_cast<double>(c));
-          if (c) bytes_per_call.push_back(static_cast<double>(payload) / c);
-          if (c && p->tokens) calls_per_token.push_back(static_cast<double>(c) / p->tokens);
-        }
-      ap.tok_s = meterSpread(tok_s);
-      ap.step_ms = meterSpread(step_ms);
-      if (engine_figures) {
-        ap.client_tok_s = meterSpread(client_tok_s);
-        ap.engine_ms = meterSpread(engine_ms);
-        ap.window_ms = meterSpread(window_ms);
-        ap.draft_acceptance = meterSpread(acceptance);
-      }
-      ap.allreduce_calls = meterSpread(calls);
-      auto median = [](std::vector<double> v) -> std::optional<double> {
-        Values o(v.begin(), v.end());
-        const auto s = meterSpread(o);
-        return s ? std::optional<double>(s->median) : std::nullopt;
-      };
-      ap.allreduce_bytes_per_call = median(bytes_per_call);
-      ap.allreduce_calls_per_token = median(calls_per_token);
-      double rx_sum = 0, tx_sum = 0;
-      int rx_n = 0, tx_n = 0;
-      for (size_t pos = 0; pos < gpus.size(); ++pos) {
-        ReportCell cell;
-        cell.arm = name;
-        cell.phase = phase;
-        cell.gpu = gpus[pos];
-        Values rx, tx, drx, dtx, nrx, ntx, lrx, ltx;
-        for (const RepetitionResult* rep : reps) {
-          const PhaseResult* p = findPhase(*rep, phase);
-          const GpuTraffic* g = p ? findGpu(*p, cell.gpu) : nullptr;
-          if (!g) continue;
-          rx.push_back(g->rx_mbps);
-          tx.push_back(g->tx_mbps);
-          drx.push_back(g->dmon_rx_mbps);
-          dtx.push_back(g->dmon_tx_mbps);
-          nrx.push_back(g->nvlink_rx_mbps);
-          ntx.push_back(g->nvlink_tx_mbps);
-          cell.samples.push_back(g->samples);
-          cell.dmon_samples.push_back(g->dmon_samples);
-          if (g->ceiling_mbps) cell.ceiling_mbps = g->ceiling_mbps;
-          if (!p->allreduce.empty() && p->seconds() > 0) {
-            double lr = 0, lt = 0;
-            for (const PathCalls& pc : p->allreduce) {
-              if (pos < pc.rx_bytes.size()) lr += static_cast<double>(pc.rx_bytes[pos]);
-              if (pos < pc.tx_bytes.size()) lt += static_cast<double>(pc.tx_bytes[pos]);
-            }
-            lrx.push_back(lr / p->seconds() / 1e6);
-            ltx.push_back(lt / p->seconds() / 1e6);
-          }
-        }
-        cell.rx_mbps = meterSpread(rx);
-        cell.tx_mbps = meterSpread(tx);
-        cell.dmon_rx_mbps = meterSpread(drx);
-        cell.dmon_tx_mbps = meterSpread(dtx);
-        cell.nvlink_rx_mbps = meterSpread(nrx);
-        cell.nvlink_tx_mbps = meterSpread(ntx);
-        cell.library_rx_mbps = meterSpread(lrx);
-        cell.library_tx_mbps = meterSpread(ltx);
-        if (cell.rx_mbps) rx_sum += cell.rx_mbps->median, ++rx_n;
-        if (cell.tx_mbps) tx_sum += cell.tx_mbps->median, ++tx_n;
-        if (cell.ceiling_mbps && *cell.ceiling_mbps > 0 && (cell.rx_mbps || cell.tx_mbps)) {
-          const double peak =
-              std::max(cell.rx_mbps ? cell.rx_mbps->median : 0, cell.tx_mbps ? cell.tx_mbps->median : 0);
-          cell.share_of_ceiling = peak / *cell.ceiling_mbps;
-          const bool tx_wins = cell.tx_mbps && (!cell.rx_mbps || cell.tx_mbps->median > cell.rx_mbps->median);
-          if (!r.busiest || peak > r.busiest->mbps)
-            r.busiest = BusiestCell{
-                name, phase, tx_wins ? "tx" : "rx", cell.gpu, peak, *cell.share_of_ceiling, *cell.ceiling_mbps};
-        }
-        r.cells.push_back(std::move(cell));
-      }
-      if (rx_n) ap.rx_per_card_mbps = rx_sum / rx_n;
-      if (tx_n) ap.tx_per_card_mbps = tx_sum / tx_n;
-      r.arm_phases.push_back(std::move(ap));
-    }
-    r.arms.push_back(a);
+  a.gpu_count = static_cast<int>(parseDeviceList(a.devices).size());
+  return a;
+}
+
+// Arm a's valid repetitions; counts its attempts, lists the invalid ones in r->failed and every phase
+// window in r->windows.
+std::vector<const RepetitionResult*> validRepetitions(const RunRecord& run, ReportArm* a, Report* r) {
+  std::vector<const RepetitionResult*> reps;
+  for (const RepetitionResult& rep : run.repetitions) {
+    if (rep.arm != a->name) continue;
+    ++a->attempts;
+    if (rep.valid)
+      reps.push_back(&rep);
+    else
+      r->failed.push_back(fmt::format("arm {} repetition {} attempt {}: {}", a->name, rep.repetition + 1,
+                                      rep.attempt + 1,
+                                      !rep.disturbed.empty()       ? rep.disturbed
+                                      : rep.quiesce.reason.empty() ? "baseline failed"
+                                                                   : rep.quiesce.reason));
+    for (const PhaseResult& p : rep.phases)
+      r->windows.push_back({{"arm", a->name},
+                            {"repetition", rep.repetition},
+                            {"attempt", rep.attempt},
+                            {"valid", rep.valid},
+                            {"phase", p.phase},
+                            {"start_ns", p.start_ns},
+                            {"end_ns", p.end_ns}});
   }
-  // Net AllReduce cost: every tensor arm against the first layer arm with as many GPUs.
-  for (const std::string& phase : r.phases)
-    for (const ReportArm& t : r.arms) {
+  a->valid_repetitions = static_cast<int>(reps.size());
+  return reps;
+}
+
+// An arm's figures in one phase across its valid repetitions: tok/s, step time, the engine's own figures,
+// AllReduce calls and paths. The per-card traffic is added from the cells.
+ReportArmPhase phaseFigures(const std::string& arm, const std::string& phase,
+                            const std::vector<const RepetitionResult*>& reps) {
+  ReportArmPhase ap;
+  ap.arm = arm;
+  ap.phase = phase;
+  Values tok_s, step_ms, calls, client_tok_s, engine_ms, window_ms, acceptance;
+  bool engine_figures = false;
+  std::vector<double> bytes_per_call, calls_per_token;
+  for (const RepetitionResult* rep : reps)
+    if (const PhaseResult* p = findPhase(*rep, phase)) {
+      engine_figures |= p->engine_tok_s.has_value();
+      // A command engine reports no tokens: its tok/s is N/A, not 0.
+      tok_s.push_back(p->engine_tok_s ? p->engine_tok_s
+                      : p->tokens > 0 ? std::optional<double>(p->tok_s)
+                                      : std::nullopt);
+      client_tok_s.push_back(p->tok_s);
+      engine_ms.push_back(p->engine_ms);
+      window_ms.push_back(p->seconds() * 1e3);
+      if (p->engine.is_object() && p->engine.value("draft_n", 0) > 0)
+        acceptance.push_back(p->engine.value("draft_n_accepted", 0.0) / p->engine.value("draft_n", 1.0));
+      step_ms.push_back(p->step_ms);
+      uint64_t c = 0, payload = 0;
+      for (const PathCalls& pc : p->allreduce) {
+        c += pc.calls;
+        payload += pc.payload_bytes;
+        if (pc.calls && std::find(ap.paths.begin(), ap.paths.end(), pc.path) == ap.paths.end())
+          ap.paths.push_back(pc.path);
+      }
+      if (!p->allreduce.empty()) calls.push_back(static_cast<double>(c));
+      if (c) bytes_per_call.push_back(static_cast<double>(payload) / c);
+      if (c && p->tokens) calls_per_token.push_back(static_cast<double>(c) / p->tokens);
+    }
+  ap.tok_s = meterSpread(tok_s);
+  ap.step_ms = meterSpread(step_ms);
+  if (engine_figures) {
+    ap.client_tok_s = meterSpread(client_tok_s);
+    ap.engine_ms = meterSpread(engine_ms);
+    ap.window_ms = meterSpread(window_ms);
+    ap.draft_acceptance = meterSpread(acceptance);
+  }
+  ap.allreduce_calls = meterSpread(calls);
+  auto median = [](std::vector<double> v) -> std::optional<double> {
+    Values o(v.begin(), v.end());
+    const auto s = meterSpread(o);
+    return s ? std::optional<double>(s->median) : std::nullopt;
+  };
+  ap.allreduce_bytes_per_call = median(bytes_per_call);
+  ap.allreduce_calls_per_token = median(calls_per_token);
+  return ap;
+}
+
+// One GPU's traffic in one phase of an arm across its valid repetitions; `pos` is the GPU's position in
+// the arm's device list (the library's per-GPU accounting is by position).
+ReportCell trafficCell(const std::string& arm, const std::string& phase, int gpu, size_t pos,
+                       const std::vector<const RepetitionResult*>& reps) {
+  ReportCell cell;
+  cell.arm = arm;
+  cell.phase = phase;
+  cell.gpu = gpu;
+  Values rx, tx, drx, dtx, nrx, ntx, lrx, ltx;
+  for (const RepetitionResult* rep : reps) {
+    const PhaseResult* p = findPhase(*rep, phase);
+    const GpuTraffic* g = p ? findGpu(*p, cell.gpu) : nullptr;
+    if (!g) continue;
+    rx.push_back(g->rx_mbps);
+    tx.push_back(g->tx_mbps);
+    drx.push_back(g->dmon_rx_mbps);
+    dtx.push_back(g->dmon_tx_mbps);
+    nrx.push_back(g->nvlink_rx_mbps);
+    ntx.push_back(g->nvlink_tx_mbps);
+    cell.samples.push_back(g->samples);
+    cell.dmon_samples.push_back(g->dmon_samples);
+    if (g->ceiling_mbps) cell.ceiling_mbps = g->ceiling_mbps;
+    if (!p->allreduce.empty() && p->seconds() > 0) {
+      double lr = 0, lt = 0;
+      for (const PathCalls& pc : p->allreduce) {
+        if (pos < pc.rx_bytes.size()) lr += static_cast<double>(pc.rx_bytes[pos]);
+        if (pos < pc.tx_bytes.size()) lt += static_cast<double>(pc.tx_bytes[pos]);
+      }
+      lrx.push_back(lr / p->seconds() / 1e6);
+      ltx.push_back(lt / p->seconds() / 1e6);
+    }
+  }
+  cell.rx_mbps = meterSpread(rx);
+  cell.tx_mbps = meterSpread(tx);
+  cell.dmon_rx_mbps = meterSpread(drx);
+  cell.dmon_tx_mbps = meterSpread(dtx);
+  cell.nvlink_rx_mbps = meterSpread(nrx);
+  cell.nvlink_tx_mbps = meterSpread(ntx);
+  cell.library_rx_mbps = meterSpread(lrx);
+  cell.library_tx_mbps = meterSpread(ltx);
+  if (cell.ceiling_mbps && *cell.ceiling_mbps > 0 && (cell.rx_mbps || cell.tx_mbps)) {
+    const double peak = std::max(cell.rx_mbps ? cell.rx_mbps->median : 0, cell.tx_mbps ? cell.tx_mbps->median : 0);
+    cell.share_of_ceiling = peak / *cell.ceiling_mbps;
+  }
+  return cell;
+}
+
+// The cell as the busiest so far when its peak direction beats r->busiest.
+void considerBusiest(const ReportCell& cell, Report* r) {
+  if (!cell.share_of_ceiling) return;
+  const double peak = std::max(cell.rx_mbps ? cell.rx_mbps->median : 0, cell.tx_mbps ? cell.tx_mbps->median : 0);
+  const bool tx_wins = cell.tx_mbps && (!cell.rx_mbps || cell.tx_mbps->median > cell.rx_mbps->median);
+  if (!r->busiest || peak > r->busiest->mbps)
+    r->busiest = BusiestCell{
+        cell.arm, cell.phase, tx_wins ? "tx" : "rx", cell.gpu, peak, *cell.share_of_ceiling, *cell.ceiling_mbps};
+}
+
+// Net AllReduce cost: every tensor arm against the first layer arm with as many GPUs.
+void netCosts(Report* r) {
+  for (const std::string& phase : r->phases)
+    for (const ReportArm& t : r->arms) {
       if (t.split != "tensor") continue;
       const ReportArm* layer = nullptr;
-      for (const ReportArm& l : r.arms)
+      for (const ReportArm& l : r->arms)
         if (l.split == "layer" && l.gpu_count == t.gpu_count) {
           layer = &l;
           break;
         }
       if (!layer) continue;
-      const ReportArmPhase* tp = armPhase(r, t.name, phase);
-      const ReportArmPhase* lp = armPhase(r, layer->name, phase);
+      const ReportArmPhase* tp = armPhase(*r, t.name, phase);
+      const ReportArmPhase* lp = armPhase(*r, layer->name, phase);
       if (!tp || !lp || !tp->rx_per_card_mbps || !lp->rx_per_card_mbps) continue;
       NetCost n{phase,
                 t.name,
@@ -378,8 +393,44 @@ Report buildReport(const RunRecord& run) {
                 *tp->rx_per_card_mbps - *lp->rx_per_card_mbps,
                 0};
       n.ratio = n.layer_rx_mbps > 0 ? n.tensor_rx_mbps / n.layer_rx_mbps : 0;
-      r.net.push_back(n);
+      r->net.push_back(n);
     }
+}
+
+}  // namespace
+
+Report buildReport(const RunRecord& run) {
+  const Manifest& man = run.manifest;
+  Report r;
+  r.experiment = man.experiment;
+  r.start_time = man.start_time;
+  r.recording = man.recording;
+  r.machine = man.machine.value("description", man.machine.value("hostname", std::string()));
+  r.phases = man.phases;
+  r.engine = engineLine(man);
+  for (const std::string& name : man.arms) {
+    ReportArm a = reportArm(man, name);
+    const std::vector<const RepetitionResult*> reps = validRepetitions(run, &a, &r);
+    const std::vector<int> gpus = parseDeviceList(a.devices);
+    for (const std::string& phase : man.phases) {
+      ReportArmPhase ap = phaseFigures(name, phase, reps);
+      // Per card: the mean over the arm's GPUs of each GPU's median.
+      double rx_sum = 0, tx_sum = 0;
+      int rx_n = 0, tx_n = 0;
+      for (size_t pos = 0; pos < gpus.size(); ++pos) {
+        ReportCell cell = trafficCell(name, phase, gpus[pos], pos, reps);
+        if (cell.rx_mbps) rx_sum += cell.rx_mbps->median, ++rx_n;
+        if (cell.tx_mbps) tx_sum += cell.tx_mbps->median, ++tx_n;
+        considerBusiest(cell, &r);
+        r.cells.push_back(std::move(cell));
+      }
+      if (rx_n) ap.rx_per_card_mbps = rx_sum / rx_n;
+      if (tx_n) ap.tx_per_card_mbps = tx_sum / tx_n;
+      r.arm_phases.push_back(std::move(ap));
+    }
+    r.arms.push_back(a);
+  }
+  netCosts(&r);
   ownTraffic(run, &r);
   explain(&r);
   return r;

@@ -89,6 +89,192 @@ void recordPhases(const std::vector<PhaseOutcome>& outcomes, bool tail, double t
   }
 }
 
+// 1. The guards, before anything runs: false with *out refused when arms differ in what they do not
+// declare, or ask for what this build or box cannot run.
+bool passGuards(const std::vector<EffectiveSettings>& arms, const Availability& box, RunOutcome* out) {
+  if (const std::vector<Difference> diffs = undeclaredDifferences(arms); !diffs.empty()) {
+    out->status = RunOutcome::Status::kRefused;
+    out->message = "the arms differ in settings no arm declares; nothing was run\n" + formatDifferences(diffs);
+    return false;
+  }
+  if (const std::vector<Refusal> refused = checkAvailability(arms, box); !refused.empty()) {
+    out->status = RunOutcome::Status::kRefused;
+    out->message = "arms this build or box cannot run; nothing was run\n";
+    for (const Refusal& r : refused) out->message += fmt::format("arm {}: {}\n", r.arm, r.reason);
+    return false;
+  }
+  return true;
+}
+
+Manifest manifestOf(const RunnerConfig& c, const std::vector<EffectiveSettings>& arms) {
+  const ExperimentSpec& spec = c.spec;
+  Manifest m;
+  m.spec_path = spec.source;
+  m.spec_toml = spec.text;
+  m.experiment = spec.name;
+  for (const ArmSpec& a : spec.arms) m.arms.push_back(a.name);
+  m.phases = spec.shared.phases;
+  m.effective = arms;
+  m.versions = c.versions;
+  m.topology = c.topology;
+  m.machine = c.machine;
+  m.invocation = c.invocation;
+  m.start_time = isoTimeUtc();
+  return m;
+}
+
+// 2b. Engines that know their settings only once started: each arm's is started once, what they report
+// is added to the arms' settings and the manifest, and the guards compare again. false with *out set.
+bool probeAndCompare(const RunnerConfig& c, std::vector<EffectiveSettings>* arms, Manifest* m, RunWriter& writer,
+                     RunOutcome* out) {
+  if (!probeEngines(c, arms, out)) return false;
+  m->effective = *arms;
+  try {
+    writer.rewrite(*m);
+  } catch (const std::exception& e) {
+    out->message = e.what();
+    return false;
+  }
+  if (const std::vector<Difference> diffs = undeclaredDifferences(*arms); !diffs.empty()) {
+    out->status = RunOutcome::Status::kRefused;
+    out->message = "the arms' engines decided differently in settings no arm declares; nothing was measured\n" +
+                   formatDifferences(diffs);
+    return false;
+  }
+  return true;
+}
+
+// An arm's workload prepared, its decisions checked against what the guards saw. false with out->message.
+bool prepareArm(const RunnerConfig& c, const EffectiveSettings& arm, ArmPhases& phases, RunOutcome* out) {
+  say(c, fmt::format("arm {}: preparing ({} split on GPU {}, backend {})", arm.arm, arm.value("split"),
+                     arm.value("devices"), arm.value("allreduce_backend")));
+  std::vector<Setting> decisions;
+  std::string reason;
+  if (phases.prepare(arm, &decisions, &reason) != tpsSuccess) {
+    out->message = "arm " + arm.arm + ": " + reason;
+    return false;
+  }
+  // A decision the workload makes now must be the one the guards saw (an undeclared difference otherwise).
+  for (const Setting& d : decisions)
+    if (const Setting* s = arm.find(d.key); s && s->value != d.value) {
+      out->message = fmt::format(
+          "arm {}: the workload decided {} = {} where the guards saw {}; the arms would no "
+          "longer be one condition apart",
+          arm.arm, d.key, d.value, s->value);
+      return false;
+    }
+  return true;
+}
+
+// What every repetition of the run shares.
+struct RunContext {
+  const RunnerConfig& c;
+  MeterFactory start_meter;
+  QuiesceFn quiesce;
+  RunWriter& writer;
+  RunOutcome& out;
+};
+
+enum class Attempt { kValid, kRetry, kAbort };
+
+// 3b. One attempt at repetition `rep` of an arm: a meter on its GPUs, the quiesce baseline, the phases under
+// the meter, the tail, all recorded. kRetry: the baseline failed or the run was disturbed (recorded as
+// invalid); kAbort: out.message says why the run stops.
+Attempt runAttempt(RunContext& x, const EffectiveSettings& arm, ArmPhases& phases, const QuiesceOptions& qo, int rep,
+                   int attempt) {
+  const RunnerConfig& c = x.c;
+  const SharedSettings& sh = c.spec.shared;
+  ++x.out.attempts;
+  MeterOptions mo;
+  mo.devices = arm.devices();
+  mo.period_us = static_cast<int64_t>(sh.meter_period_ms * 1000 + 0.5);
+  mo.idle_period_us = std::max(mo.period_us, static_cast<int64_t>(sh.meter_idle_period_ms * 1000 + 0.5));
+  mo.method = MeterMethod::kBoth;  // the dmon figure beside the counters, same windows
+  std::unique_ptr<Meter> meter;
+  std::string reason;
+  if (x.start_meter(mo, &meter, &reason) != tpsSuccess) {
+    x.out.message = "arm " + arm.arm + ": the meter did not start: " + reason;
+    return Attempt::kAbort;
+  }
+  const std::string tag = fmt::format("arm {} rep {}/{}{}", arm.arm, rep + 1, sh.repetitions,
+                                      attempt ? fmt::format(" (retry {})", attempt) : "");
+  say(c, fmt::format("{}: quiescing {:g} s ...", tag, sh.idle_seconds));
+  RepetitionResult r;
+  r.arm = arm.arm;
+  r.repetition = rep;
+  r.attempt = attempt;
+  r.devices.clear();
+  for (const MeterGpu& g : meter->gpus()) r.devices.push_back(g.index);
+  r.meter = {{"options", toJson(meter->options())}, {"calibration", toJson(meter->calibration(), meter->gpus())}};
+  if (x.quiesce(*meter, qo, &r.quiesce) != tpsSuccess) {
+    x.out.message = "arm " + arm.arm + ": quiescing failed: " + r.quiesce.reason;
+    return Attempt::kAbort;
+  }
+  if (!r.quiesce.passed) {
+    r.valid = false;
+    meter->stop();
+    x.writer.append(r);
+    ++x.out.failed_attempts;
+    say(c, fmt::format("{}: baseline failed ({}){}", tag, r.quiesce.reason,
+                       attempt < sh.baseline_retries ? "; retrying" : "; reported as failed"));
+    return Attempt::kRetry;
+  }
+  std::vector<PhaseOutcome> outcomes;
+  phases.useMeter(meter.get());
+  const tpsResult_t ran = phases.runPhases(sh.phases, &outcomes, &reason);
+  phases.useMeter(nullptr);
+  if (ran != tpsSuccess) {
+    x.out.message = fmt::format("{}: {}", tag, reason);
+    return Attempt::kAbort;
+  }
+  for (const PhaseOutcome& o : outcomes)
+    if (!o.disturbed.empty() && r.disturbed.empty()) r.disturbed = o.disturbed;
+  if (c.tail_seconds > 0 && !outcomes.empty()) {
+    // Traffic that goes on after the rig's work ended is someone else's (the study's quiescing lesson).
+    int64_t end = 0;
+    for (const PhaseOutcome& o : outcomes) end = std::max(end, o.end_ns);
+    std::this_thread::sleep_for(std::chrono::duration<double>(c.tail_seconds));
+    (void)meter->addWindow("after", end, Meter::now());
+  }
+  std::string summary;
+  recordPhases(outcomes, c.tail_seconds > 0, sh.baseline_threshold_mbps, *meter, &r, &summary);
+  r.valid = r.disturbed.empty();
+  x.writer.append(r);
+  x.writer.append(rowsFromSamples(arm.arm, rep, meter->samples(), meter->gpus()));
+  if (!r.valid) {
+    ++x.out.failed_attempts;
+    say(c, fmt::format("{}: disturbed ({}){}", tag, r.disturbed,
+                       attempt < sh.baseline_retries ? "; retrying" : "; reported as failed"));
+    return Attempt::kRetry;
+  }
+  say(c, fmt::format("{}: baseline {:.0f} MB/s max ...{}", tag, highestIdle(r.quiesce), summary));
+  return Attempt::kValid;
+}
+
+// 3. One arm: prepared once, then each repetition with up to baseline_retries retries. false when the run
+// stops (out.message says why).
+bool runArm(RunContext& x, const EffectiveSettings& arm, const QuiesceOptions& qo) {
+  const SharedSettings& sh = x.c.spec.shared;
+  std::unique_ptr<ArmPhases> phases = x.c.make_phases(arm);
+  if (!phases) {
+    x.out.message = "arm " + arm.arm + ": no workload for it";
+    return false;
+  }
+  if (!prepareArm(x.c, arm, *phases, &x.out)) return false;
+  QuiesceOptions arm_qo = qo;
+  arm_qo.own_pids = phases->processes();
+  for (int rep = 0; rep < sh.repetitions; ++rep) {
+    bool done = false;
+    for (int attempt = 0; attempt <= sh.baseline_retries && !done; ++attempt) {
+      const Attempt a = runAttempt(x, arm, *phases, arm_qo, rep, attempt);
+      if (a == Attempt::kAbort) return false;
+      done = a == Attempt::kValid;
+    }
+    if (!done) ++x.out.failed_repetitions;
+  }
+  return true;
+}
+
 }  // namespace
 
 ExperimentSpec quickSpec(ExperimentSpec spec) {
@@ -103,39 +289,15 @@ ExperimentSpec quickSpec(ExperimentSpec spec) {
 
 RunOutcome runExperiment(const RunnerConfig& c) {
   RunOutcome out;
-  const ExperimentSpec& spec = c.spec;
   if (!c.make_phases) {
     out.message = "no workload to run the arms with";
     return out;
   }
-
-  // 1. Guards, before anything runs.
-  std::vector<EffectiveSettings> arms = effectiveSettings(spec, c.decide);
-  if (const std::vector<Difference> diffs = undeclaredDifferences(arms); !diffs.empty()) {
-    out.status = RunOutcome::Status::kRefused;
-    out.message = "the arms differ in settings no arm declares; nothing was run\n" + formatDifferences(diffs);
-    return out;
-  }
-  if (const std::vector<Refusal> refused = checkAvailability(arms, c.box); !refused.empty()) {
-    out.status = RunOutcome::Status::kRefused;
-    out.message = "arms this build or box cannot run; nothing was run\n";
-    for (const Refusal& r : refused) out.message += fmt::format("arm {}: {}\n", r.arm, r.reason);
-    return out;
-  }
+  std::vector<EffectiveSettings> arms = effectiveSettings(c.spec, c.decide);
+  if (!passGuards(arms, c.box, &out)) return out;
 
   // 2. The run folder: the manifest first.
-  Manifest m;
-  m.spec_path = spec.source;
-  m.spec_toml = spec.text;
-  m.experiment = spec.name;
-  for (const ArmSpec& a : spec.arms) m.arms.push_back(a.name);
-  m.phases = spec.shared.phases;
-  m.effective = arms;
-  m.versions = c.versions;
-  m.topology = c.topology;
-  m.machine = c.machine;
-  m.invocation = c.invocation;
-  m.start_time = isoTimeUtc();
+  Manifest m = manifestOf(c, arms);
   std::unique_ptr<RunWriter> writer;
   try {
     writer = std::make_unique<RunWriter>(c.out_dir, m);
@@ -143,134 +305,19 @@ RunOutcome runExperiment(const RunnerConfig& c) {
     out.message = e.what();
     return out;
   }
+  if (c.probe && !probeAndCompare(c, &arms, &m, *writer, &out)) return out;
 
-  // 2b. Engines that know their settings only once started: start each arm's once, then compare.
-  if (c.probe) {
-    if (!probeEngines(c, &arms, &out)) return out;
-    m.effective = arms;
-    try {
-      writer->rewrite(m);
-    } catch (const std::exception& e) {
-      out.message = e.what();
-      return out;
-    }
-    if (const std::vector<Difference> diffs = undeclaredDifferences(arms); !diffs.empty()) {
-      out.status = RunOutcome::Status::kRefused;
-      out.message = "the arms' engines decided differently in settings no arm declares; nothing was measured\n" +
-                    formatDifferences(diffs);
-      return out;
-    }
-  }
-
-  const MeterFactory start_meter = c.start_meter ? c.start_meter : MeterFactory(&Meter::start);
-  const QuiesceFn quiesce =
-      c.quiesce ? c.quiesce
-                : QuiesceFn([](Meter& mt, const QuiesceOptions& o, QuiesceRecord* r) { return mt.quiesce(o, r); });
-  const SharedSettings& sh = spec.shared;
+  RunContext x{c, c.start_meter ? c.start_meter : MeterFactory(&Meter::start),
+               c.quiesce ? c.quiesce : QuiesceFn([](Meter& mt, const QuiesceOptions& o, QuiesceRecord* r) {
+                 return mt.quiesce(o, r);
+               }),
+               *writer, out};
   QuiesceOptions qo;
-  qo.idle_ms = static_cast<int64_t>(sh.idle_seconds * 1000 + 0.5);
-  qo.threshold_mbps = sh.baseline_threshold_mbps;
+  qo.idle_ms = static_cast<int64_t>(c.spec.shared.idle_seconds * 1000 + 0.5);
+  qo.threshold_mbps = c.spec.shared.baseline_threshold_mbps;
   qo.check_processes = c.check_processes;
-
-  // 3. Per arm, per repetition.
-  for (const EffectiveSettings& arm : arms) {
-    const std::vector<int> devices = arm.devices();
-    std::unique_ptr<ArmPhases> phases = c.make_phases(arm);
-    if (!phases) {
-      out.message = "arm " + arm.arm + ": no workload for it";
-      return out;
-    }
-    say(c, fmt::format("arm {}: preparing ({} split on GPU {}, backend {})", arm.arm, arm.value("split"),
-                       arm.value("devices"), arm.value("allreduce_backend")));
-    std::vector<Setting> decisions;
-    std::string reason;
-    if (phases->prepare(arm, &decisions, &reason) != tpsSuccess) {
-      out.message = "arm " + arm.arm + ": " + reason;
-      return out;
-    }
-    // A decision the workload makes now must be the one the guards saw (an undeclared difference otherwise).
-    for (const Setting& d : decisions)
-      if (const Setting* s = arm.find(d.key); s && s->value != d.value) {
-        out.message = fmt::format(
-            "arm {}: the workload decided {} = {} where the guards saw {}; the arms would no "
-            "longer be one condition apart",
-            arm.arm, d.key, d.value, s->value);
-        return out;
-      }
-
-    QuiesceOptions arm_qo = qo;
-    arm_qo.own_pids = phases->processes();
-    for (int rep = 0; rep < sh.repetitions; ++rep) {
-      bool done = false;
-      for (int attempt = 0; attempt <= sh.baseline_retries && !done; ++attempt) {
-        ++out.attempts;
-        MeterOptions mo;
-        mo.devices = devices;
-        mo.period_us = static_cast<int64_t>(sh.meter_period_ms * 1000 + 0.5);
-        mo.idle_period_us = std::max(mo.period_us, static_cast<int64_t>(sh.meter_idle_period_ms * 1000 + 0.5));
-        mo.method = MeterMethod::kBoth;  // the dmon figure beside the counters, same windows
-        std::unique_ptr<Meter> meter;
-        if (start_meter(mo, &meter, &reason) != tpsSuccess) {
-          out.message = "arm " + arm.arm + ": the meter did not start: " + reason;
-          return out;
-        }
-        const std::string tag = fmt::format("arm {} rep {}/{}{}", arm.arm, rep + 1, sh.repetitions,
-                                            attempt ? fmt::format(" (retry {})", attempt) : "");
-        say(c, fmt::format("{}: quiescing {:g} s ...", tag, sh.idle_seconds));
-        RepetitionResult r;
-        r.arm = arm.arm;
-        r.repetition = rep;
-        r.attempt = attempt;
-        r.devices.clear();
-        for (const MeterGpu& g : meter->gpus()) r.devices.push_back(g.index);
-        r.meter = {{"options", toJson(meter->options())}, {"calibration", toJson(meter->calibration(), meter->gpus())}};
-        if (quiesce(*meter, arm_qo, &r.quiesce) != tpsSuccess) {
-          out.message = "arm " + arm.arm + ": quiescing failed: " + r.quiesce.reason;
-          return out;
-        }
-        if (!r.quiesce.passed) {
-          r.valid = false;
-          meter->stop();
-          writer->append(r);
-          ++out.failed_attempts;
-          say(c, fmt::format("{}: baseline failed ({}){}", tag, r.quiesce.reason,
-                             attempt < sh.baseline_retries ? "; retrying" : "; reported as failed"));
-          continue;
-        }
-        std::vector<PhaseOutcome> outcomes;
-        phases->useMeter(meter.get());
-        const tpsResult_t ran = phases->runPhases(sh.phases, &outcomes, &reason);
-        phases->useMeter(nullptr);
-        if (ran != tpsSuccess) {
-          out.message = fmt::format("{}: {}", tag, reason);
-          return out;
-        }
-        for (const PhaseOutcome& o : outcomes)
-          if (!o.disturbed.empty() && r.disturbed.empty()) r.disturbed = o.disturbed;
-        if (c.tail_seconds > 0 && !outcomes.empty()) {
-          // Traffic that goes on after the rig's work ended is someone else's (the study's quiescing lesson).
-          int64_t end = 0;
-          for (const PhaseOutcome& o : outcomes) end = std::max(end, o.end_ns);
-          std::this_thread::sleep_for(std::chrono::duration<double>(c.tail_seconds));
-          (void)meter->addWindow("after", end, Meter::now());
-        }
-        std::string summary;
-        recordPhases(outcomes, c.tail_seconds > 0, sh.baseline_threshold_mbps, *meter, &r, &summary);
-        r.valid = r.disturbed.empty();
-        writer->append(r);
-        writer->append(rowsFromSamples(arm.arm, rep, meter->samples(), meter->gpus()));
-        if (!r.valid) {
-          ++out.failed_attempts;
-          say(c, fmt::format("{}: disturbed ({}){}", tag, r.disturbed,
-                             attempt < sh.baseline_retries ? "; retrying" : "; reported as failed"));
-          continue;
-        }
-        say(c, fmt::format("{}: baseline {:.0f} MB/s max ...{}", tag, highestIdle(r.quiesce), summary));
-        done = true;
-      }
-      if (!done) ++out.failed_repetitions;
-    }
-  }
+  for (const EffectiveSettings& arm : arms)
+    if (!runArm(x, arm, qo)) return out;
   writer.reset();  // flush and close before reading back
 
   // 4. The report, from the folder as written.

@@ -3,7 +3,7 @@
 // the meter marking each phase window, record everything to the run folder; at the end the report.
 //
 // Nothing here needs a GPU: the workload comes in through an ArmPhases factory (the GPU one is
-// workload_phases.h; tests and TPSCOPE_ARMS_FAKE=1 use makeFakeArmPhases) and the meter through a
+// workload_phases.h; tests and `tpscope arms --fake-workload` use makeFakeArmPhases) and the meter through a
 // factory (Meter::start; with MeterOptions::fake_gpus two scripted GPUs).
 //
 // One meter per repetition attempt, on the arm's devices: its quiesce() is the attempt's baseline,

@@ -15,18 +15,23 @@
 
 namespace tpscope::experiment {
 
-const char* splitModeName(SplitMode m) {
+std::optional<workload::SplitMode> workloadSplit(SplitMode m) {
   switch (m) {
     case SplitMode::kNone:
-      return "none";
+      return workload::SplitMode::kNone;
     case SplitMode::kLayer:
-      return "layer";
+      return workload::SplitMode::kLayer;
     case SplitMode::kTensor:
-      return "tensor";
+      return workload::SplitMode::kTensor;
     case SplitMode::kRow:
-      return "row";
+      break;
   }
-  return "?";
+  return std::nullopt;
+}
+
+const char* splitModeName(SplitMode m) {
+  const std::optional<workload::SplitMode> w = workloadSplit(m);
+  return w ? workload::splitModeName(*w) : "row";
 }
 
 const char* engineName(Engine e) {
@@ -86,6 +91,15 @@ struct Reader {
     if (!n.is_string()) error(n, fmt::format("'{}' must be a string", key));
     return n.as_string()->get();
   }
+  // One of a workload option's names (`names` lists them for the message).
+  template <typename T>
+  T choice(const toml::node& n, const std::string& key, std::optional<T> (*parse)(const std::string&),
+           const char* names) const {
+    const std::string s = string(n, key);
+    const std::optional<T> v = parse(s);
+    if (!v) error(n, fmt::format("'{}' = \"{}\" is not one of {}", key, s, names));
+    return *v;
+  }
 
   // Returns true when `key` is one of the arm-delta keys and was stored.
   bool delta(const std::string& key, const toml::node& n, ArmDelta* d) const {
@@ -111,6 +125,12 @@ struct Reader {
       d->tokens_per_step = integer(n, key, 1, 16);
     } else if (key == "acceptance") {
       d->acceptance = number(n, key, 0, 1, /*lo_open=*/true);
+    } else if (key == "reduction") {
+      d->reduction = choice(n, key, workload::parseReduction, "pushed, fused, plain");
+    } else if (key == "rope_kernel") {
+      d->rope_kernel = choice(n, key, workload::parseRopeKernel, "attention, kernel");
+    } else if (key == "attention_pdl") {
+      d->attention_pdl = choice(n, key, workload::parseAttentionPdl, "auto, on, off");
     } else if (key == "allreduce") {
       const std::string s = string(n, key);
       if (s != "internal" && s != "nccl" && s != "none" && s != "tpscope")
@@ -139,12 +159,14 @@ struct Reader {
 
 const char* kSharedKeys =
     "name, engine, preset, prompt_tokens, decode_tokens, context, phases, repetitions, idle_seconds, "
-    "baseline_threshold_mbps, baseline_retries, meter_period_ms, meter_idle_period_ms, recorded_run, devices, split, backend, "
-    "tokens_per_step, acceptance; engine llama-server: server, model, flags, port, start_timeout_s, "
+    "baseline_threshold_mbps, baseline_retries, meter_period_ms, meter_idle_period_ms, recorded_run, devices, split, "
+    "backend, "
+    "tokens_per_step, acceptance, reduction, rope_kernel, attention_pdl; engine llama-server: server, model, flags, "
+    "port, start_timeout_s, "
     "request_timeout_s, allreduce, tpscope_backend, draft, spec_type, draft_max; engine command: command";
 const char* kArmKeys =
-    "name, devices, split, backend, tokens_per_step, acceptance, allreduce, tpscope_backend, draft, spec_type, "
-    "draft_max";
+    "name, devices, split, backend, tokens_per_step, acceptance, reduction, rope_kernel, attention_pdl, allreduce, "
+    "tpscope_backend, draft, spec_type, draft_max";
 
 // Names become file and folder names (the run folder, a server's log): nothing that leaves the folder.
 void checkName(const Reader& r, const toml::node& n, const std::string& what, const std::string& name) {
@@ -167,6 +189,9 @@ const Foreign kNotForServer[] = {
     {"backend", "tpscope's AllReduce belongs to the synthetic engine; llama-server takes 'allreduce'"},
     {"tokens_per_step", "llama-server drafts with 'draft' and 'draft_max'"},
     {"acceptance", "llama-server's acceptance is measured, not set: use 'draft' and 'draft_max'"},
+    {"reduction", "the decode kernel choices belong to the synthetic engine"},
+    {"rope_kernel", "the decode kernel choices belong to the synthetic engine"},
+    {"attention_pdl", "the decode kernel choices belong to the synthetic engine"},
     {"context", "give llama-server its context in 'flags' (-c N); the guards compare what it reports"},
     {"command", "'command' is for engine = \"command\""},
 };
@@ -189,6 +214,9 @@ const Foreign kNotForCommand[] = {
     {"backend", "the command chooses its own AllReduce"},
     {"tokens_per_step", "the command runs its own steps"},
     {"acceptance", "the command runs its own steps"},
+    {"reduction", "the command runs its own kernels"},
+    {"rope_kernel", "the command runs its own kernels"},
+    {"attention_pdl", "the command runs its own kernels"},
     {"context", "the command sizes its own context"},
     {"server", "set engine = \"llama-server\""},
     {"model", "set engine = \"llama-server\""},

@@ -13,10 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "workload/model_config.h"
+
 namespace tpscope::experiment {
 
+// The split an arm declares: the workload's modes (workload::SplitMode, which names them) and `row`, a
+// mode an engine may have (llama-server's --split-mode row) and the synthetic workload does not.
 enum class SplitMode { kNone, kLayer, kTensor, kRow };
-const char* splitModeName(SplitMode m);  // "none", "layer", "tensor", "row"
+// The workload's mode for `m`; nullopt for kRow. The one conversion between the two types.
+std::optional<workload::SplitMode> workloadSplit(SplitMode m);
+const char* splitModeName(SplitMode m);  // the workload's names ("none", "layer", "tensor"), and "row"
 // Accepts every mode a user may write, implemented here or not ("row", listed but not implemented in
 // the seed study's build, is refused later by the availability check, with its reason, not by the parser).
 std::optional<SplitMode> parseSplitMode(const std::string& text);
@@ -28,6 +34,10 @@ struct ArmDelta {
   std::optional<std::string> backend;  // host | p2p | nccl | auto (AllReduce; tensor split only)
   std::optional<int> tokens_per_step;  // tokens one decode step proposes (1 + drafts), 1..16
   std::optional<double> acceptance;    // share of drafted tokens accepted, (0, 1]
+  // Synthetic engine: the decode kernel choices (workload::DecodeKernels; `tpscope tp --reduction` etc.).
+  std::optional<workload::Reduction> reduction;
+  std::optional<workload::RopeKernel> rope_kernel;
+  std::optional<workload::AttentionPdl> attention_pdl;
   // llama-server only.
   std::optional<std::string> allreduce;  // GGML_CUDA_ALLREDUCE: internal | nccl | none | tpscope (tensor split only)
   std::optional<std::string> tpscope_backend;  // TPSCOPE_ALLREDUCE under allreduce = "tpscope": host | p2p | nccl | auto

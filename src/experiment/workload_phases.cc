@@ -47,6 +47,23 @@ std::vector<PathCalls> statsDifference(const tpsStats_t& a, const tpsStats_t& b)
   return out;
 }
 
+// The arm's decode kernel choices (its settings reduction, rope_kernel, attention_pdl; effectiveSettings
+// writes all three). false with *reason for a value the workload does not know.
+bool decodeKernels(const EffectiveSettings& arm, workload::DecodeKernels* k, std::string* reason) {
+  const std::optional<workload::Reduction> reduction = workload::parseReduction(arm.value("reduction"));
+  const std::optional<workload::RopeKernel> rope = workload::parseRopeKernel(arm.value("rope_kernel"));
+  const std::optional<workload::AttentionPdl> pdl = workload::parseAttentionPdl(arm.value("attention_pdl"));
+  if (!reduction || !rope || !pdl) {
+    *reason = fmt::format(
+        "decode kernels reduction = \"{}\", rope_kernel = \"{}\", attention_pdl = \"{}\": not all "
+        "are the workload's",
+        arm.value("reduction"), arm.value("rope_kernel"), arm.value("attention_pdl"));
+    return false;
+  }
+  *k = {*reduction, *rope, *pdl};
+  return true;
+}
+
 class WorkloadArmPhases : public ArmPhases {
  public:
   tpsResult_t prepare(const EffectiveSettings& arm, std::vector<Setting>* decisions, std::string* reason) override {
@@ -74,6 +91,7 @@ class WorkloadArmPhases : public ArmPhases {
       mo.split = *split;
       mo.devices = arm.devices();
       mo.backend = backendOf(arm.value("allreduce_backend"));
+      if (!decodeKernels(arm, &mo.kernels, reason)) return tpsInvalidArgument;
       // One KV capacity for every arm: the spec's context (plus the tokens a step verifies).
       mo.shape.ctx_capacity = std::max(prefill_.prompt, decode_.ctx + decode_.tokens_per_step);
       mo.shape.max_tokens = std::max(std::min(prefill_.ubatch, prefill_.prompt), decode_.tokens_per_step);
@@ -158,15 +176,9 @@ class WorkloadArmPhases : public ArmPhases {
 
 std::vector<Setting> workloadDecisions(const EffectiveSettings&) {
   const bool cudnn = workload::CudnnAttention::available(nullptr);
-  // The decode kernel choices are the model's defaults in every arm (the rule of attention_pdl's auto
-  // is the same for all; `tpscope tp --attention-pdl` shows what it resolves to).
-  const workload::DecodeKernels k;
   return {{"cuda_graph", "on", SettingSource::kAuto},
           {"prefill_ubatch", std::to_string(kUbatch), SettingSource::kAuto},
-          {"prefill_attention", cudnn ? "cudnn" : "kernel", SettingSource::kAuto},
-          {"reduction", workload::reductionName(k.reduction), SettingSource::kDefault},
-          {"rope_kernel", workload::ropeKernelName(k.rope), SettingSource::kDefault},
-          {"attention_pdl", workload::attentionPdlName(k.attention_pdl), SettingSource::kDefault}};
+          {"prefill_attention", cudnn ? "cudnn" : "kernel", SettingSource::kAuto}};
 }
 
 std::unique_ptr<ArmPhases> makeWorkloadArmPhases() { return std::make_unique<WorkloadArmPhases>(); }

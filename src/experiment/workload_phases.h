@@ -2,8 +2,9 @@
 // workload_phases.h - the ArmPhases that runs an arm on the synthetic transformer (src/workload).
 //
 // Maps an arm's effective settings to the workload: preset, split, devices, backend (tensor only),
-// tokens per step, acceptance, prompt tokens (prefill), decode tokens and context (decode). Its
-// automatic decisions (workloadDecisions) are what the guards see before anything runs.
+// tokens per step, acceptance, the decode kernel choices (reduction, rope_kernel, attention_pdl), prompt
+// tokens (prefill), decode tokens and context (decode). Its automatic decisions (workloadDecisions) are
+// what the guards see before anything runs.
 #pragma once
 
 #include <memory>
@@ -16,8 +17,8 @@ namespace tpscope::experiment {
 
 // The workload's automatic decisions for an arm: cuda_graph ("on": decode runs as a CUDA graph where
 // capture works), prefill_ubatch (micro-batch tokens), prefill_attention ("cudnn" where cuDNN loads,
-// else "kernel"), and the decode kernel choices (workload::DecodeKernels: reduction, rope_kernel,
-// attention_pdl). The same for every arm by construction.
+// else "kernel"). The same for every arm by construction. The decode kernel choices are not decisions
+// but settings of the spec (effectiveSettings), by default the model's.
 std::vector<Setting> workloadDecisions(const EffectiveSettings& arm);
 
 std::unique_ptr<ArmPhases> makeWorkloadArmPhases();

@@ -108,6 +108,103 @@ tpsResult_t cudaDeviceCount(int* count, std::string* reason) {
   return tpsUnavailable;
 }
 
+namespace {
+
+// "" when every index names a GPU of the `count` this machine has, else the sentence saying which does not.
+std::string missingDevice(const std::vector<int>& ids, int count) {
+  for (int id : ids)
+    if (id < 0 || id >= count)
+      return "GPU index " + std::to_string(id) + " does not exist: this machine has " + std::to_string(count) +
+             (count == 1 ? " GPU (0)" : " GPUs (0-" + std::to_string(count - 1) + ")");
+  return "";
+}
+
+// What CUDA says of GPU g->index: name, PCI bus, memory, compute capability, engines, host mapping and atomics.
+tpsResult_t readCudaGpu(GpuInfo* g, std::string* reason) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, g->index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *reason = "cudaGetDeviceProperties failed for GPU " + std::to_string(g->index);
+    return tpsCudaError;
+  }
+  g->name = prop.name;
+  char bus[32] = {};
+  (void)cudaDeviceGetPCIBusId(bus, sizeof(bus), g->index);
+  g->bus_id = bus;
+  g->memory_bytes = prop.totalGlobalMem;
+  g->cc_major = prop.major;
+  g->cc_minor = prop.minor;
+  g->sm_count = prop.multiProcessorCount;
+  g->copy_engines = prop.asyncEngineCount;
+  g->can_map_host_memory = prop.canMapHostMemory != 0;
+  int atomics = 0;
+  (void)cudaDeviceGetAttribute(&atomics, cudaDevAttrHostNativeAtomicSupported, g->index);
+  g->host_native_atomics = atomics != 0;
+  return tpsSuccess;
+}
+
+// What NVML adds for the GPU behind `h`: PCIe generation and width with their ceiling, the NVLink links up
+// with their rate and ceiling; *pci and *scan keep what the pairs need.
+void readNvmlGpu(const nvml::Api* api, nvmlDevice_t h, GpuInfo* g, nvmlPciInfo_t* pci, NvlinkScan* scan) {
+  unsigned v = 0;
+  if (api->deviceGetCurrPcieLinkGeneration && api->deviceGetCurrPcieLinkGeneration(h, &v) == NVML_SUCCESS)
+    g->pcie_gen_current = static_cast<int>(v);
+  if (api->deviceGetMaxPcieLinkGeneration && api->deviceGetMaxPcieLinkGeneration(h, &v) == NVML_SUCCESS)
+    g->pcie_gen_max = static_cast<int>(v);
+  if (api->deviceGetCurrPcieLinkWidth && api->deviceGetCurrPcieLinkWidth(h, &v) == NVML_SUCCESS)
+    g->pcie_width_current = static_cast<int>(v);
+  if (api->deviceGetMaxPcieLinkWidth && api->deviceGetMaxPcieLinkWidth(h, &v) == NVML_SUCCESS)
+    g->pcie_width_max = static_cast<int>(v);
+  if (g->pcie_gen_max && g->pcie_width_max)
+    g->pcie_ceiling_mbps = pcieCeilingMBps(*g->pcie_gen_max, *g->pcie_width_max);
+  if (api->deviceGetPciInfo) (void)api->deviceGetPciInfo(h, pci);
+  *scan = scanNvlink(api, h);
+  g->nvlink_links_up = scan->links_up;
+  if (scan->links_up > 0) {
+    std::optional<unsigned> rate = readField(api, h, NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON);
+    if (!rate || *rate == 0) rate = readField(api, h, NVML_FI_DEV_NVLINK_GET_SPEED, 0);
+    if (rate && *rate > 0) {
+      g->nvlink_link_rate_mbps = *rate;
+      g->nvlink_ceiling_mbps = nvlinkCeilingMBps(scan->links_up, *rate);
+    }
+  }
+}
+
+// What CUDA says of the pair p->from -> p->to: peer access, peer atomics, performance rank.
+void readCudaPair(PairInfo* p) {
+  int access = 0, atomics = 0, rank = 0;
+  if (cudaDeviceCanAccessPeer(&access, p->from, p->to) == cudaSuccess) p->p2p_access = access != 0;
+  if (cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, p->from, p->to) == cudaSuccess)
+    p->p2p_atomics = atomics != 0;
+  if (cudaDeviceGetP2PAttribute(&rank, cudaDevP2PAttrPerformanceRank, p->from, p->to) == cudaSuccess)
+    p->performance_rank = rank;
+  (void)cudaGetLastError();
+}
+
+// What NVML says of the pair from GPU a (handle ha, scan sa) to GPU b: its NVLink links, else the PCIe path's kind.
+void readNvmlPair(const nvml::Api* api, nvmlDevice_t ha, nvmlDevice_t hb, const NvlinkScan& sa, const NvlinkScan& sb,
+                  const nvmlPciInfo_t& pci_b, PairInfo* p) {
+  // Links that end at the peer directly, plus links through NVSwitch when both GPUs have some.
+  int direct = static_cast<int>(std::count_if(sa.remote_gpus.begin(), sa.remote_gpus.end(),
+                                              [&](const nvmlPciInfo_t& r) { return samePci(r, pci_b); }));
+  int via_switch = (sa.switch_links > 0 && sb.switch_links > 0) ? std::min(sa.switch_links, sb.switch_links) : 0;
+  p->nvlink_links = direct + via_switch;
+  if (p->nvlink_links == 0 && api->deviceGetP2PStatus != nullptr && sa.links_up > 0 && sb.links_up > 0) {
+    // Some virtualised hosts hide the remote end of each link; NVML's P2P status still tells.
+    nvmlGpuP2PStatus_t st = NVML_P2P_STATUS_UNKNOWN;
+    if (api->deviceGetP2PStatus(ha, hb, NVML_P2P_CAPS_INDEX_NVLINK, &st) == NVML_SUCCESS && st == NVML_P2P_STATUS_OK)
+      p->nvlink_links = std::min(sa.links_up, sb.links_up);
+  }
+  if (p->nvlink_links > 0) {
+    p->kind = LinkKind::kNvlink;
+  } else if (api->deviceGetTopologyCommonAncestor != nullptr) {
+    nvmlGpuTopologyLevel_t level{};
+    if (api->deviceGetTopologyCommonAncestor(ha, hb, &level) == NVML_SUCCESS) p->kind = kindFromAncestor(level);
+  }
+}
+
+}  // namespace
+
 tpsResult_t queryTopology(const std::vector<int>& devices, Topology* out, std::string* reason) {
   *out = Topology{};
   int count = 0;
@@ -115,12 +212,9 @@ tpsResult_t queryTopology(const std::vector<int>& devices, Topology* out, std::s
   std::vector<int> ids = devices;
   if (ids.empty())
     for (int i = 0; i < count; ++i) ids.push_back(i);
-  for (int id : ids) {
-    if (id < 0 || id >= count) {
-      *reason = "GPU index " + std::to_string(id) + " does not exist: this machine has " + std::to_string(count) +
-                (count == 1 ? " GPU (0)" : " GPUs (0-" + std::to_string(count - 1) + ")");
-      return tpsInvalidArgument;
-    }
+  if (std::string missing = missingDevice(ids, count); !missing.empty()) {
+    *reason = missing;
+    return tpsInvalidArgument;
   }
   (void)cudaDriverGetVersion(&out->cuda_driver_version);
   (void)cudaRuntimeGetVersion(&out->cuda_runtime_version);
@@ -130,59 +224,20 @@ tpsResult_t queryTopology(const std::vector<int>& devices, Topology* out, std::s
   out->nvml_reason = nvml::Nvml::unavailableReason();
   out->driver_version = nvml::Nvml::driverVersion();
 
+  // The GPUs.
   std::vector<nvmlDevice_t> handles(ids.size(), nullptr);
   std::vector<nvmlPciInfo_t> pci(ids.size());
   std::vector<NvlinkScan> scans(ids.size());
   for (size_t k = 0; k < ids.size(); ++k) {
     GpuInfo g;
     g.index = ids[k];
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, g.index) != cudaSuccess) {
-      (void)cudaGetLastError();
-      *reason = "cudaGetDeviceProperties failed for GPU " + std::to_string(g.index);
-      return tpsCudaError;
-    }
-    g.name = prop.name;
-    char bus[32] = {};
-    (void)cudaDeviceGetPCIBusId(bus, sizeof(bus), g.index);
-    g.bus_id = bus;
-    g.memory_bytes = prop.totalGlobalMem;
-    g.cc_major = prop.major;
-    g.cc_minor = prop.minor;
-    g.sm_count = prop.multiProcessorCount;
-    g.copy_engines = prop.asyncEngineCount;
-    g.can_map_host_memory = prop.canMapHostMemory != 0;
-    int atomics = 0;
-    (void)cudaDeviceGetAttribute(&atomics, cudaDevAttrHostNativeAtomicSupported, g.index);
-    g.host_native_atomics = atomics != 0;
-
-    if (api != nullptr && api->deviceGetHandleByPciBusId(bus, &handles[k]) == NVML_SUCCESS) {
-      nvmlDevice_t h = handles[k];
-      unsigned v = 0;
-      if (api->deviceGetCurrPcieLinkGeneration && api->deviceGetCurrPcieLinkGeneration(h, &v) == NVML_SUCCESS)
-        g.pcie_gen_current = static_cast<int>(v);
-      if (api->deviceGetMaxPcieLinkGeneration && api->deviceGetMaxPcieLinkGeneration(h, &v) == NVML_SUCCESS)
-        g.pcie_gen_max = static_cast<int>(v);
-      if (api->deviceGetCurrPcieLinkWidth && api->deviceGetCurrPcieLinkWidth(h, &v) == NVML_SUCCESS)
-        g.pcie_width_current = static_cast<int>(v);
-      if (api->deviceGetMaxPcieLinkWidth && api->deviceGetMaxPcieLinkWidth(h, &v) == NVML_SUCCESS)
-        g.pcie_width_max = static_cast<int>(v);
-      if (g.pcie_gen_max && g.pcie_width_max) g.pcie_ceiling_mbps = pcieCeilingMBps(*g.pcie_gen_max, *g.pcie_width_max);
-      if (api->deviceGetPciInfo) (void)api->deviceGetPciInfo(h, &pci[k]);
-      scans[k] = scanNvlink(api, h);
-      g.nvlink_links_up = scans[k].links_up;
-      if (scans[k].links_up > 0) {
-        std::optional<unsigned> rate = readField(api, h, NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON);
-        if (!rate || *rate == 0) rate = readField(api, h, NVML_FI_DEV_NVLINK_GET_SPEED, 0);
-        if (rate && *rate > 0) {
-          g.nvlink_link_rate_mbps = *rate;
-          g.nvlink_ceiling_mbps = nvlinkCeilingMBps(scans[k].links_up, *rate);
-        }
-      }
-    }
+    if (tpsResult_t r = readCudaGpu(&g, reason); r != tpsSuccess) return r;
+    if (api != nullptr && api->deviceGetHandleByPciBusId(g.bus_id.c_str(), &handles[k]) == NVML_SUCCESS)
+      readNvmlGpu(api, handles[k], &g, &pci[k], &scans[k]);
     out->gpus.push_back(std::move(g));
   }
 
+  // Every ordered pair.
   const size_t n = ids.size();
   out->pairs.assign(n, std::vector<PairInfo>(n));
   for (size_t a = 0; a < n; ++a) {
@@ -194,35 +249,9 @@ tpsResult_t queryTopology(const std::vector<int>& devices, Topology* out, std::s
         p.kind = LinkKind::kSelf;
         continue;
       }
-      int access = 0, atomics = 0, rank = 0;
-      if (cudaDeviceCanAccessPeer(&access, p.from, p.to) == cudaSuccess) p.p2p_access = access != 0;
-      if (cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, p.from, p.to) == cudaSuccess)
-        p.p2p_atomics = atomics != 0;
-      if (cudaDeviceGetP2PAttribute(&rank, cudaDevP2PAttrPerformanceRank, p.from, p.to) == cudaSuccess)
-        p.performance_rank = rank;
-      (void)cudaGetLastError();
+      readCudaPair(&p);
       if (api == nullptr || handles[a] == nullptr || handles[b] == nullptr) continue;
-      // Links that end at the peer directly, plus links through NVSwitch when both GPUs have some.
-      int direct = static_cast<int>(std::count_if(scans[a].remote_gpus.begin(), scans[a].remote_gpus.end(),
-                                                  [&](const nvmlPciInfo_t& r) { return samePci(r, pci[b]); }));
-      int via_switch = (scans[a].switch_links > 0 && scans[b].switch_links > 0)
-                           ? std::min(scans[a].switch_links, scans[b].switch_links)
-                           : 0;
-      p.nvlink_links = direct + via_switch;
-      if (p.nvlink_links == 0 && api->deviceGetP2PStatus != nullptr && scans[a].links_up > 0 && scans[b].links_up > 0) {
-        // Some virtualised hosts hide the remote end of each link; NVML's P2P status still tells.
-        nvmlGpuP2PStatus_t st = NVML_P2P_STATUS_UNKNOWN;
-        if (api->deviceGetP2PStatus(handles[a], handles[b], NVML_P2P_CAPS_INDEX_NVLINK, &st) == NVML_SUCCESS &&
-            st == NVML_P2P_STATUS_OK)
-          p.nvlink_links = std::min(scans[a].links_up, scans[b].links_up);
-      }
-      if (p.nvlink_links > 0) {
-        p.kind = LinkKind::kNvlink;
-      } else if (api->deviceGetTopologyCommonAncestor != nullptr) {
-        nvmlGpuTopologyLevel_t level{};
-        if (api->deviceGetTopologyCommonAncestor(handles[a], handles[b], &level) == NVML_SUCCESS)
-          p.kind = kindFromAncestor(level);
-      }
+      readNvmlPair(api, handles[a], handles[b], scans[a], scans[b], pci[b], &p);
     }
   }
   return tpsSuccess;

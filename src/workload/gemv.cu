@@ -12,8 +12,8 @@
 #include <utility>
 
 #include "allreduce/push.cuh"
+#include "common/pdl.cuh"
 #include "workload/kernels.h"
-#include "workload/pdl.cuh"
 
 namespace tpscope::workload {
 

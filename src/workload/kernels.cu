@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cfloat>
 
+#include "common/pdl.cuh"
 #include "workload/kernels.h"
-#include "workload/pdl.cuh"
 #include "workload/rope.cuh"
 
 namespace tpscope::workload {

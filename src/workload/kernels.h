@@ -46,7 +46,7 @@ struct AttnShape {
   int capacity = 0;                           // positions the cache holds
   int q_head_offset = 0, kv_head_offset = 0;  // global index of the first local head (RoPE is per position only)
   bool rope = true;
-  // The decode attention kernel launched as a programmatic dependent of the kernel before it (pdl.cuh).
+  // The decode attention kernel launched as a programmatic dependent of the kernel before it (common/pdl.cuh).
   bool pdl = true;
   // The decode attention kernel applies RoPE itself (to Q, and to this step's K) and stores this step's
   // K and V into the cache: no launchRopeAndStore before it, and qkv is left unrotated. Only where

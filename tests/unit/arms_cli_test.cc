@@ -53,7 +53,7 @@ class ArmsCli : public ::testing::Test {
 
 TEST_F(ArmsCli, FakeRunWritesTheFolderAndPrintsTheReport) {
   const std::string run = dir_ + "/run";
-  const CliResult r = runTpscope("arms " + spec_ + " --out " + run, "TPSCOPE_ARMS_FAKE=1 TPSCOPE_METER_FAKE=1");
+  const CliResult r = runTpscope("arms " + spec_ + " --fake-workload --out " + run, "TPSCOPE_METER_FAKE=1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("cli-two"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("arm B rep 2/2: quiescing 0.2 s"), std::string::npos) << r.err;
@@ -69,7 +69,7 @@ TEST_F(ArmsCli, FakeRunWritesTheFolderAndPrintsTheReport) {
 TEST_F(ArmsCli, ManifestRecordsTheInvocationAndTheMachine) {
   const std::string run = dir_ + "/run";
   const CliResult r =
-      runTpscope("arms " + spec_ + " --quick --arms B --out " + run, "TPSCOPE_ARMS_FAKE=1 TPSCOPE_METER_FAKE=1");
+      runTpscope("arms " + spec_ + " --fake-workload --quick --arms B --out " + run, "TPSCOPE_METER_FAKE=1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream f(run + "/manifest.json");
   const nlohmann::json m = nlohmann::json::parse(f);
@@ -80,25 +80,26 @@ TEST_F(ArmsCli, ManifestRecordsTheInvocationAndTheMachine) {
   ASSERT_GE(argv.size(), 3u);
   EXPECT_EQ(argv[1], "arms");
   EXPECT_NE(std::find(argv.begin(), argv.end(), "--quick"), argv.end());
-  EXPECT_EQ(m.at("machine").at("description"), "fake GPUs (TPSCOPE_ARMS_FAKE=1)");
+  EXPECT_EQ(m.at("machine").at("description"), "fake GPUs (--fake-workload)");
   EXPECT_FALSE(m.at("machine").at("hostname").get<std::string>().empty());
   EXPECT_FALSE(m.at("machine").at("os").get<std::string>().empty());
 }
 
-// The synthetic workload's decisions, which every arm's settings carry, name the decode kernel choices.
-TEST(ArmsWorkload, DecisionsCarryTheDecodeKernelChoices) {
+// The synthetic workload's automatic decisions, which every arm's settings carry. The decode kernel choices
+// are not among them: they are spec settings (experiment_guards_test).
+TEST(ArmsWorkload, DecisionsAreTheAutomaticOnes) {
   std::map<std::string, std::string> got;
   for (const experiment::Setting& s : experiment::workloadDecisions(experiment::EffectiveSettings{}))
     got[s.key] = s.value;
-  EXPECT_EQ(got["reduction"], "pushed");
-  EXPECT_EQ(got["rope_kernel"], "attention");
-  EXPECT_EQ(got["attention_pdl"], "auto");
   EXPECT_EQ(got["cuda_graph"], "on");
+  EXPECT_EQ(got["prefill_ubatch"], "512");
+  EXPECT_TRUE(got["prefill_attention"] == "cudnn" || got["prefill_attention"] == "kernel") << got["prefill_attention"];
+  EXPECT_EQ(got.count("reduction"), 0u);
 }
 
 TEST_F(ArmsCli, UnknownKeyIsAUsageError) {
   std::ofstream(spec_, std::ios::app) << "\n[[arm]]\nname = \"C\"\nsplitt = \"tensor\"\n";
-  const CliResult r = runTpscope("arms " + spec_, "TPSCOPE_ARMS_FAKE=1 TPSCOPE_METER_FAKE=1");
+  const CliResult r = runTpscope("arms " + spec_ + " --fake-workload", "TPSCOPE_METER_FAKE=1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(lineCount(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("splitt"), std::string::npos) << r.err;
@@ -107,7 +108,7 @@ TEST_F(ArmsCli, UnknownKeyIsAUsageError) {
 TEST_F(ArmsCli, UnavailableArmIsRefusedInOneErrorLine) {
   std::ofstream(spec_, std::ios::app) << "\n[[arm]]\nname = \"R\"\ndevices = [0, 1]\nsplit = \"row\"\n";
   const std::string run = dir_ + "/run";
-  const CliResult r = runTpscope("arms " + spec_ + " --out " + run, "TPSCOPE_ARMS_FAKE=1 TPSCOPE_METER_FAKE=1");
+  const CliResult r = runTpscope("arms " + spec_ + " --fake-workload --out " + run, "TPSCOPE_METER_FAKE=1");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("arm R: split mode \"row\" is not implemented"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("tpscope: error: "), std::string::npos) << r.err;
@@ -132,7 +133,7 @@ TEST_F(ArmsCli, WithoutGpusSaysSoInOneLine) {
 }
 
 TEST_F(ArmsCli, FakeArmsNeedTheFakeMeter) {
-  const CliResult r = runTpscope("arms " + spec_, "TPSCOPE_ARMS_FAKE=1 TPSCOPE_METER_FAKE=0");
+  const CliResult r = runTpscope("arms " + spec_ + " --fake-workload", "TPSCOPE_METER_FAKE=0");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(lineCount(r.err), 1) << r.err;
 }

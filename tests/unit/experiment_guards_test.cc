@@ -41,6 +41,33 @@ TEST(ExperimentGuards, EffectiveSettingsCoverUndeclaredSettings) {
   EXPECT_EQ(eff[3].value("gpu_count"), "2");
 }
 
+// Every synthetic arm carries the decode kernel choices, the model's defaults unless the spec names them;
+// arms may differ in them when they declare it.
+TEST(ExperimentGuards, DecodeKernelChoicesAreSettingsArmsMayDeclare) {
+  const std::vector<EffectiveSettings> defaults = effectiveSettings(fourArms());
+  for (const EffectiveSettings& e : defaults) {
+    EXPECT_EQ(e.value("reduction"), "pushed") << e.arm;
+    EXPECT_EQ(e.value("rope_kernel"), "attention") << e.arm;
+    EXPECT_EQ(e.value("attention_pdl"), "auto") << e.arm;
+    EXPECT_EQ(e.find("reduction")->source, SettingSource::kDefault) << e.arm;
+  }
+  const ExperimentSpec spec = parseSpec(
+      "[experiment]\nrope_kernel = \"kernel\"\n"
+      "[[arm]]\nname = \"pushed\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
+      "[[arm]]\nname = \"plain\"\ndevices = [0, 1]\nsplit = \"tensor\"\nreduction = \"plain\"\nattention_pdl = "
+      "\"off\"\n",
+      "spec.toml");
+  const std::vector<EffectiveSettings> eff = effectiveSettings(spec);
+  ASSERT_EQ(eff.size(), 2u);
+  EXPECT_EQ(eff[0].value("reduction"), "pushed");
+  EXPECT_EQ(eff[1].value("reduction"), "plain");
+  EXPECT_EQ(eff[1].find("reduction")->source, SettingSource::kArm);
+  EXPECT_EQ(eff[1].value("attention_pdl"), "off");
+  EXPECT_EQ(eff[0].value("rope_kernel"), "kernel");
+  EXPECT_EQ(eff[0].find("rope_kernel")->source, SettingSource::kShared);
+  EXPECT_TRUE(undeclaredDifferences(eff).empty()) << formatDifferences(undeclaredDifferences(eff));
+}
+
 TEST(ExperimentGuards, StudyArmsDifferOnlyInTheirDelta) {
   EXPECT_TRUE(undeclaredDifferences(effectiveSettings(fourArms())).empty());
   EXPECT_TRUE(
@@ -69,8 +96,9 @@ TEST(ExperimentGuards, AutomaticDecisionThatDiffersPerArmIsRefused) {
             "         B    on                                auto\n"
             "         C    off (not implemented for tensor)  auto\n"
             "         C'   off (not implemented for tensor)  auto\n"
-            "Arms must differ only in what they declare (devices, split, backend, tokens_per_step, acceptance): set "
-            "the differing settings explicitly in [experiment] so every arm runs them the same way.\n");
+            "Arms must differ only in what they declare (devices, split, backend, tokens_per_step, acceptance, "
+            "reduction, rope_kernel, attention_pdl): set the differing settings explicitly in [experiment] so every "
+            "arm runs them the same way.\n");
 }
 
 TEST(ExperimentGuards, SettingOnlySomeArmsHaveIsADifference) {

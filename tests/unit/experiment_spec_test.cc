@@ -55,6 +55,38 @@ TEST(ExperimentSpec, FourArmsExampleReproducesTheStudy) {
   EXPECT_EQ(s.recorded_run, std::string(TPSCOPE_SOURCE_DIR) + "/examples/recorded/h200x2-quick");
 }
 
+// The spec's modes are the workload's, by the workload's names, plus `row`.
+TEST(ExperimentSpec, SplitModesAreTheWorkloadsPlusRow) {
+  for (SplitMode m : {SplitMode::kNone, SplitMode::kLayer, SplitMode::kTensor, SplitMode::kRow}) {
+    EXPECT_EQ(parseSplitMode(splitModeName(m)), m) << splitModeName(m);
+    const std::optional<workload::SplitMode> w = workloadSplit(m);
+    EXPECT_EQ(w.has_value(), m != SplitMode::kRow) << splitModeName(m);
+    if (w) EXPECT_EQ(workload::parseSplitMode(splitModeName(m)), w);
+  }
+  EXPECT_STREQ(splitModeName(SplitMode::kTensor), "tensor");
+  EXPECT_STREQ(splitModeName(SplitMode::kRow), "row");
+  EXPECT_FALSE(parseSplitMode("diagonal"));
+}
+
+// The decode kernel choices of `tpscope tp` are spec keys too, shared or per arm, by the workload's names.
+TEST(ExperimentSpec, DecodeKernelChoices) {
+  const ExperimentSpec s = parseSpec("[experiment]\nreduction = \"plain\"\nrope_kernel = \"kernel\"\n" + kArms +
+                                         "attention_pdl = \"off\"\nreduction = \"fused\"\n",
+                                     "spec.toml");
+  EXPECT_EQ(s.shared.base.reduction, workload::Reduction::kPlain);
+  EXPECT_EQ(s.shared.base.rope_kernel, workload::RopeKernel::kKernel);
+  EXPECT_FALSE(s.shared.base.attention_pdl);
+  EXPECT_FALSE(s.arms[0].delta.reduction);
+  EXPECT_EQ(s.arms[1].delta.reduction, workload::Reduction::kFused);
+  EXPECT_EQ(s.arms[1].delta.attention_pdl, workload::AttentionPdl::kOff);
+  expectError("[experiment]\nreduction = \"pushd\"\n" + kArms, 2,
+              "'reduction' = \"pushd\" is not one of pushed, fused, plain");
+  expectError("[experiment]\nrope_kernel = 1\n" + kArms, 2, "'rope_kernel' must be a string");
+  expectError(kArms + "attention_pdl = \"yes\"\n", 11, "is not one of auto, on, off");
+  expectError("[experiment]\nengine = \"command\"\ncommand = [\"true\"]\nreduction = \"plain\"\n" + kArms, 4,
+              "'reduction' is not a setting of engine = \"command\"");
+}
+
 TEST(ExperimentSpec, RecordedRunIsAsWrittenUntilLoadResolvesIt) {
   EXPECT_EQ(parseSpec(kArms).recorded_run, "");
   EXPECT_EQ(parseSpec("[experiment]\nrecorded_run = \"rec/x\"\n" + kArms).recorded_run, "rec/x");

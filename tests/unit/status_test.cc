@@ -2,6 +2,7 @@
 // status_test - unit tests for the C API's status strings and version.
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <set>
 #include <string>
 
@@ -21,5 +22,9 @@ TEST(Status, EveryCodeHasItsOwnString) {
 TEST(Status, VersionIsSemantic) {
   std::string v = tpsGetVersion();
   EXPECT_EQ(std::count(v.begin(), v.end(), '.'), 2) << v;
-  EXPECT_NE(std::string(tpsGetGitRevision()), "");
+}
+
+TEST(Status, GitRevisionNamesACommitOrSaysUnknown) {
+  const std::string g = tpsGetGitRevision();
+  EXPECT_TRUE(std::regex_match(g, std::regex("[0-9a-f]{12}(-dirty)?|unknown"))) << g;
 }

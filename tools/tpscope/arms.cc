@@ -4,7 +4,7 @@
 // At the end: the report on stdout, plots in RUN_DIR/plots where python3 has matplotlib. Without GPUs it
 // says so in one line; when the spec names a recorded_run (examples/four-arms.toml does) it then renders
 // that recording and exits 0, so the README's first command shows real output anywhere; else it exits 1.
-// Tests: TPSCOPE_ARMS_FAKE=1 together with TPSCOPE_METER_FAKE=1 runs the arms on a fake workload
+// Tests: the hidden --fake-workload, together with TPSCOPE_METER_FAKE=1, runs the arms on a fake workload
 // (makeFakeArmPhases) and the meter's two scripted GPUs.
 #include "arms.h"
 
@@ -35,11 +35,6 @@
 namespace tpscope::cli {
 
 namespace {
-
-bool envIs(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v && std::string(v) == value;
-}
 
 // The first line of /proc/cpuinfo that starts with `key`, after its colon; "" where there is none.
 std::string cpuinfoField(const std::string& key) {
@@ -104,6 +99,8 @@ class ArmsCommand : public Command {
     sub_->add_option("--out", out_, "Run folder to write (default: runs/NAME-YYYYMMDD-HHMMSS)");
     sub_->add_flag("--quick", quick_, "Fast run: at most 2 repetitions, 2 s idle, 1024 prompt and 64 decode tokens");
     sub_->add_option("--arms", only_, "Run only these arms of the spec, e.g. A,B (default: all)")->delimiter(',');
+    // For tests: not in --help (group ""), and it needs the fake meter.
+    sub_->add_flag("--fake-workload", fake_workload_, "Run a fake workload instead of the GPUs (tests)")->group("");
   }
   CLI::App* subcommand() const override { return sub_; }
 
@@ -146,16 +143,15 @@ class ArmsCommand : public Command {
     c.box.split_modes = {"none", "layer", "tensor"};
     c.box.presets = {"tiny", "8b", "32b"};
 
-    const bool fake = envIs("TPSCOPE_ARMS_FAKE", "1");
     const experiment::Engine engine = spec.shared.engine.engine;
     if (engine != experiment::Engine::kSynthetic) return runEngine(spec, c);
-    if (fake) {
+    if (fake_workload_) {
       if (!fakeMeterGpus())
-        return fail(kExitUsage, "TPSCOPE_ARMS_FAKE=1 needs TPSCOPE_METER_FAKE=1 (the fake workload runs on no GPU)");
+        return fail(kExitUsage, "--fake-workload needs TPSCOPE_METER_FAKE=1 (the fake workload runs on no GPU)");
       c.box.gpu_count = 2;
       c.box.backends = {"host", "p2p", "nccl"};
-      c.versions["workload"] = "fake (TPSCOPE_ARMS_FAKE=1)";
-      c.machine = machineRecord(nullptr, "fake GPUs (TPSCOPE_ARMS_FAKE=1)");
+      c.versions["workload"] = "fake (--fake-workload)";
+      c.machine = machineRecord(nullptr, "fake GPUs (--fake-workload)");
       c.make_phases = [](const experiment::EffectiveSettings& arm) { return experiment::makeFakeArmPhases(arm); };
     } else {
       int exit_code = 0;
@@ -327,6 +323,7 @@ class ArmsCommand : public Command {
   std::string spec_path_, out_;
   std::vector<std::string> only_;
   bool quick_ = false;
+  bool fake_workload_ = false;
 };
 
 }  // namespace

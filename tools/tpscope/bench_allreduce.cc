@@ -92,7 +92,10 @@ void runProcsSweep(const BenchOptions& o, const std::vector<uint64_t>& sizes, bo
   plan.shared_devices = shared;
   plan.iters = o.iters, plan.warmup_iters = o.warmup_iters, plan.graph_replays = o.graph_replays;
   plan.graph = o.graph, plan.check = o.check;
-  plan.items = sweepItems(o, sizes);
+  // nccl-symm is NCCL's own AllReduce, measured by this process beside the library's; not across processes.
+  for (const ProcsItem& i : sweepItems(o, sizes))
+    if (i.backend != kBenchNcclSymm) plan.items.push_back(i);
+  if (plan.items.empty()) return;
   // The ranks report when they are done; their own waits are bounded (spin and bootstrap timeouts), so
   // this limit only catches a rank stuck outside the library.
   const auto results = runProcsPlan(plan, selfExe(), 3600.0);
@@ -153,7 +156,9 @@ class BenchAllReduceCommand : public Command {
     auto* g = sub_->add_option("-g,--ngpus", ngpus_, "Use the first N GPUs (default: all, at most 8)")
                   ->check(CLI::Range(1, 1024));
     sub_->add_option("--devices", devices_, "GPU indices, comma-separated (instead of -g)")->excludes(g);
-    sub_->add_option("--backend", backends_, "host, p2p, nccl, auto, comma-separated, or all")->capture_default_str();
+    sub_->add_option("--backend", backends_,
+                     "host, p2p, nccl, auto, comma-separated, or all; nccl-symm: NCCL on symmetric windows beside them")
+        ->capture_default_str();
     sub_->add_flag("--graph", o_.graph, "Time CUDA-graph launches of -n captured calls");
     sub_->add_flag(
         "!--no-meter", o_.meter,
@@ -309,7 +314,7 @@ int BenchAllReduceCommand::run() {
   for (tpsBackend_t b : o_.backends) {
     if (bench->available(b)) {
       usable.push_back(b);
-    } else if (backends_ != "all" && !shared) {
+    } else if (backends_ != "all" && b != kBenchNcclSymm && !shared) {  // nccl-symm: N/A with its reason
       return fail(kExitRuntime, fmt::format("backend {} is not available on these GPUs with this build ('tpscope topo' "
                                             "says why; TPSCOPE_ALLREDUCE, if set, limits the backends)",
                                             tpsBackendName(b)));
@@ -319,6 +324,7 @@ int BenchAllReduceCommand::run() {
   o_.backends = usable;
   BenchContext ctx = context(topo);
   ctx.communicator = bench->config();
+  ctx.nccl_symm = bench->ncclSymmInfo();
   // The rate the host backend's algbw is judged by (its target: >= 80 % from 64 MiB), from this run's box.
   const double d2h = pinnedCopyRateGBps(o_.devices[0], true, 256u << 20);
   const double h2d = pinnedCopyRateGBps(o_.devices[0], false, 256u << 20);
@@ -334,12 +340,13 @@ int BenchAllReduceCommand::run() {
     if (table) std::fputs(formatRow(row).c_str(), stdout);
     std::fflush(stdout);  // rows appear as they are measured, like all_reduce_perf
     if (progress)
-      std::fprintf(stderr, "\r# %s %s %llu B done   ", tpsBackendName(row.backend), tpsDataTypeName(row.dtype),
+      std::fprintf(stderr, "\r# %s %s %llu B done   ", benchBackendName(row.backend), tpsDataTypeName(row.dtype),
                    static_cast<unsigned long long>(row.bytes()));
   };
   try {
     runSweep(*bench, o_, sizes, on_row, &rows);
-    bench.reset();  // the ranks' processes get the GPUs to themselves
+    ctx.nccl_symm = bench->ncclSymmInfo();  // with NCCL's estimates for the sizes measured
+    bench.reset();                          // the ranks' processes get the GPUs to themselves
     if (o_.procs != 0) runProcsSweep(o_, sizes, shared, on_row, &rows);
   } catch (const std::exception& e) {
     stopped = e.what();
@@ -355,6 +362,7 @@ int BenchAllReduceCommand::run() {
     tail += formatProcsRatios(rows);
     std::fputs(tail.c_str(), stdout);
   }
+  if (bench) ctx.nccl_symm = bench->ncclSymmInfo();  // the sweep stopped early
   const nlohmann::json doc = benchDocument(ctx, rows, stopped);
   if (o_.json_stdout) std::printf("%s\n", doc.dump(2).c_str());
   if (json_file.is_open()) json_file << doc.dump(2) << "\n";

@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
+#include "bench_nccl_symm.h"
 #include "cli.h"
 #include "common/param.h"
 
@@ -66,15 +68,16 @@ std::vector<tpsBackend_t> parseBackends(const std::string& text) {
   while (true) {
     const size_t comma = text.find(',', start);
     const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    tpsBackend_t b = tpsNumBackends;
+    std::optional<tpsBackend_t> b;
     for (int i = 0; i < tpsNumBackends; ++i)
       if (item == tpsBackendName(static_cast<tpsBackend_t>(i))) b = static_cast<tpsBackend_t>(i);
-    if (b == tpsNumBackends)
+    if (item == benchBackendName(kBenchNcclSymm)) b = kBenchNcclSymm;
+    if (!b)
       throw UsageError("unknown backend '" + item +
-                       "' in --backend: give host, p2p, nccl or auto, comma-separated, or all");
-    if (std::find(out.begin(), out.end(), b) != out.end())
+                       "' in --backend: give host, p2p, nccl, auto or nccl-symm, comma-separated, or all");
+    if (std::find(out.begin(), out.end(), *b) != out.end())
       throw UsageError("backend '" + item + "' appears twice in --backend");
-    out.push_back(b);
+    out.push_back(*b);
     if (comma == std::string::npos) break;
     start = comma + 1;
   }

@@ -37,8 +37,8 @@ std::vector<size_t> sweepCounts(const std::vector<uint64_t>& sizes, tpsDataType_
 // that order). UsageError naming -d for anything else.
 std::vector<tpsDataType_t> parseDataTypes(const std::string& text);
 
-// "host,nccl": backends in the order given; "all" = host,p2p,nccl. UsageError for an unknown or
-// repeated name.
+// "host,nccl": backends in the order given; "all" = host,p2p,nccl (the library's backends; add the
+// nccl-symm column by name, kBenchNcclSymm). UsageError for an unknown or repeated name.
 std::vector<tpsBackend_t> parseBackends(const std::string& text);
 
 // A size flag's value ("8K", "256M", "1G", "4096"); UsageError naming `flag` when it does not parse.

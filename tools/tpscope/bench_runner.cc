@@ -56,6 +56,10 @@ AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes
   tpsConfigInit(&defaults);  // backend auto: the communicator sets up every backend it can
   tpsOk(tpsCommCreate(&comm_, static_cast<int>(n), devices.data(), config ? config : &defaults),
         "creating the AllReduce communicator");
+  if (std::find(options.backends.begin(), options.backends.end(), kBenchNcclSymm) != options.backends.end()) {
+    symm_ = NcclSymm::create(devices, max_bytes, &symm_info_);
+    if (!symm_) TPS_LOG_WARN("nccl-symm: N/A ({}); the other columns run without it", symm_info_.reason);
+  }
 }
 
 AllReduceBench::~AllReduceBench() {
@@ -64,6 +68,7 @@ AllReduceBench::~AllReduceBench() {
 }
 
 tpsResult_t AllReduceBench::call(tpsBackend_t backend, tpsDataType_t dtype, size_t count) {
+  if (backend == kBenchNcclSymm) return symm_ ? symm_->allReduce(dtype, count, tps_streams_) : tpsUnavailable;
   return tpsAllReduceWith(comm_, backend, ptrs_.data(), count, dtype, tps_streams_.data());
 }
 
@@ -73,8 +78,11 @@ void AllReduceBench::syncAll() {
 
 void AllReduceBench::throwIfAsyncError(tpsBackend_t backend, uint64_t bytes) {
   tpsResult_t async = tpsSuccess;
-  tpsOk(tpsCommGetAsyncError(comm_, &async), "tpsCommGetAsyncError");
-  tpsOk(async, fmt::format("backend {} failed after its calls of {} bytes", tpsBackendName(backend), bytes));
+  if (backend == kBenchNcclSymm && symm_)
+    async = symm_->asyncError();
+  else
+    tpsOk(tpsCommGetAsyncError(comm_, &async), "tpsCommGetAsyncError");
+  tpsOk(async, fmt::format("backend {} failed after its calls of {} bytes", benchBackendName(backend), bytes));
 }
 
 void AllReduceBench::forkFrom(cudaEvent_t start) {
@@ -99,7 +107,7 @@ tpsConfig_t AllReduceBench::config() const {
 bool AllReduceBench::available(tpsBackend_t backend) {
   const tpsResult_t r = call(backend, tpsFloat32, 1);
   if (r == tpsUnavailable) return false;
-  tpsOk(r, fmt::format("a first call of backend {}", tpsBackendName(backend)));
+  tpsOk(r, fmt::format("a first call of backend {}", benchBackendName(backend)));
   syncAll();
   throwIfAsyncError(backend, 4);
   return true;
@@ -113,7 +121,7 @@ std::vector<double> AllReduceBench::timeEager(tpsBackend_t backend, tpsDataType_
   TPS_BENCH_CUDA(cudaEventRecord(marks_[0].get(), s0));
   forkFrom(marks_[0].get());
   for (int i = 0; i < iters; ++i) {
-    tpsOk(call(backend, dtype, count), fmt::format("tpsAllReduceWith({})", tpsBackendName(backend)));
+    tpsOk(call(backend, dtype, count), fmt::format("tpsAllReduceWith({})", benchBackendName(backend)));
     if (marked && i + 1 < iters) TPS_BENCH_CUDA(cudaEventRecord(marks_[i + 1].get(), s0));
   }
   joinInto();
@@ -142,7 +150,7 @@ cudaGraphExec_t AllReduceBench::capture(tpsBackend_t backend, tpsDataType_t dtyp
   const cudaError_t end = cudaStreamEndCapture(s0, &graph);  // always end, so s0 is usable after a failure
   if (r != tpsSuccess || e != cudaSuccess || end != cudaSuccess) {
     if (graph) (void)cudaGraphDestroy(graph);
-    tpsOk(r, fmt::format("capturing tpsAllReduceWith({}) into a CUDA graph", tpsBackendName(backend)));
+    tpsOk(r, fmt::format("capturing tpsAllReduceWith({}) into a CUDA graph", benchBackendName(backend)));
     cudaOk(e != cudaSuccess ? e : end, "capturing the benchmark graph");
   }
   cudaGraphExec_t exec = nullptr;
@@ -169,12 +177,13 @@ std::vector<double> AllReduceBench::timeGraph(cudaGraphExec_t exec, int calls_pe
 
 CheckCounts AllReduceBench::check(tpsBackend_t backend, tpsDataType_t dtype, size_t count) {
   const size_t bytes = count * tpsDataTypeSize(dtype);
+  const std::vector<void*>& ptrs = backend == kBenchNcclSymm && symm_ ? symm_->buffers() : ptrs_;
   host_.resize(devices_.size());
   std::vector<const void*> results;
   for (size_t r = 0; r < devices_.size(); ++r) {
     if (host_[r].size() < bytes) host_[r].resize(bytes);
     fillBenchInput(kBenchSeed, static_cast<int>(r), dtype, count, host_[r].data());
-    TPS_BENCH_CUDA(cudaMemcpyAsync(ptrs_[r], host_[r].data(), bytes, cudaMemcpyHostToDevice, streams_[r].get()));
+    TPS_BENCH_CUDA(cudaMemcpyAsync(ptrs[r], host_[r].data(), bytes, cudaMemcpyHostToDevice, streams_[r].get()));
     results.push_back(host_[r].data());
   }
   syncAll();
@@ -184,15 +193,15 @@ CheckCounts AllReduceBench::check(tpsBackend_t backend, tpsDataType_t dtype, siz
     DeviceGuard guard(devices_[0]);
     TPS_BENCH_CUDA(cudaGraphLaunch(g.exec, streams_[0].get()));
   } else {
-    tpsOk(call(backend, dtype, count), fmt::format("tpsAllReduceWith({})", tpsBackendName(backend)));
+    tpsOk(call(backend, dtype, count), fmt::format("tpsAllReduceWith({})", benchBackendName(backend)));
   }
   syncAll();
   throwIfAsyncError(backend, bytes);
   for (size_t r = 0; r < devices_.size(); ++r)
-    TPS_BENCH_CUDA(cudaMemcpyAsync(host_[r].data(), ptrs_[r], bytes, cudaMemcpyDeviceToHost, streams_[r].get()));
+    TPS_BENCH_CUDA(cudaMemcpyAsync(host_[r].data(), ptrs[r], bytes, cudaMemcpyDeviceToHost, streams_[r].get()));
   syncAll();
   for (size_t r = 0; r < devices_.size(); ++r)  // timing runs on zeros again (see bench_runner.h)
-    TPS_BENCH_CUDA(cudaMemsetAsync(ptrs_[r], 0, bytes, streams_[r].get()));
+    TPS_BENCH_CUDA(cudaMemsetAsync(ptrs[r], 0, bytes, streams_[r].get()));
   return checkResults(kBenchSeed, dtype, count, results);
 }
 
@@ -290,7 +299,7 @@ MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, 
   // its reads.
   constexpr int kReadLimitMs = 2000;
   const int calls = static_cast<int>(std::clamp(std::ceil(20000.0 / std::max(us_per_call, 1.0)), 1.0, 20000.0));
-  const std::string name = fmt::format("{}-{}", tpsBackendName(backend), windows_++);
+  const std::string name = fmt::format("{}-{}", benchBackendName(backend), windows_++);
   const std::string idle = name + "-idle";
   syncAll();
   bool settled = nvlinkSettled(kReadLimitMs);  // the bytes of the timed loops before have landed
@@ -350,7 +359,9 @@ BenchRow AllReduceBench::measure(tpsBackend_t backend, tpsDataType_t dtype, size
   row.dtype = dtype;
   row.count = count;
   row.graph = options_.graph;
-  const std::string what = fmt::format("tpsAllReduceWith({})", tpsBackendName(backend));
+  const std::string what = fmt::format("tpsAllReduceWith({})", benchBackendName(backend));
+  if (backend == kBenchNcclSymm && symm_)  // NCCL's model of the call, before anything of it runs
+    symm_info_.estimates.push_back({dtype, row.bytes(), symm_->estimateUs(dtype, count, tps_streams_)});
   for (int i = 0; i < options_.warmup_iters; ++i) tpsOk(call(backend, dtype, count), what);
   syncAll();
   throwIfAsyncError(backend, row.bytes());
@@ -378,9 +389,11 @@ BenchRow AllReduceBench::measure(tpsBackend_t backend, tpsDataType_t dtype, size
   const StatsDelta delta = statsDelta(before, after);
   row.path = delta.paths;
   row.bytes_per_call = delta.bytes_per_call;
-  if (delta.calls != static_cast<unsigned long long>(options_.iters))
+  if (backend == kBenchNcclSymm)
+    setNcclSymmAccounting(&row, static_cast<int>(devices_.size()));  // the library counts no call of it
+  else if (delta.calls != static_cast<unsigned long long>(options_.iters))
     TPS_LOG_WARN("the library counted {} calls where the benchmark made {} ({} at {} bytes)", delta.calls,
-                 options_.iters, tpsBackendName(backend), row.bytes());
+                 options_.iters, benchBackendName(backend), row.bytes());
   setBandwidths(&row, static_cast<int>(devices_.size()));
   if (meter_) row.metered = metered(backend, dtype, count, row.time.mean_us);
   if (options_.check) row.check = check(backend, dtype, count);

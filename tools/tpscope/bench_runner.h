@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "bench_nccl_symm.h"
 #include "bench_table.h"
 #include "common/cuda_raii.h"
 #include "tpscope/meter.h"
@@ -51,6 +52,8 @@ class AllReduceBench {
   bool available(tpsBackend_t backend);
   // The communicator's resolved configuration (tpsCommGetConfig), for the record.
   tpsConfig_t config() const;
+  // What the nccl-symm column set up and NCCL's estimates so far (requested: false when not listed).
+  const NcclSymmInfo& ncclSymmInfo() const { return symm_info_; }
   // Warm-ups, timing, and with -c 1 the check, for one (backend, dtype, count).
   BenchRow measure(tpsBackend_t backend, tpsDataType_t dtype, size_t count);
 
@@ -86,6 +89,8 @@ class AllReduceBench {
   tpsComm_t comm_ = nullptr;
   std::unique_ptr<Meter> meter_;  // null with --no-meter or where NVML cannot measure
   int windows_ = 0;
+  std::unique_ptr<NcclSymm> symm_;  // the nccl-symm column: its own communicators and buffers; null: N/A
+  NcclSymmInfo symm_info_;
   std::vector<std::array<bool, 2>> unread_;  // [gpu][counter group]: no good read in time once; N/A since
 };
 

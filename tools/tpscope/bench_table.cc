@@ -67,7 +67,7 @@ constexpr Column kColumns[] = {{"size(B)", 12, false},     {"count(elements)", 1
                                {"type", 8, false},         {"redop", 6, false},
                                {"time(us)", 9, true},      {"algbw(GB/s)", 11, false},
                                {"busbw(GB/s)", 11, false}, {"#wrong", 7, false},
-                               {"backend", 7, true},       {"ranks", 7, false},
+                               {"backend", 9, true},       {"ranks", 7, false},
                                {"path", 11, false},        {"min(us)", 9, false},
                                {"median(us)", 10, false},  {"max(us)", 9, false},
                                {"host_tx(B)", 11, false},  {"host_rx(B)", 11, false},
@@ -95,7 +95,7 @@ std::string cudaVersionText(int v) { return v ? fmt::format("{}.{}", v / 1000, (
 
 std::string joinBackends(const std::vector<tpsBackend_t>& b) {
   std::string s;
-  for (size_t i = 0; i < b.size(); ++i) s += (i ? "," : "") + std::string(tpsBackendName(b[i]));
+  for (size_t i = 0; i < b.size(); ++i) s += (i ? "," : "") + std::string(benchBackendName(b[i]));
   return s;
 }
 
@@ -150,6 +150,7 @@ std::string formatPreamble(const BenchContext& ctx) {
   s += fmt::format("# pinned copy rate GPU{} (256 MiB, CUDA events): D2H {}, H2D {}\n",
                    ctx.devices.empty() ? 0 : ctx.devices[0].device, rate(ctx.pinned_d2h_gbps),
                    rate(ctx.pinned_h2d_gbps));
+  s += formatNcclSymmPreamble(ctx.nccl_symm);
   s += "#\n# Using devices\n";
   for (const DeviceEntry& d : ctx.devices)
     s += fmt::format("#  Rank {:2d} Group  0 Pid {:6d} on {:>10} device {:2d} [{}] {}\n", d.rank, ctx.pid, ctx.hostname,
@@ -178,7 +179,7 @@ std::string formatRow(const BenchRow& r) {
                     fmt::format("{:.2f}", r.algbw_gbps),
                     fmt::format("{:.2f}", r.busbw_gbps),
                     r.check ? std::to_string(r.check->wrong) : "N/A",
-                    tpsBackendName(r.backend),
+                    benchBackendName(r.backend),
                     r.procs ? "procs" : "threads",
                     r.path,
                     timeText(r.time.min_us),
@@ -217,7 +218,7 @@ std::string formatFooter(const std::vector<BenchRow>& rows, const std::vector<tp
         for (const BenchRow& r : rows)
           if (r.backend == b && r.dtype == t && r.procs == procs) sum += r.busbw_gbps, ++n;
         if (n)
-          s += fmt::format("# Avg bus bandwidth    : {:.4g} {} {}{}\n", sum / n, tpsBackendName(b),
+          s += fmt::format("# Avg bus bandwidth    : {:.4g} {} {}{}\n", sum / n, benchBackendName(b),
                            tpsDataTypeName(static_cast<tpsDataType_t>(t)), procs ? " procs" : "");
       }
   return s + "#\n";
@@ -250,14 +251,14 @@ std::vector<RatioRow> timeRatios(const std::vector<BenchRow>& rows, const std::v
 std::string formatRatios(const std::vector<RatioRow>& ratios, const std::vector<tpsBackend_t>& backends,
                          tpsBackend_t reference) {
   std::string s = fmt::format("# Time ratios: each backend's time(us) / {}'s (below 1: faster), and the fastest\n",
-                              tpsBackendName(reference));
+                              benchBackendName(reference));
   s += fmt::format("#{:>12} {:>8}", "size(B)", "type");
-  for (tpsBackend_t b : backends) s += fmt::format(" {:>8}", tpsBackendName(b));
-  s += fmt::format(" {:>8}\n", "fastest");
+  for (tpsBackend_t b : backends) s += fmt::format(" {:>9}", benchBackendName(b));
+  s += fmt::format(" {:>9}\n", "fastest");
   for (const RatioRow& r : ratios) {
     s += fmt::format("#{:>12} {:>8}", r.bytes, tpsDataTypeName(r.dtype));
-    for (const auto& v : r.ratio) s += fmt::format(" {:>8}", v ? fmt::format("{:.3f}", *v) : "N/A");
-    s += fmt::format(" {:>8}\n", r.fastest ? tpsBackendName(*r.fastest) : "N/A");
+    for (const auto& v : r.ratio) s += fmt::format(" {:>9}", v ? fmt::format("{:.3f}", *v) : "N/A");
+    s += fmt::format(" {:>9}\n", r.fastest ? benchBackendName(*r.fastest) : "N/A");
   }
   return s;
 }
@@ -276,7 +277,7 @@ std::string formatProcsRatios(const std::vector<BenchRow>& rows) {
           "size(B)", "type", "backend", "threads(us)", "procs(us)", "procs/threads");
     const bool ok = t != rows.end() && t->time.mean_us > 0;
     s += fmt::format("#{:>12} {:>8} {:>7} {:>11} {:>11} {:>13}\n", p.bytes(), tpsDataTypeName(p.dtype),
-                     tpsBackendName(p.backend), t != rows.end() ? timeText(t->time.mean_us) : "N/A",
+                     benchBackendName(p.backend), t != rows.end() ? timeText(t->time.mean_us) : "N/A",
                      timeText(p.time.mean_us), ok ? fmt::format("{:.3f}", p.time.mean_us / t->time.mean_us) : "N/A");
   }
   return s;
@@ -284,7 +285,7 @@ std::string formatProcsRatios(const std::vector<BenchRow>& rows) {
 
 nlohmann::json rowJson(const BenchRow& r) {
   using nlohmann::json;
-  json j = {{"backend", tpsBackendName(r.backend)},
+  json j = {{"backend", benchBackendName(r.backend)},
             {"ranks", r.procs ? "procs" : "threads"},
             {"path", r.path},
             {"mode", r.graph ? "graph" : "eager"},
@@ -327,7 +328,7 @@ nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow
   json env = json::object();
   for (const auto& [k, v] : ctx.env) env[k] = v;
   json backends = json::array(), dtypes = json::array();
-  for (tpsBackend_t b : o.backends) backends.push_back(tpsBackendName(b));
+  for (tpsBackend_t b : o.backends) backends.push_back(benchBackendName(b));
   for (tpsDataType_t t : o.dtypes) dtypes.push_back(tpsDataTypeName(t));
   json context = {{"tool", "tpscope bench allreduce"},
                   {"version", ctx.version},
@@ -360,6 +361,7 @@ nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow
                     {"max_bytes", o.sweep.max_bytes},
                     {"step_factor", o.sweep.step_factor},
                     {"step_bytes", o.sweep.step_bytes}}}};
+  if (ctx.nccl_symm.requested) context["nccl_symm"] = ncclSymmJson(ctx.nccl_symm);
   json results = json::array();
   for (const BenchRow& r : rows) results.push_back(rowJson(r));
   return {{"json_schema_version", 1}, {"context", context}, {"results", results}, {"error", orNull(error)}};

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "bench_nccl_symm.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::cli {
@@ -99,6 +100,7 @@ struct BenchContext {
   std::optional<tpsConfig_t> communicator;
   // --procs: each rank's GPU in the rows marked procs (the threads rows use the same GPUs); empty: no --procs.
   std::vector<int> procs_devices;
+  NcclSymmInfo nccl_symm;  // the nccl-symm column: a preamble line and context "nccl_symm" when requested
 };
 
 // The variables the preamble reports when set: NCCL's that change which path NCCL takes, and tpscope's

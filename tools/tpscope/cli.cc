@@ -60,7 +60,8 @@ nlohmann::json communicatorJson(const std::optional<tpsConfig_t>& c) {
 
 int runCli(int argc, char** argv) {
   CLI::App app{"tpscope: tensor-parallel AllReduce and interconnect measurement for the GPUs of one host", "tpscope"};
-  app.set_version_flag("-V,--version", std::string("tpscope ") + TPSCOPE_VERSION_STRING + " (" + TPSCOPE_GIT_SHA + ")");
+  app.set_version_flag("-V,--version",
+                       std::string("tpscope ") + TPSCOPE_VERSION_STRING + " (" + tpsGetGitRevision() + ")");
   app.require_subcommand(1);
   app.fallthrough(false);
   std::vector<std::unique_ptr<Command>> commands = registerCommands(app);

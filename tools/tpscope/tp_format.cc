@@ -104,7 +104,7 @@ workload::RunShape runShape(const TpOptions& o) {
 std::string formatTpTable(const TpOptions& o, const std::vector<workload::GpuMemory>& estimate,
                           const std::vector<workload::PhaseResult>& results) {
   const workload::ModelConfig& c = o.config;
-  std::string s = fmt::format("# tpscope tp {} (git {})\n", TPSCOPE_VERSION_STRING, TPSCOPE_GIT_SHA);
+  std::string s = fmt::format("# tpscope tp {} (git {})\n", TPSCOPE_VERSION_STRING, tpsGetGitRevision());
   s += fmt::format(
       "# preset {}: hidden {}, ffn {}, {} layers, {}/{} heads x {}, rope {} | split {} on GPU {} | "
       "backend {} | prefill attention {} | seed {}\n",
@@ -186,7 +186,7 @@ nlohmann::json tpDocument(const TpOptions& o, const std::vector<workload::GpuMem
   return {{"json_schema_version", 1},
           {"context",
            {{"version", TPSCOPE_VERSION_STRING},
-            {"git_sha", TPSCOPE_GIT_SHA},
+            {"git_sha", tpsGetGitRevision()},
             {"argv", argv},
             {"start_time", start},
             {"timer", "host steady clock, enqueue to synchronize, 1 warm-up"}}},

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// pdl.cc - whether programmatic dependent launch is used on the current device.
+// pdl.cc - whether programmatic dependent launch is used on the current device (pdl.cuh).
 #include <cuda_runtime.h>
 
 #include <mutex>
 
-namespace tpscope::workload {
+namespace tpscope {
 
 bool pdlEnabled() {
   static std::once_flag once;
@@ -23,4 +23,4 @@ bool pdlEnabled() {
   return capable[device] != 0;
 }
 
-}  // namespace tpscope::workload
+}  // namespace tpscope
