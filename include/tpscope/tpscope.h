@@ -127,11 +127,58 @@ typedef struct tpsComm* tpsComm_t;
  * these GPUs), tpsCudaError, tpsNcclError. */
 tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devices, const tpsConfig_t* config);
 
+/* ---- One rank per process (NCCL's shape) ----------------------------------------------------
+ * Engines that run one process per GPU make one communicator per process: one process calls
+ * tpsGetUniqueId and passes the id to the others any way it likes (a pipe, a file, torch.distributed's
+ * broadcast); every process then calls tpsCommInitRank with the same id and nranks, its own rank and its
+ * own GPU. The processes must run on one host (the id names a Unix socket in the abstract namespace, so
+ * they must share a network namespace too). The communicator's calls below then take arrays of one
+ * element: this rank's buffer and stream (bufs[0], streams[0]); the peers' buffers are not passed.
+ * Statistics (tpsCommGetStats: ndev 1, devices[0] this rank's GPU) and asynchronous errors are this
+ * rank's. The backends work as in one process: p2p exchanges CUDA IPC handles of its receive buffers and
+ * flags, host shares its staging area through POSIX shared memory each process maps and registers, and
+ * nccl runs ncclCommInitRank. A rank that dies or stops calling leaves the others' calls with tpsTimeout
+ * (tpsCommGetAsyncError) after spin_timeout_ms, never a hang. Push channels are not offered here. */
+
+#define TPS_UNIQUE_ID_BYTES 128
+/* Opaque: copy all TPS_UNIQUE_ID_BYTES bytes to the other ranks. */
+typedef struct {
+  char internal[TPS_UNIQUE_ID_BYTES];
+} tpsUniqueId;
+
+/* A fresh id for one communicator. Any process of the host may make it (usually rank 0's, or a launcher
+ * before it starts the ranks). Errors: tpsInvalidArgument for NULL. */
+tpsResult_t tpsGetUniqueId(tpsUniqueId* id);
+
+/* Joins the communicator of `id` as rank `rank` of `nranks` (2 <= nranks <= 8) on CUDA device `device`
+ * of this process, and allocates every buffer it needs, as tpsCommCreate does. Collective: every rank
+ * calls it with the same id, nranks and config (backend and tuning must agree, or the ranks' calls will
+ * not meet); it returns once all have joined and exchanged their handles, or fails on every rank alike.
+ * The wait for the others is bounded by TPSCOPE_BOOTSTRAP_TIMEOUT_MS (default 30000). Ranks on one GPU
+ * are refused (tpsInvalidArgument) unless config->shared_devices, as in tpsCommCreate (the grids are
+ * then cut by the most ranks any one GPU carries, across processes); their processes time-slice the
+ * GPU, so a peer's kernel may wait a whole time slice for the other's. tpsCommGetConfig, the
+ * statistics (this rank's GPU in devices[0], ndev 1) and tpsCommGetAsyncError work as for tpsCommCreate.
+ * An id serves one communicator: join with a fresh one each time.
+ * Errors: tpsInvalidArgument (NULL comm, nranks or rank out of range, a device that does not exist,
+ * bytes that are not an id, ranks disagreeing on nranks, one rank number taken by two processes, ranks
+ * sharing a GPU), tpsInvalidUsage (this process already joined with this id, or another process is
+ * rank 0 of it), tpsTimeout (a rank did not join in time), tpsUnavailable (the chosen backend cannot
+ * run on these GPUs, on some rank), tpsSystemError, tpsCudaError, tpsNcclError. On error *comm is NULL. */
+tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId id, int rank, int device,
+                            const tpsConfig_t* config);
+
+/* The number of ranks (N for tpsCommCreate, nranks for tpsCommInitRank) and this communicator's first
+ * rank (0 for tpsCommCreate). tpsInvalidArgument for NULL. */
+tpsResult_t tpsCommCount(tpsComm_t comm, int* nranks);
+tpsResult_t tpsCommUserRank(tpsComm_t comm, int* rank);
+
 /* Waits for nothing: the caller synchronises its streams first. Frees everything. NULL is accepted. */
 tpsResult_t tpsCommDestroy(tpsComm_t comm);
 
 /* In-place sum: after the call completes on streams[i], bufs[i] on devices[i] holds the element-wise sum
- * of all N input buffers, bit-identical on every GPU. count elements of dtype each.
+ * of all N input buffers, bit-identical on every GPU. count elements of dtype each. For a communicator
+ * from tpsCommInitRank, bufs and streams hold one element, this rank's, and every rank makes the call.
  * Asynchronous: enqueued on streams[i] (one per device, on that device; legacy default streams are
  * refused) and capturable into a CUDA graph when every stream is being captured. Returns once all work
  * is enqueued. Bad arguments enqueue nothing: tpsInvalidArgument for NULL bufs or streams, count 0,

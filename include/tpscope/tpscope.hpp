@@ -39,6 +39,15 @@ class Communicator {
     return r;
   }
 
+  // tpsCommInitRank: this process's rank of a rank-per-process communicator. *out replaced only on success.
+  [[nodiscard]] static tpsResult_t initRank(int nranks, const tpsUniqueId& id, int rank, int device, Communicator* out,
+                                            const tpsConfig_t* config = nullptr) {
+    tpsComm_t c = nullptr;
+    tpsResult_t r = tpsCommInitRank(&c, nranks, id, rank, device, config);
+    if (r == tpsSuccess) *out = Communicator(c);
+    return r;
+  }
+
   [[nodiscard]] tpsResult_t allReduce(void* const* bufs, size_t count, tpsDataType_t dtype, const tpsStream_t* streams,
                                       tpsBackend_t backend = tpsBackendAuto) {
     return tpsAllReduceWith(comm_, backend, bufs, count, dtype, streams);

@@ -16,20 +16,26 @@
 
 #include "allreduce/auto_table.h"
 #include "allreduce/backend.h"
+#include "allreduce/host_shm.h"
 #include "allreduce/host_staged.h"
 #include "allreduce/nccl.h"
 #include "allreduce/p2p.h"
+#include "allreduce/p2p_ipc.h"
 #include "allreduce/push.h"
+#include "allreduce/rank_setup.h"
 #include "allreduce/selector.h"
 #include "allreduce/tuning.h"
 #include "common/checks.h"
+#include "common/param.h"
 #include "tpscope/tpscope.h"
 
 using namespace tpscope;
 using namespace tpscope::detail;
 
 struct tpsComm {
-  std::vector<int> devices;
+  std::vector<int> devices;  // this process's ranks' GPUs: all of them, or one rank's (tpsCommInitRank)
+  int nranks = 0;            // ranks in the communicator, in every process together
+  int first_rank = 0;        // the rank of devices[0]
   tpsBackend_t requested = tpsBackendAuto;
   tpsConfig_t config{};  // as resolved at creation (tpsCommGetConfig)
   Availability avail;
@@ -157,6 +163,17 @@ void loadAutoChoice(tpsComm* c) {
                c->auto_table->measured);
 }
 
+// The configuration as resolved at creation, for tpsCommGetConfig and the records.
+tpsConfig_t resolvedConfig(const tpsConfig_t& given, tpsBackend_t requested, const HostTuning& tuning) {
+  tpsConfig_t c = given;
+  c.backend = requested;
+  c.host_copy_threshold = tuning.copy_threshold;
+  c.host_chunk_bytes = tuning.chunk_bytes;
+  c.host_blocks = tuning.blocks;
+  c.spin_timeout_ms = tuning.spin_timeout_ms;
+  return c;
+}
+
 }  // namespace
 
 extern "C" tpsResult_t tpsConfigInit(tpsConfig_t* config) {
@@ -201,13 +218,9 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
 
   auto c = std::make_unique<tpsComm>();
   c->devices = devs;
+  c->nranks = ndev;
   c->requested = requested;
-  c->config = cfg;
-  c->config.backend = requested;
-  c->config.host_copy_threshold = tuning.copy_threshold;
-  c->config.host_chunk_bytes = tuning.chunk_bytes;
-  c->config.host_blocks = tuning.blocks;
-  c->config.spin_timeout_ms = tuning.spin_timeout_ms;
+  c->config = resolvedConfig(cfg, requested, tuning);
   c->avail.all_peer_access = allPeerAccess(devs);
   c->stats.ndev = ndev;
   std::copy(devs.begin(), devs.end(), c->stats.devices);
@@ -371,5 +384,94 @@ extern "C" tpsResult_t tpsCommResetStats(tpsComm_t comm) {
   if (comm == nullptr) return tpsInvalidArgument;
   std::lock_guard<std::mutex> lock(comm->stats_mutex);
   std::memset(comm->stats.cells, 0, sizeof(comm->stats.cells));
+  return tpsSuccess;
+}
+
+extern "C" tpsResult_t tpsCommCount(tpsComm_t comm, int* nranks) {
+  if (comm == nullptr || nranks == nullptr) return tpsInvalidArgument;
+  *nranks = comm->nranks;
+  return tpsSuccess;
+}
+
+extern "C" tpsResult_t tpsCommUserRank(tpsComm_t comm, int* rank) {
+  if (comm == nullptr || rank == nullptr) return tpsInvalidArgument;
+  *rank = comm->first_rank;
+  return tpsSuccess;
+}
+
+// ---- one rank per process ----------------------------------------------------------------------
+// The same communicator with this process's one rank in devices[0] and backends made collectively
+// (rank_setup.h): each factory ends with the ranks' statuses exchanged, so every rank has the same
+// backends and auto chooses alike on all of them.
+
+TPS_PARAM_INT(BootstrapTimeoutMs, "TPSCOPE_BOOTSTRAP_TIMEOUT_MS", 30000)
+
+extern "C" tpsResult_t tpsGetUniqueId(tpsUniqueId* id) {
+  TPS_EXPECT(id != nullptr, tpsInvalidArgument, "tpsGetUniqueId: id is NULL");
+  return makeBootstrapId(id);
+}
+
+extern "C" tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId id, int rank, int device,
+                                       const tpsConfig_t* config) {
+  TPS_EXPECT(comm != nullptr, tpsInvalidArgument, "tpsCommInitRank: comm is NULL");
+  *comm = nullptr;
+  TPS_EXPECT(nranks >= 2 && nranks <= TPS_MAX_DEVICES, tpsInvalidArgument,
+             "tpsCommInitRank: nranks is {}; a communicator spans 2 to {} ranks", nranks, TPS_MAX_DEVICES);
+  TPS_EXPECT(rank >= 0 && rank < nranks, tpsInvalidArgument, "tpsCommInitRank: rank {} is outside 0..{}", rank,
+             nranks - 1);
+  TPS_EXPECT(device >= 0, tpsInvalidArgument, "tpsCommInitRank: device {} is not a CUDA ordinal", device);
+  const int64_t timeout_ms = tpsParamBootstrapTimeoutMs();
+  TPS_EXPECT(timeout_ms > 0 && timeout_ms <= 24 * 3600 * 1000, tpsInvalidArgument,
+             "TPSCOPE_BOOTSTRAP_TIMEOUT_MS={} is outside 1..86400000", timeout_ms);
+  tpsConfig_t cfg;
+  tpsConfigInit(&cfg);
+  if (config) cfg = *config;
+  std::string error;
+  tpsBackend_t requested = tpsBackendAuto;
+  if (requestedBackend(cfg.backend, std::getenv("TPSCOPE_ALLREDUCE"), &requested, &error) != tpsSuccess) {
+    TPS_LOG_WARN("tpsCommInitRank: {}", error);
+    return tpsInvalidArgument;
+  }
+  HostTuning tuning;
+  TPS_CHECK(resolveHostTuning(cfg, &tuning));
+
+  RankGroup g;
+  TPS_CHECK(joinRankGroup(id, nranks, rank, device, cfg.shared_devices != 0, static_cast<unsigned>(timeout_ms), &g));
+  tuning.blocks = sharedGpuGrid(tuning.blocks, g.ranks_per_gpu);  // ranks sharing a GPU fit on it together
+  auto c = std::make_unique<tpsComm>();
+  c->devices = {device};
+  c->nranks = nranks;
+  c->first_rank = rank;
+  c->requested = requested;
+  c->config = resolvedConfig(cfg, requested, tuning);
+  c->avail.all_peer_access = g.all_peer_access;
+  c->stats.ndev = 1;
+  c->stats.devices[0] = device;
+  const bool want_all = requested == tpsBackendAuto;
+  // A rank that stopped answering (timeout) or left (system error) ends the init even for auto: the
+  // next backend's exchanges would only fail the same way.
+  auto fatal = [&](tpsResult_t r) { return r != tpsSuccess && (!want_all || r == tpsTimeout || r == tpsSystemError); };
+  if (requested == tpsBackendP2p || (want_all && g.all_peer_access)) {
+    tpsResult_t r = createP2pIpcBackend(g, tuning, &c->backends[tpsBackendP2p]);
+    if (fatal(r)) return r;
+    if (r != tpsSuccess) TPS_LOG_WARN("tpsCommInitRank: the p2p backend could not start; auto continues without it");
+    c->avail.p2p = r == tpsSuccess;
+  }
+  if (want_all || requested == tpsBackendHost) {
+    tpsResult_t r = createHostShmBackend(g, tuning, &c->backends[tpsBackendHost]);
+    if (fatal(r)) return r;
+    c->avail.host = r == tpsSuccess;
+  }
+  // NCCL refuses ranks that share a GPU; auto does not ask it then.
+  if (requested == tpsBackendNccl || (want_all && !g.shared_device)) {
+    tpsResult_t r = createNcclRankBackend(g, &c->backends[tpsBackendNccl]);
+    if (fatal(r)) return r;
+    if (r != tpsSuccess) TPS_LOG_WARN("tpsCommInitRank: NCCL could not start; auto continues without it");
+    c->avail.nccl = r == tpsSuccess;
+  }
+  TPS_EXPECT(c->avail.host || c->avail.nccl || c->avail.p2p, tpsUnavailable,
+             "tpsCommInitRank: no backend can run on these GPUs");
+  if (want_all) loadAutoChoice(c.get());
+  *comm = c.release();
   return tpsSuccess;
 }

@@ -6,6 +6,8 @@
 
 #include <nccl.h>
 
+#include <cstring>
+
 #include "common/checks.h"
 #include "common/cuda_raii.h"
 
@@ -42,6 +44,25 @@ class NcclBackend final : public Backend {
     TPS_NCCL_CHECK(ncclCommInitAll(comms_.data(), n_, devices.data()));
     return tpsSuccess;
   }
+  // One rank of a rank-per-process communicator: rank 0's ncclUniqueId reaches the others through the
+  // bootstrap. n_ is the communicator's size; comms_ holds this process's one communicator.
+  tpsResult_t initRank(RankGroup& g) {
+    ncclUniqueId id{};
+    tpsResult_t status = tpsSuccess;
+    if (g.rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) status = tpsNcclError;
+    std::vector<char> all;
+    TPS_CHECK(exchange(g, "sharing the NCCL id", status, &id, sizeof(id), &all));
+    std::memcpy(&id, all.data(), sizeof(id));
+    n_ = g.nranks;
+    comms_.assign(1, nullptr);
+    DeviceGuard dg(g.device);
+    ncclResult_t r = ncclCommInitRank(&comms_[0], g.nranks, id, g.rank);
+    if (r != ncclSuccess) {
+      TPS_LOG_WARN("ncclCommInitRank on rank {}: {}", g.rank, ncclGetErrorString(r));
+      comms_[0] = nullptr;
+    }
+    return agree(g, "ncclCommInitRank", r == ncclSuccess ? tpsSuccess : tpsNcclError);
+  }
   tpsBackend_t kind() const override { return tpsBackendNccl; }
   tpsPath_t pathFor(const CallArgs&) const override { return tpsPathNccl; }
   Traffic trafficFor(tpsPath_t, size_t bytes) const override {
@@ -50,7 +71,7 @@ class NcclBackend final : public Backend {
   }
   tpsResult_t allReduce(const CallArgs& a) override {
     TPS_NCCL_CHECK(ncclGroupStart());
-    for (int r = 0; r < n_; ++r) {
+    for (size_t r = 0; r < comms_.size(); ++r) {
       ncclResult_t res = ncclAllReduce(a.bufs[r], a.bufs[r], a.count, ncclType(a.dtype), ncclSum, comms_[r], a.streams[r]);
       if (res != ncclSuccess) {
         (void)ncclGroupEnd();
@@ -63,6 +84,7 @@ class NcclBackend final : public Backend {
   }
   tpsResult_t asyncError() const override {
     for (ncclComm_t c : comms_) {
+      if (c == nullptr) continue;
       ncclResult_t e = ncclSuccess;
       if (ncclCommGetAsyncError(c, &e) != ncclSuccess || e != ncclSuccess) return tpsNcclError;
     }
@@ -79,6 +101,13 @@ class NcclBackend final : public Backend {
 tpsResult_t createNcclBackend(const std::vector<int>& devices, std::unique_ptr<Backend>* out) {
   auto b = std::make_unique<NcclBackend>();
   TPS_CHECK(b->init(devices));
+  *out = std::move(b);
+  return tpsSuccess;
+}
+
+tpsResult_t createNcclRankBackend(RankGroup& g, std::unique_ptr<Backend>* out) {
+  auto b = std::make_unique<NcclBackend>();
+  TPS_CHECK(b->initRank(g));
   *out = std::move(b);
   return tpsSuccess;
 }

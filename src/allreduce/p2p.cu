@@ -15,7 +15,7 @@
 #include "allreduce/async_status.h"
 #include "allreduce/p2p.h"
 #include "allreduce/p2p_algo.h"
-#include "allreduce/p2p_kernels.cuh"
+#include "allreduce/p2p_launch.cuh"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
 
@@ -24,23 +24,8 @@ namespace tpscope::detail {
 namespace {
 
 constexpr size_t kOneShotMax = kP2pOneShotMax;
-constexpr size_t kTwoShotPiece = 64u << 20;  // bytes per GPU per two-shot launch
+constexpr size_t kTwoShotPiece = kP2pTwoShotPiece;
 constexpr size_t kLLMax = kP2pLLMax;
-// The grids, each from a sweep on 2xH200 under CUDA graphs (docs/PERFORMANCE.md, "The p2p backend"):
-// - flag one-shot: 64 blocks (from 16 to 128, best or within 0.1 us of it from 256 KiB to 1 MiB);
-constexpr int kOneShotBlocks = 64;
-// - LL one-shot: 64 blocks, fixed per communicator (each block keeps its own sequence number); many
-//   small blocks spread the stores and polls over 64 SMs. Threads per block grow with the message, one
-//   per 8-byte word of the block's share, from kLLThreads to kLLThreadsMax: only the loops' stride
-//   changes, never the block count;
-constexpr int kLLBlocks = 64, kLLThreads = 128, kLLThreadsMax = 512;
-// - two-shot: 128 blocks, enough to keep NVLink busy while some blocks wait on flags (busbw at 64 MiB
-//   to 1 GiB: 32 blocks 238 GB/s, 64 blocks 295, 128 blocks 341-344).
-constexpr int kTwoShotBlocks = 128;
-static_assert(kLLThreads % 32 == 0 && kLLThreadsMax % 32 == 0 && kLLThreads <= kLLThreadsMax &&
-              kLLThreadsMax <= kP2pThreads && kLLThreads <= kFusedThreads);
-// The limits tpscope.h publishes: a fused call's rows are the LL grid's blocks, its bytes an LL call's.
-static_assert(TPS_FUSED_MAX_ROWS == kLLBlocks && TPS_P2P_LL_MAX_BYTES == kP2pLLMax);
 
 struct Algo {
   int blocks = 0;
@@ -53,17 +38,9 @@ class P2pBackend final : public Backend {
  public:
   tpsResult_t init(const std::vector<int>& devices, const HostTuning& tuning);
   tpsBackend_t kind() const override { return tpsBackendP2p; }
-  tpsPath_t pathFor(const CallArgs& a) const override {
-    switch (algoFor(a)) {
-      case P2pAlgo::kLL: return tpsPathP2pLL;
-      case P2pAlgo::kOneShot: return tpsPathP2pOneShot;
-      default: return tpsPathP2pTwoShot;  // (a remainder of whole vectors short goes through one-shot)
-    }
-  }
+  tpsPath_t pathFor(const CallArgs& a) const override { return p2pPathOf(algoFor(a)); }
   Traffic trafficFor(tpsPath_t path, size_t bytes) const override {
-    const size_t n = devices_.size();
-    if (path != tpsPathP2pTwoShot) return Traffic{bytes * (n - 1), bytes * (n - 1)};
-    const size_t t = bytes * 2 * (n - 1) / n;
+    const size_t t = p2pBytesPerGpu(path, bytes, devices_.size());
     return Traffic{t, t};
   }
   tpsResult_t allReduce(const CallArgs& a) override {
@@ -86,10 +63,9 @@ class P2pBackend final : public Backend {
   tpsResult_t initAlgo(Algo* a, int blocks, size_t recv_stride);
   P2pAlgo algoFor(const CallArgs& a) const;  // p2pAlgoFor by the call's size and its buffers' alignment
   tpsResult_t pushedAddRmsNorm(const CallArgs& a, const NormArgs& m);
-  // p2pOneShotLLAddNormRow<kPushed> on every GPU, one block per row on the whole LL grid (so every
-  // block's sequence number advances as in the other LL kernels).
+  // p2pLaunchAddNorm<kPushed> on every GPU.
   template <bool kPushed>
-  tpsResult_t launchByRow(const CallArgs& a, const NormArgs& m);
+  tpsResult_t launchAddNorm(const CallArgs& a, const NormArgs& m);
   template <typename T>
   tpsResult_t run(const CallArgs& a);
   template <typename T>
@@ -103,13 +79,6 @@ class P2pBackend final : public Backend {
   std::vector<DeviceBuffer> ll_recv_, ll_counters_, ll_norm_;
   std::vector<P2pLLHandle> ll_;
   int ll_blocks_ = 0;
-  // Threads per block of an LL call of `bytes`: one per 8-byte word of a block's share, rounded up to
-  // a warp, within [kLLThreads, kLLThreadsMax].
-  int llThreads(size_t bytes) const {
-    const size_t per_block = (bytes / 8 + ll_blocks_ - 1) / ll_blocks_;
-    const size_t warps = (per_block + 31) / 32 * 32;
-    return static_cast<int>(std::clamp<size_t>(warps, kLLThreads, kLLThreadsMax));
-  }
   bool ll_pdl_ = false;  // launch the LL kernels as programmatic dependents (every GPU sm_90+)
 };
 
@@ -169,10 +138,10 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
   // Ranks that share a GPU (tpsConfig_t.shared_devices) cut the grids of the flag kernels, whose blocks
   // take a whole SM each, so that every rank's grid is resident at once (backend.h).
   const int per_gpu = ranksPerGpu(devices);
-  TPS_CHECK(initAlgo(&one_, sharedGpuGrid(kOneShotBlocks, per_gpu), kOneShotMax));
-  TPS_CHECK(initAlgo(&two_, sharedGpuGrid(kTwoShotBlocks, per_gpu), kTwoShotPiece / n + 64));
+  TPS_CHECK(initAlgo(&one_, sharedGpuGrid(kP2pOneShotBlocks, per_gpu), kOneShotMax));
+  TPS_CHECK(initAlgo(&two_, sharedGpuGrid(kP2pTwoShotBlocks, per_gpu), kTwoShotPiece / n + 64));
   const size_t lines = kLLMax / 8;
-  ll_blocks_ = kLLBlocks;
+  ll_blocks_ = kP2pLLBlocks;
   // Programmatic dependents (cudaLaunchAttributeProgrammaticStreamSerialization) where every GPU is
   // sm_90 or later: the LL kernels' blocks are then resident and waiting (pdlWait, common/pdl.cuh) when
   // the kernel before them on the caller's stream ends, instead of being launched then.
@@ -210,25 +179,9 @@ tpsResult_t P2pBackend::init(const std::vector<int>& devices, const HostTuning& 
     h.rank = r;
     h.nranks = n;
   }
-  // Load the kernels now (see host_staged.cu: lazy loading can deadlock against a busy peer).
   for (int d : devices_) {
     DeviceGuard g(d);
-    cudaFuncAttributes fa;
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<float, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__half, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__nv_bfloat16, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<float, false>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__half, false>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShot<__nv_bfloat16, false>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<float>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<__half>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLL<__nv_bfloat16>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<float>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__half>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pTwoShot<__nv_bfloat16>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNorm));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNormRow<false>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, p2pOneShotLLAddNormRow<true>));
+    TPS_CUDA_CHECK(p2pLoadKernels());
   }
   TPS_LOG_INFO("p2p backend: {} GPUs, one-shot up to {} B, two-shot pieces of {} B", n, kOneShotMax, kTwoShotPiece);
   return tpsSuccess;
@@ -260,47 +213,27 @@ bool aligned8(const CallArgs& a, const NormArgs& m, size_t ndev) {
 }
 
 template <bool kPushed>
-tpsResult_t P2pBackend::launchByRow(const CallArgs& a, const NormArgs& m) {
+tpsResult_t P2pBackend::launchAddNorm(const CallArgs& a, const NormArgs& m) {
   for (size_t r = 0; r < devices_.size(); ++r) {
     DeviceGuard g(devices_[r]);
-    TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNormRow<kPushed>, dim3(ll_blocks_), dim3(kRowThreads),
-                                a.streams[r], ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]),
-                                static_cast<const __nv_bfloat16*>(m.residual_in[r]),
-                                static_cast<__nv_bfloat16*>(m.residual_out[r]),
-                                m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
-                                m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr,
-                                static_cast<int>(m.rows), static_cast<int>(m.width), m.eps));
+    TPS_CUDA_CHECK(p2pLaunchAddNorm<kPushed>(
+        ll_pdl_, ll_[r], static_cast<const __nv_bfloat16*>(a.bufs[r]),
+        static_cast<const __nv_bfloat16*>(m.residual_in[r]), static_cast<__nv_bfloat16*>(m.residual_out[r]),
+        m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
+        m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr, m.rows, m.width, m.eps, a.streams[r]));
   }
   return tpsSuccess;
 }
 
-// Fused where the call would take the LL one-shot: bf16, 8-byte aligned buffers, width a multiple of
-// 4, rows <= LL blocks (each row needs a block), an LL grid of at most kFusedThreads threads (the
-// default 64 x 128 is), and, with a norm, residual_out apart from residual_in (the row's last block
-// reads the whole new residual row; the add alone may update the residual in place).
+// Fused where the call would take the LL one-shot (p2pFusedFits).
 tpsResult_t P2pBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) {
   if (m.pushed) return pushedAddRmsNorm(a, m);
   const size_t n = devices_.size();
-  bool ok = a.dtype == tpsBfloat16 && p2pAlgoFor(a.bytes(), true, false) == P2pAlgo::kLL && m.width % 4 == 0 &&
-            m.rows <= static_cast<size_t>(ll_blocks_) && aligned8(a, m, n);
-  for (size_t r = 0; r < n && ok; ++r) ok = m.weight == nullptr || m.residual_in[r] != m.residual_out[r];
-  if (!ok) return tpsUnavailable;
-  // With a norm, one block per row where a row fits one block (faster than the row spread over the LL
-  // grid: docs/PERFORMANCE.md, "The synthetic transformer"); the add alone, or a wider row, takes the
-  // spread kernel (without a norm it is the LL kernel plus the add).
-  if (m.weight != nullptr && m.width / 4 <= static_cast<size_t>(kRowThreads) * kRowWords)
-    return launchByRow<false>(a, m);
-  for (size_t r = 0; r < n; ++r) {
-    DeviceGuard g(devices_[r]);
-    TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLLAddNorm, dim3(ll_blocks_), dim3(kLLThreads), a.streams[r], ll_[r],
-                                static_cast<const __nv_bfloat16*>(a.bufs[r]),
-                                static_cast<const __nv_bfloat16*>(m.residual_in[r]),
-                                static_cast<__nv_bfloat16*>(m.residual_out[r]),
-                                m.weight ? static_cast<const __nv_bfloat16*>(m.weight[r]) : nullptr,
-                                m.normed ? static_cast<__nv_bfloat16*>(m.normed[r]) : nullptr, static_cast<int>(m.rows),
-                                static_cast<int>(m.width), m.eps));
-  }
-  return tpsSuccess;
+  bool apart = true;
+  for (size_t r = 0; r < n; ++r) apart = apart && m.residual_in[r] != m.residual_out[r];
+  if (!p2pFusedFits(a.dtype, a.bytes(), m.rows, m.width, aligned8(a, m, n), m.weight != nullptr, apart))
+    return tpsUnavailable;
+  return launchAddNorm<false>(a, m);
 }
 
 // The peers' words are already on their way: only the by-row kernel's wait, sum, add and norm remain.
@@ -314,7 +247,7 @@ tpsResult_t P2pBackend::pushedAddRmsNorm(const CallArgs& a, const NormArgs& m) {
              tpsInvalidArgument, "pushed reduction: {} rows x {} do not fit the push channel ({} rows, {} words)",
              m.rows, m.width, ll_blocks_, kLLMax / 8);
   TPS_EXPECT(aligned8(a, m, devices_.size()), tpsInvalidArgument, "pushed reduction: a buffer is not 8-byte aligned");
-  return launchByRow<true>(a, m);
+  return launchAddNorm<true>(a, m);
 }
 
 template <typename T>
@@ -355,8 +288,7 @@ tpsResult_t P2pBackend::run(const CallArgs& a) {
   if (algo == P2pAlgo::kLL) {
     for (size_t r = 0; r < n; ++r) {
       DeviceGuard g(devices_[r]);
-      TPS_CUDA_CHECK(launchKernel(ll_pdl_, p2pOneShotLL<T>, dim3(ll_blocks_), dim3(llThreads(a.bytes())), a.streams[r],
-                                  ll_[r], static_cast<T*>(a.bufs[r]), a.count));
+      TPS_CUDA_CHECK(p2pLaunchLL<T>(ll_pdl_, ll_[r], static_cast<T*>(a.bufs[r]), a.count, a.streams[r]));
     }
     return tpsSuccess;
   }

@@ -11,12 +11,32 @@
 //   two-shot     above: reduce-scatter then all-gather, each GPU moving 2(N-1)/N of the message.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+
+#include "tpscope/tpscope.h"
 
 namespace tpscope::detail {
 
 constexpr size_t kP2pLLMax = 256u << 10;     // LL receive lines per (slot, sender) are sized for this
 constexpr size_t kP2pOneShotMax = 1u << 20;  // one-shot receive slot per (slot, peer)
+constexpr size_t kP2pTwoShotPiece = 64u << 20;  // bytes per GPU per two-shot launch
+
+// The launch geometry both p2p backends use (p2p.cu in one process, p2p_ipc.cu across processes), each
+// grid from a sweep on 2xH200 under CUDA graphs (docs/PERFORMANCE.md, "The p2p backend"):
+// - flag one-shot: 64 blocks (from 16 to 128, best or within 0.1 us of it from 256 KiB to 1 MiB);
+constexpr int kP2pOneShotBlocks = 64;
+// - LL one-shot: 64 blocks, fixed per communicator (each block keeps its own sequence number); many
+//   small blocks spread the stores and polls over 64 SMs. Threads per block grow with the message, one
+//   per 8-byte word of the block's share, from kP2pLLThreads to kP2pLLThreadsMax: only the loops'
+//   stride changes, never the block count;
+constexpr int kP2pLLBlocks = 64, kP2pLLThreads = 128, kP2pLLThreadsMax = 512;
+// - two-shot: 128 blocks, enough to keep NVLink busy while some blocks wait on flags (busbw at 64 MiB
+//   to 1 GiB: 32 blocks 238 GB/s, 64 blocks 295, 128 blocks 341-344).
+constexpr int kP2pTwoShotBlocks = 128;
+static_assert(kP2pLLThreads % 32 == 0 && kP2pLLThreadsMax % 32 == 0 && kP2pLLThreads <= kP2pLLThreadsMax);
+// The limits tpscope.h publishes: a fused call's rows are the LL grid's blocks, its bytes an LL call's.
+static_assert(TPS_FUSED_MAX_ROWS == kP2pLLBlocks && TPS_P2P_LL_MAX_BYTES == kP2pLLMax);
 
 enum class P2pAlgo { kLL, kOneShot, kTwoShot };
 
@@ -30,6 +50,36 @@ constexpr P2pAlgo p2pAlgoFor(size_t bytes, bool aligned8 = true, bool aligned16 
 // "LL one-shot", "one-shot", "two-shot".
 constexpr const char* p2pAlgoName(P2pAlgo a) {
   return a == P2pAlgo::kLL ? "LL one-shot" : a == P2pAlgo::kOneShot ? "one-shot" : "two-shot";
+}
+
+// Threads per block of an LL call of `bytes`: one per 8-byte word of a block's share, rounded up to a
+// warp, within [kP2pLLThreads, kP2pLLThreadsMax].
+constexpr int p2pLLThreads(size_t bytes) {
+  const size_t per_block = (bytes / 8 + kP2pLLBlocks - 1) / kP2pLLBlocks;
+  const size_t warps = (per_block + 31) / 32 * 32;
+  return static_cast<int>(std::clamp<size_t>(warps, kP2pLLThreads, kP2pLLThreadsMax));
+}
+
+// The statistics path of an algorithm (a two-shot call's remainder short of N whole vectors goes
+// through one-shot, and counts as two-shot).
+constexpr tpsPath_t p2pPathOf(P2pAlgo a) {
+  return a == P2pAlgo::kLL ? tpsPathP2pLL : a == P2pAlgo::kOneShot ? tpsPathP2pOneShot : tpsPathP2pTwoShot;
+}
+
+// Bytes one GPU sends (and receives) over peer links for one call of `bytes` on `path` among `nranks`:
+// one-shot and LL send the whole message to every peer, two-shot 2(N-1)/N of it.
+constexpr size_t p2pBytesPerGpu(tpsPath_t path, size_t bytes, size_t nranks) {
+  return path == tpsPathP2pTwoShot ? bytes * 2 * (nranks - 1) / nranks : bytes * (nranks - 1);
+}
+
+// Whether a fused add + norm call fits the LL kernels: bf16, an LL-sized message, width a multiple of 4,
+// rows <= LL blocks (each row needs a block), every buffer 8-byte aligned, and, with a norm
+// (`has_weight`), residual_out apart from residual_in (the row's last block reads the whole new
+// residual row; the add alone may update the residual in place).
+constexpr bool p2pFusedFits(tpsDataType_t dtype, size_t bytes, size_t rows, size_t width, bool aligned8,
+                            bool has_weight, bool residual_apart) {
+  return dtype == tpsBfloat16 && p2pAlgoFor(bytes, true, false) == P2pAlgo::kLL && width % 4 == 0 &&
+         rows <= static_cast<size_t>(kP2pLLBlocks) && aligned8 && (!has_weight || residual_apart);
 }
 
 }  // namespace tpscope::detail

@@ -373,7 +373,8 @@ __global__ void __launch_bounds__(kP2pThreads) p2pOneShotLL(P2pLLHandle h, T* bu
 // one thread, so residual_out may be residual_in (the residual updated in place).
 constexpr int kFusedThreads = 256;  // most threads per block
 
-__global__ void __launch_bounds__(kFusedThreads)
+// static: the one kernel here that is not a template, and the header has two users (p2p.cu, p2p_ipc.cu).
+static __global__ void __launch_bounds__(kFusedThreads)
     p2pOneShotLLAddNorm(P2pLLHandle h, const __nv_bfloat16* partial, const __nv_bfloat16* residual_in,
                         __nv_bfloat16* residual_out, const __nv_bfloat16* weight, __nv_bfloat16* normed, int rows,
                         int width, float eps) {

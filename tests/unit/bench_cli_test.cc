@@ -47,6 +47,23 @@ TEST(BenchCli, BadFlagsAreUsageErrors) {
   expectUsageError("--frobnicate", "--frobnicate");
 }
 
+TEST(BenchCli, BadProcsAreUsageErrors) {
+  expectUsageError("--procs 1", "--procs");
+  expectUsageError("--procs 9", "--procs");
+  expectUsageError("--procs x", "--procs");
+  expectUsageError("--procs 2 --tune", "--procs");
+  expectUsageError("--procs 2 --devices 0,1,2", "--procs");  // more GPUs than ranks
+  expectUsageError("--procs 2 -g 3", "--procs");
+}
+
+TEST(BenchCli, TheRankWorkerRefusesAMissingPlan) {
+  CliResult r = runTpscope("bench allreduce-rank --plan /nonexistent/plan.json --rank 0 --out /dev/null");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("plan"), std::string::npos) << r.err;
+  EXPECT_EQ(runTpscope("bench allreduce-rank --rank 0").exit_code, 2);  // --plan and --out are required
+  EXPECT_EQ(runTpscope("bench --help").out.find("allreduce-rank"), std::string::npos) << "a hidden subcommand";
+}
+
 TEST(BenchCli, NvlinkMulticastIsRefused) { expectUsageError("", "NCCL_NVLS_ENABLE", "NCCL_NVLS_ENABLE=1"); }
 
 TEST(BenchCli, BenchWithoutABenchmarkIsAUsageError) {

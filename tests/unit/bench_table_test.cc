@@ -149,15 +149,16 @@ TEST(BenchTable, JsonCarriesTheCommunicatorSettings) {
 TEST(BenchTable, HeaderHasTheNcclTestsColumnsInOrder) {
   const std::string h = formatHeader();
   EXPECT_EQ(h.front(), '#');
-  const std::regex nccl(R"(#\s+size\(B\)\s+count\(elements\)\s+type\s+redop \|\s+time\(us\)\s+algbw\(GB/s\)\s+)"
-                        R"(busbw\(GB/s\)\s+#wrong \|\s+backend\s+path\s+min\(us\)\s+median\(us\)\s+max\(us\)\s+)"
-                        R"(host_tx\(B\)\s+host_rx\(B\)\s+peer_tx\(B\)\s+peer_rx\(B\)\s+nccl_tx\(B\)\s+nccl_rx\(B\) \|\s+)"
-                        R"(pcie_tx\(B\)\s+pcie_rx\(B\)\s+nvl_tx\(B\)\s+nvl_rx\(B\)\n)");
+  const std::regex nccl(
+      R"(#\s+size\(B\)\s+count\(elements\)\s+type\s+redop \|\s+time\(us\)\s+algbw\(GB/s\)\s+)"
+      R"(busbw\(GB/s\)\s+#wrong \|\s+backend\s+ranks\s+path\s+min\(us\)\s+median\(us\)\s+max\(us\)\s+)"
+      R"(host_tx\(B\)\s+host_rx\(B\)\s+peer_tx\(B\)\s+peer_rx\(B\)\s+nccl_tx\(B\)\s+nccl_rx\(B\) \|\s+)"
+      R"(pcie_tx\(B\)\s+pcie_rx\(B\)\s+nvl_tx\(B\)\s+nvl_rx\(B\)\n)");
   EXPECT_TRUE(std::regex_match(h, nccl)) << h;
 }
 
 TEST(BenchTable, EveryNonDataLineStartsWithHash) {
-  // Data rows are the only lines awk should see: 23 fields, the first two numbers.
+  // Data rows are the only lines awk should see: 24 fields, the first two numbers.
   std::istringstream in(fullTable(h200Context(), h200Rows()));
   int data = 0;
   for (std::string line; std::getline(in, line);) {
@@ -166,7 +167,7 @@ TEST(BenchTable, EveryNonDataLineStartsWithHash) {
     std::istringstream fields(line);
     std::vector<std::string> f;
     for (std::string w; fields >> w;) f.push_back(w);
-    ASSERT_EQ(f.size(), 23u) << line;
+    ASSERT_EQ(f.size(), 24u) << line;
     EXPECT_NE(f[0].find_first_of("0123456789"), std::string::npos) << line;
   }
   EXPECT_EQ(data, 4);
@@ -189,6 +190,47 @@ TEST(BenchTable, FooterFailsOnWrongElements) {
   rows[1].check->wrong = 3;
   const std::string f = formatFooter(rows, {tpsBackendHost, tpsBackendNccl});
   EXPECT_NE(f.find("# Out of bounds values : 3 FAILED"), std::string::npos) << f;
+}
+
+// `--procs 2` on one H200: both ranks share GPU 0; p2p rows with every rank in one process, then with a
+// process per rank (made-up times).
+TEST(BenchTable, GoldenProcsOnOneGpu) {
+  BenchContext c = h200Context();
+  c.argv = {"tpscope", "bench", "allreduce", "--procs", "2", "--backend", "p2p", "-b", "8K", "-e", "8K"};
+  c.devices = {{0, 0, "0000:18:00.0", "NVIDIA H200"}, {1, 0, "0000:18:00.0", "NVIDIA H200"}};
+  c.env.clear();
+  c.options.devices = {0, 0};
+  c.options.backends = {tpsBackendP2p};
+  c.options.meter = false;
+  c.options.procs = 2;
+  c.procs_devices = {0, 0};
+  tpsConfig_t cfg;
+  tpsConfigInit(&cfg);
+  cfg.backend = tpsBackendAuto;
+  cfg.shared_devices = 1;
+  c.communicator = cfg;
+  BenchRow t;
+  t.backend = tpsBackendP2p;
+  t.path = "p2p-ll";
+  t.count = 4096;
+  t.calls = 20;
+  t.time = {6.2, 5.9, 6.1, 9.8};
+  t.check = CheckCounts{};
+  t.bytes_per_call = MediumBytes{0, 0, 8192, 8192, 0, 0};
+  setBandwidths(&t, 2);
+  BenchRow p = t;
+  p.procs = true;
+  p.time = {2410.0, 35.1, 2402.5, 4800.0};
+  setBandwidths(&p, 2);
+  const std::vector<BenchRow> rows = {t, p};
+  std::string s = formatPreamble(c) + formatHeader() + formatRow(t) + formatRow(p);
+  s += formatFooter(rows, c.options.backends) + formatProcsRatios(rows);
+  testing::expectGolden("bench_allreduce_procs.txt", s);
+  const nlohmann::json j = benchDocument(c, rows);
+  EXPECT_EQ(j["context"]["procs"], 2);
+  EXPECT_EQ(j["context"]["procs_devices"], nlohmann::json({0, 0}));
+  EXPECT_EQ(j["results"][1]["ranks"], "procs");
+  EXPECT_TRUE(benchDocument(h200Context(), h200Rows())["context"]["procs"].is_null());
 }
 
 TEST(BenchJson, GoldenH200) {

@@ -5,7 +5,9 @@
 // The pieces: bench_args (options and their checks), bench_runner (GPU timing), bench_check (-c 1),
 // bench_stats (path and bytes columns), bench_table (text and JSON). This file wires them together.
 // --tune runs bench_tune (the host backend's tunables), then bench_crossover (the fastest backend per
-// size, for `auto`) instead of the sweep.
+// size, for `auto`) instead of the sweep. --procs N runs the sweep again with each rank a process of its
+// own (bench_procs: this binary re-run per rank as the hidden `bench allreduce-rank`), after the sweep
+// with every rank in this process, so that both stand in one table.
 #include "bench_allreduce.h"
 
 #include <fmt/format.h>
@@ -23,6 +25,7 @@
 #include "allreduce/paths.h"
 #include "bench_args.h"
 #include "bench_crossover.h"
+#include "bench_procs.h"
 #include "bench_runner.h"
 #include "bench_table.h"
 #include "bench_tune.h"
@@ -58,13 +61,74 @@ std::string utcNow() {
 // failure part-way leaves the rows measured before it.
 void runSweep(AllReduceBench& bench, const BenchOptions& o, const std::vector<uint64_t>& sizes,
               const std::function<void(const BenchRow&)>& on_row, std::vector<BenchRow>* rows) {
-  for (tpsDataType_t t : o.dtypes)
-    for (size_t count : sweepCounts(sizes, t))
-      for (tpsBackend_t b : o.backends) {
-        rows->push_back(bench.measure(b, t, count));
-        on_row(rows->back());
-      }
+  for (const ProcsItem& i : sweepItems(o, sizes)) {
+    rows->push_back(bench.measure(i.backend, i.dtype, i.count));
+    on_row(rows->back());
+  }
 }
+
+// This binary, for the --procs ranks.
+std::string selfExe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error("cannot find this program's path (/proc/self/exe) to start the ranks");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::string hexOf(const tpsUniqueId& id) {
+  std::string s;
+  for (char c : id.internal) s += fmt::format("{:02x}", static_cast<unsigned char>(c));
+  return s;
+}
+
+// The same sweep with each rank a process of its own; rows (marked procs) appended as the ranks report.
+void runProcsSweep(const BenchOptions& o, const std::vector<uint64_t>& sizes, bool shared,
+                   const std::function<void(const BenchRow&)>& on_row, std::vector<BenchRow>* rows) {
+  tpsUniqueId id;
+  if (tpsGetUniqueId(&id) != tpsSuccess) throw std::runtime_error("tpsGetUniqueId failed");
+  ProcsPlan plan;
+  plan.id_hex = hexOf(id);
+  plan.devices = o.devices;
+  plan.shared_devices = shared;
+  plan.iters = o.iters, plan.warmup_iters = o.warmup_iters, plan.graph_replays = o.graph_replays;
+  plan.graph = o.graph, plan.check = o.check;
+  // nccl-symm is NCCL's own AllReduce, measured by this process beside the library's; not across processes.
+  for (const ProcsItem& i : sweepItems(o, sizes))
+    if (i.backend != kBenchNcclSymm) plan.items.push_back(i);
+  if (plan.items.empty()) return;
+  // The ranks report when they are done; their own waits are bounded (spin and bootstrap timeouts), so
+  // this limit only catches a rank stuck outside the library.
+  const auto results = runProcsPlan(plan, selfExe(), 3600.0);
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const int calls = o.graph ? o.iters * o.graph_replays : o.iters;
+    if (std::optional<BenchRow> row = procsRow(plan.items[i], results[i], o.graph, calls)) {
+      rows->push_back(*row);
+      on_row(rows->back());
+    } else {
+      std::printf("# procs: backend %s is not available across processes here\n",
+                  tpsBackendName(plan.items[i].backend));
+    }
+  }
+}
+
+// The hidden `tpscope bench allreduce-rank`: one rank of --procs.
+class BenchAllReduceRankCommand : public Command {
+ public:
+  explicit BenchAllReduceRankCommand(CLI::App& app) {
+    sub_ = benchGroup(app)->add_subcommand("allreduce-rank", "One rank of 'bench allreduce --procs' (internal)");
+    sub_->group("");  // hidden from --help
+    sub_->add_option("--plan", plan_, "The plan the parent wrote")->required();
+    sub_->add_option("--rank", rank_, "This process's rank")->required();
+    sub_->add_option("--out", out_, "Where to write one JSON line per measurement")->required();
+  }
+  CLI::App* subcommand() const override { return sub_; }
+  int run() override { return runProcsRank(plan_, rank_, out_); }
+
+ private:
+  CLI::App* sub_ = nullptr;
+  std::string plan_, out_;
+  int rank_ = -1;
+};
 
 class BenchAllReduceCommand : public Command {
  public:
@@ -109,6 +173,9 @@ class BenchAllReduceCommand : public Command {
     sub_->add_option("--format", format_, "Output on stdout")
         ->check(CLI::IsMember({"table", "json"}))
         ->capture_default_str();
+    sub_->add_option("--procs", o_.procs,
+                     "Also run the sweep with each of N ranks a process of its own (tpsCommInitRank), rows "
+                     "'procs' beside 'threads'; ranks share GPUs where there are fewer (shared_devices)");
   }
   CLI::App* subcommand() const override { return sub_; }
   int run() override;
@@ -116,6 +183,8 @@ class BenchAllReduceCommand : public Command {
  private:
   BenchOptions parseOptions();
   BenchContext context(const Topology& topo) const;
+  // The GPUs given by -g or --devices (empty: none given), in the order given.
+  std::vector<int> givenDevices() const;
 
   CLI::App* sub_ = nullptr;
   CLI::Option* min_opt_ = nullptr;
@@ -149,6 +218,13 @@ BenchOptions BenchAllReduceCommand::parseOptions() {
   return o;
 }
 
+std::vector<int> BenchAllReduceCommand::givenDevices() const {
+  if (!devices_.empty()) return parseDeviceList(devices_, "--devices");
+  std::vector<int> out;
+  for (int g = 0; g < ngpus_; ++g) out.push_back(g);
+  return out;
+}
+
 BenchContext BenchAllReduceCommand::context(const Topology& topo) const {
   BenchContext c;
   c.version = tpsGetVersion();
@@ -159,8 +235,14 @@ BenchContext BenchAllReduceCommand::context(const Topology& topo) const {
   c.pid = static_cast<int>(getpid());
   c.start_time = utcNow();
   c.argv = processArgv();
-  for (size_t r = 0; r < topo.gpus.size(); ++r)
-    c.devices.push_back({static_cast<int>(r), topo.gpus[r].index, topo.gpus[r].bus_id, topo.gpus[r].name});
+  // One entry per rank (ranks that share a GPU name it each); the topology lists each GPU once.
+  for (size_t r = 0; r < o_.devices.size(); ++r)
+    for (const auto& g : topo.gpus)
+      if (g.index == o_.devices[r]) {
+        c.devices.push_back({static_cast<int>(r), g.index, g.bus_id, g.name});
+        break;
+      }
+  if (o_.procs > 0) c.procs_devices = o_.devices;
   c.driver_version = topo.driver_version;
   c.cuda_driver_version = topo.cuda_driver_version;
   c.cuda_runtime_version = topo.cuda_runtime_version;
@@ -189,13 +271,28 @@ int BenchAllReduceCommand::run() {
   setenv("NCCL_NVLS_ENABLE", "0", 0);
 
   // Flag errors first, so a bad command line is a usage error even on a machine without GPUs.
-  if (ngpus_ != 0 || !devices_.empty()) resolveDevices(ngpus_, devices_, std::numeric_limits<int>::max());
+  if (o_.procs != 0) {
+    if (tune_) throw UsageError("--procs runs the sweep, --tune measures instead of it: give one of them");
+    procsDevices(o_.procs, givenDevices(), std::numeric_limits<int>::max());
+  } else if (ngpus_ != 0 || !devices_.empty()) {
+    resolveDevices(ngpus_, devices_, std::numeric_limits<int>::max());
+  }
   int visible = 0;
   std::string reason;
   if (cudaDeviceCount(&visible, &reason) != tpsSuccess) return fail(kExitRuntime, reason);
-  o_.devices = resolveDevices(ngpus_, devices_, visible);
+  if (o_.procs != 0 && ngpus_ > visible)
+    return fail(kExitUsage, fmt::format("-g {} asks for {} GPUs; this machine shows {}", ngpus_, ngpus_, visible));
+  o_.devices =
+      o_.procs != 0 ? procsDevices(o_.procs, givenDevices(), visible) : resolveDevices(ngpus_, devices_, visible);
+  // Ranks that share a GPU (--procs with fewer GPUs than ranks): both sweeps say shared_devices, and the
+  // meter, which would count one GPU's links for two ranks, stays off.
+  const bool shared = ranksShareGpus(o_.devices);
+  if (shared) o_.meter = false;
+  std::vector<int> gpus;
+  for (int d : o_.devices)
+    if (std::find(gpus.begin(), gpus.end(), d) == gpus.end()) gpus.push_back(d);
   Topology topo;
-  tpsResult_t r = queryTopology(o_.devices, &topo, &reason);
+  tpsResult_t r = queryTopology(gpus, &topo, &reason);
   if (r == tpsInvalidArgument) return fail(kExitUsage, reason);
   if (r != tpsSuccess) return fail(kExitRuntime, "cannot read the topology: " + reason);
   if (tune_) {
@@ -209,12 +306,15 @@ int BenchAllReduceCommand::run() {
     if (!json_file) return fail(kExitRuntime, "cannot write " + o_.json_path + ": check the folder exists");
   }
 
-  AllReduceBench bench(o_.devices, max_bytes, o_);
+  tpsConfig_t shared_config;
+  tpsConfigInit(&shared_config);
+  shared_config.shared_devices = 1;
+  auto bench = std::make_unique<AllReduceBench>(o_.devices, max_bytes, o_, shared ? &shared_config : nullptr);
   std::vector<tpsBackend_t> usable;
   for (tpsBackend_t b : o_.backends) {
-    if (bench.available(b)) {
+    if (bench->available(b)) {
       usable.push_back(b);
-    } else if (backends_ != "all" && b != kBenchNcclSymm) {  // nccl-symm: N/A with its reason, not a failure
+    } else if (backends_ != "all" && b != kBenchNcclSymm && !shared) {  // nccl-symm: N/A with its reason
       return fail(kExitRuntime, fmt::format("backend {} is not available on these GPUs with this build ('tpscope topo' "
                                             "says why; TPSCOPE_ALLREDUCE, if set, limits the backends)",
                                             tpsBackendName(b)));
@@ -223,8 +323,8 @@ int BenchAllReduceCommand::run() {
   if (usable.empty()) return fail(kExitRuntime, "no backend of --backend all can run here ('tpscope topo' says why)");
   o_.backends = usable;
   BenchContext ctx = context(topo);
-  ctx.communicator = bench.config();
-  ctx.nccl_symm = bench.ncclSymmInfo();
+  ctx.communicator = bench->config();
+  ctx.nccl_symm = bench->ncclSymmInfo();
   // The rate the host backend's algbw is judged by (its target: >= 80 % from 64 MiB), from this run's box.
   const double d2h = pinnedCopyRateGBps(o_.devices[0], true, 256u << 20);
   const double h2d = pinnedCopyRateGBps(o_.devices[0], false, 256u << 20);
@@ -236,17 +336,18 @@ int BenchAllReduceCommand::run() {
   const bool progress = !table && isatty(STDERR_FILENO);  // JSON on stdout: show progress on a terminal
   std::vector<BenchRow> rows;
   std::string stopped;  // a runtime error part-way: the rows so far are still printed and written
+  const auto on_row = [&](const BenchRow& row) {
+    if (table) std::fputs(formatRow(row).c_str(), stdout);
+    std::fflush(stdout);  // rows appear as they are measured, like all_reduce_perf
+    if (progress)
+      std::fprintf(stderr, "\r# %s %s %llu B done   ", benchBackendName(row.backend), tpsDataTypeName(row.dtype),
+                   static_cast<unsigned long long>(row.bytes()));
+  };
   try {
-    runSweep(
-        bench, o_, sizes,
-        [&](const BenchRow& row) {
-          if (table) std::fputs(formatRow(row).c_str(), stdout);
-          std::fflush(stdout);  // rows appear as they are measured, like all_reduce_perf
-          if (progress)
-            std::fprintf(stderr, "\r# %s %s %llu B done   ", benchBackendName(row.backend), tpsDataTypeName(row.dtype),
-                         static_cast<unsigned long long>(row.bytes()));
-        },
-        &rows);
+    runSweep(*bench, o_, sizes, on_row, &rows);
+    ctx.nccl_symm = bench->ncclSymmInfo();  // with NCCL's estimates for the sizes measured
+    bench.reset();                          // the ranks' processes get the GPUs to themselves
+    if (o_.procs != 0) runProcsSweep(o_, sizes, shared, on_row, &rows);
   } catch (const std::exception& e) {
     stopped = e.what();
   }
@@ -258,9 +359,10 @@ int BenchAllReduceCommand::run() {
       const tpsBackend_t ref = ratioReference(o_.backends);
       tail += formatRatios(timeRatios(rows, o_.backends, ref), o_.backends, ref);
     }
+    tail += formatProcsRatios(rows);
     std::fputs(tail.c_str(), stdout);
   }
-  ctx.nccl_symm = bench.ncclSymmInfo();  // with NCCL's estimates for the sizes measured
+  if (bench) ctx.nccl_symm = bench->ncclSymmInfo();  // the sweep stopped early
   const nlohmann::json doc = benchDocument(ctx, rows, stopped);
   if (o_.json_stdout) std::printf("%s\n", doc.dump(2).c_str());
   if (json_file.is_open()) json_file << doc.dump(2) << "\n";
@@ -275,6 +377,10 @@ int BenchAllReduceCommand::run() {
 
 std::unique_ptr<Command> makeBenchAllReduceCommand(CLI::App& app) {
   return std::make_unique<BenchAllReduceCommand>(app);
+}
+
+std::unique_ptr<Command> makeBenchAllReduceRankCommand(CLI::App& app) {
+  return std::make_unique<BenchAllReduceRankCommand>(app);
 }
 
 }  // namespace tpscope::cli

@@ -9,5 +9,7 @@
 namespace tpscope::cli {
 
 std::unique_ptr<Command> makeBenchAllReduceCommand(CLI::App& app);
+// The hidden `tpscope bench allreduce-rank`: one rank of `bench allreduce --procs` (bench_procs.h).
+std::unique_ptr<Command> makeBenchAllReduceRankCommand(CLI::App& app);
 
 }  // namespace tpscope::cli

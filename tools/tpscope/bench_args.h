@@ -58,6 +58,7 @@ struct BenchOptions {
   bool meter = true;         // meter each eager (backend, size) on the links (--no-meter: off)
   std::string json_path;     // -J/--json FILE; empty: none
   bool json_stdout = false;  // --format json
+  int procs = 0;             // --procs N: the sweep again with each of N ranks a process of its own; 0: not
 };
 
 // The GPUs to use: `--devices LIST` (CUDA ordinals) or `-g N` (the first N), else every visible GPU.

@@ -82,6 +82,38 @@ double benchTolerance(tpsDataType_t dtype, int nranks, double sum_abs) {
   return ku / (1 - ku) * sum_abs;
 }
 
+namespace {
+
+// Element i's reference (the sum in double over `nranks` ranks) and its tolerance.
+void referenceAt(uint64_t seed, tpsDataType_t dtype, int nranks, size_t i, double* ref, double* tol) {
+  double sum = 0, sum_abs = 0;
+  for (int r = 0; r < nranks; ++r) {
+    const double x = benchInputValue(seed, r, i);
+    sum += x;
+    sum_abs += std::fabs(x);
+  }
+  *ref = sum;
+  *tol = benchTolerance(dtype, nranks, sum_abs);
+}
+
+}  // namespace
+
+uint64_t countOutOfTolerance(uint64_t seed, tpsDataType_t dtype, size_t count, int nranks, const void* result) {
+  std::vector<uint64_t> part(std::max(1u, std::thread::hardware_concurrency()));
+  parallelFor(count, [&](size_t b, size_t e, size_t t) {
+    uint64_t bad = 0;
+    for (size_t i = b; i < e; ++i) {
+      double ref = 0, tol = 0;
+      referenceAt(seed, dtype, nranks, i, &ref, &tol);
+      bad += !(std::fabs(decodeElement(dtype, result, i) - ref) <= tol);  // NaN fails too
+    }
+    part[t] = bad;
+  });
+  uint64_t total = 0;
+  for (uint64_t v : part) total += v;
+  return total;
+}
+
 CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const std::vector<const void*>& results) {
   const int n = static_cast<int>(results.size());
   const size_t elem = tpsDataTypeSize(dtype);
@@ -89,13 +121,8 @@ CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const
   parallelFor(count, [&](size_t b, size_t e, size_t t) {
     CheckCounts c;
     for (size_t i = b; i < e; ++i) {
-      double ref = 0, sum_abs = 0;
-      for (int r = 0; r < n; ++r) {
-        const double x = benchInputValue(seed, r, i);
-        ref += x;
-        sum_abs += std::fabs(x);
-      }
-      const double tol = benchTolerance(dtype, n, sum_abs);
+      double ref = 0, tol = 0;
+      referenceAt(seed, dtype, n, i, &ref, &tol);
       const auto* first = static_cast<const unsigned char*>(results[0]) + i * elem;
       for (int r = 0; r < n; ++r) {
         const bool bad = !(std::fabs(decodeElement(dtype, results[r], i) - ref) <= tol);  // NaN fails too

@@ -36,6 +36,10 @@ double decodeElement(tpsDataType_t dtype, const void* data, size_t index);
 // The tolerance above for one element whose inputs' absolute values sum to `sum_abs`.
 double benchTolerance(tpsDataType_t dtype, int nranks, double sum_abs);
 
+// Elements of one rank's result (`count` elements of a call among `nranks` ranks) outside the tolerance:
+// the check of a rank that is a process of its own (--procs), which cannot see the others' results.
+uint64_t countOutOfTolerance(uint64_t seed, tpsDataType_t dtype, size_t count, int nranks, const void* result);
+
 // Checks every rank's result (host copies, results[r] holds `count` elements) against the reference.
 CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const std::vector<const void*>& results);
 

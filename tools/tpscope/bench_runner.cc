@@ -12,34 +12,12 @@
 #include <thread>
 
 #include "bench_check.h"
+#include "bench_cuda.h"
 #include "bench_stats.h"
 #include "cli.h"
 #include "common/log.h"
 
 namespace tpscope::cli {
-
-namespace {
-
-void cudaOk(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  (void)cudaGetLastError();
-  throw std::runtime_error(fmt::format("{} failed: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e)));
-}
-#define TPS_BENCH_CUDA(call) cudaOk((call), #call)
-
-void tpsOk(tpsResult_t r, const std::string& what) {
-  if (r != tpsSuccess) throw std::runtime_error(fmt::format("{}: {}", what, tpsGetErrorString(r)));
-}
-
-// Owns an instantiated graph.
-struct GraphExec {
-  cudaGraphExec_t exec = nullptr;
-  ~GraphExec() {
-    if (exec) (void)cudaGraphExecDestroy(exec);
-  }
-};
-
-}  // namespace
 
 AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes, const BenchOptions& options,
                                const tpsConfig_t* config)
@@ -149,14 +127,7 @@ std::vector<double> AllReduceBench::timeEager(tpsBackend_t backend, tpsDataType_
   joinInto();
   const int last = marked ? iters : 1;
   TPS_BENCH_CUDA(cudaEventRecord(marks_[last].get(), s0));
-  TPS_BENCH_CUDA(cudaEventSynchronize(marks_[last].get()));
-  std::vector<double> us;
-  for (int i = 0; i < last; ++i) {
-    float ms = 0;
-    TPS_BENCH_CUDA(cudaEventElapsedTime(&ms, marks_[i].get(), marks_[i + 1].get()));
-    us.push_back(ms * 1e3 / (marked ? 1 : iters));
-  }
-  return us;
+  return markIntervalsUs(marks_, last, marked ? 1 : iters);
 }
 
 cudaGraphExec_t AllReduceBench::capture(tpsBackend_t backend, tpsDataType_t dtype, size_t count, int calls) {
@@ -201,14 +172,7 @@ std::vector<double> AllReduceBench::timeGraph(cudaGraphExec_t exec, int calls_pe
     TPS_BENCH_CUDA(cudaGraphLaunch(exec, s0));
     TPS_BENCH_CUDA(cudaEventRecord(marks_[j + 1].get(), s0));
   }
-  TPS_BENCH_CUDA(cudaEventSynchronize(marks_[launches].get()));
-  std::vector<double> us;
-  for (int j = 0; j < launches; ++j) {
-    float ms = 0;
-    TPS_BENCH_CUDA(cudaEventElapsedTime(&ms, marks_[j].get(), marks_[j + 1].get()));
-    us.push_back(ms * 1e3 / calls_per_launch);
-  }
-  return us;
+  return markIntervalsUs(marks_, launches, calls_per_launch);
 }
 
 CheckCounts AllReduceBench::check(tpsBackend_t backend, tpsDataType_t dtype, size_t count) {

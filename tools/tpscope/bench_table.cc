@@ -63,13 +63,17 @@ struct Column {
   int width;
   bool group;
 };
-constexpr Column kColumns[] = {{"size(B)", 12, false},     {"count(elements)", 15, false}, {"type", 8, false},
-                               {"redop", 6, false},        {"time(us)", 9, true},          {"algbw(GB/s)", 11, false},
-                               {"busbw(GB/s)", 11, false}, {"#wrong", 7, false},           {"backend", 9, true},
-                               {"path", 11, false},        {"min(us)", 9, false},          {"median(us)", 10, false},
-                               {"max(us)", 9, false},      {"host_tx(B)", 11, false},      {"host_rx(B)", 11, false},
-                               {"peer_tx(B)", 11, false},  {"peer_rx(B)", 11, false},      {"nccl_tx(B)", 11, false},
-                               {"nccl_rx(B)", 11, false},  {"pcie_tx(B)", 11, true},       {"pcie_rx(B)", 11, false},
+constexpr Column kColumns[] = {{"size(B)", 12, false},     {"count(elements)", 15, false},
+                               {"type", 8, false},         {"redop", 6, false},
+                               {"time(us)", 9, true},      {"algbw(GB/s)", 11, false},
+                               {"busbw(GB/s)", 11, false}, {"#wrong", 7, false},
+                               {"backend", 9, true},       {"ranks", 7, false},
+                               {"path", 11, false},        {"min(us)", 9, false},
+                               {"median(us)", 10, false},  {"max(us)", 9, false},
+                               {"host_tx(B)", 11, false},  {"host_rx(B)", 11, false},
+                               {"peer_tx(B)", 11, false},  {"peer_rx(B)", 11, false},
+                               {"nccl_tx(B)", 11, false},  {"nccl_rx(B)", 11, false},
+                               {"pcie_tx(B)", 11, true},   {"pcie_rx(B)", 11, false},
                                {"nvl_tx(B)", 11, false},   {"nvl_rx(B)", 11, false}};
 constexpr size_t kNumColumns = sizeof(kColumns) / sizeof(kColumns[0]);
 
@@ -109,6 +113,19 @@ std::string formatPreamble(const BenchContext& ctx) {
   for (size_t i = 0; i < o.dtypes.size(); ++i) types += (i ? "," : "") + std::string(tpsDataTypeName(o.dtypes[i]));
   s += fmt::format("# backends: {} (interleaved size by size)  datatypes: {}  op: sum, in place\n",
                    joinBackends(o.backends), types);
+  if (o.procs > 0) {
+    std::string gpus;
+    for (size_t r = 0; r < ctx.procs_devices.size(); ++r)
+      gpus += fmt::format("{}{}", r ? "," : "", ctx.procs_devices[r]);
+    s += fmt::format(
+        "# procs: the sweep again with each of {} ranks a process of its own (tpsCommInitRank; this binary re-run\n"
+        "#        per rank) on GPUs {}: rows 'procs', after the rows 'threads' (every rank in this process);\n"
+        "#        time = mean over ranks, min/median/max over every rank's calls\n",
+        o.procs, gpus);
+    if (ctx.communicator && ctx.communicator->shared_devices)
+      s += "# shared_devices: ranks share a GPU (their processes time-slice it): a test of the paths, not a link "
+           "measurement\n";
+  }
   if (o.meter && !o.graph)
     s += "# meter: each size also runs >= 20 ms of calls in a meter window whose idle edges each hold a read of\n"
          "#        every counter (idle background subtracted); pcie_*/nvl_* = link counter bytes per call, mean\n"
@@ -163,6 +180,7 @@ std::string formatRow(const BenchRow& r) {
                     fmt::format("{:.2f}", r.busbw_gbps),
                     r.check ? std::to_string(r.check->wrong) : "N/A",
                     benchBackendName(r.backend),
+                    r.procs ? "procs" : "threads",
                     r.path,
                     timeText(r.time.min_us),
                     timeText(r.time.median_us),
@@ -190,17 +208,19 @@ std::string formatFooter(const std::vector<BenchRow>& rows, const std::vector<tp
     }
   std::string s = checked ? fmt::format("# Out of bounds values : {} {}\n", wrong, wrong ? "FAILED" : "OK")
                           : "# Out of bounds values : N/A (not checked: -c 0)\n";
-  // Mean busbw over the sizes, as nccl-tests' "Avg bus bandwidth", per backend and type.
-  for (tpsBackend_t b : backends)
-    for (int t = 0; t < tpsNumDataTypes; ++t) {
-      double sum = 0;
-      int n = 0;
-      for (const BenchRow& r : rows)
-        if (r.backend == b && r.dtype == t) sum += r.busbw_gbps, ++n;
-      if (n)
-        s += fmt::format("# Avg bus bandwidth    : {:.4g} {} {}\n", sum / n, benchBackendName(b),
-                         tpsDataTypeName(static_cast<tpsDataType_t>(t)));
-    }
+  // Mean busbw over the sizes, as nccl-tests' "Avg bus bandwidth", per backend and type (and for --procs
+  // rows apart, marked so).
+  for (bool procs : {false, true})
+    for (tpsBackend_t b : backends)
+      for (int t = 0; t < tpsNumDataTypes; ++t) {
+        double sum = 0;
+        int n = 0;
+        for (const BenchRow& r : rows)
+          if (r.backend == b && r.dtype == t && r.procs == procs) sum += r.busbw_gbps, ++n;
+        if (n)
+          s += fmt::format("# Avg bus bandwidth    : {:.4g} {} {}{}\n", sum / n, benchBackendName(b),
+                           tpsDataTypeName(static_cast<tpsDataType_t>(t)), procs ? " procs" : "");
+      }
   return s + "#\n";
 }
 
@@ -210,6 +230,7 @@ std::vector<RatioRow> timeRatios(const std::vector<BenchRow>& rows, const std::v
   std::vector<RatioRow> out;
   std::map<std::pair<int, uint64_t>, std::map<int, double>> times;
   for (const BenchRow& r : rows) {
+    if (r.procs) continue;
     auto key = std::make_pair(static_cast<int>(r.dtype), r.bytes());
     if (times.find(key) == times.end()) out.push_back({r.dtype, r.bytes(), {}, std::nullopt});
     times[key][r.backend] = r.time.mean_us;
@@ -242,9 +263,30 @@ std::string formatRatios(const std::vector<RatioRow>& ratios, const std::vector<
   return s;
 }
 
+std::string formatProcsRatios(const std::vector<BenchRow>& rows) {
+  std::string s;
+  for (const BenchRow& p : rows) {
+    if (!p.procs) continue;
+    auto t = std::find_if(rows.begin(), rows.end(), [&](const BenchRow& r) {
+      return !r.procs && r.backend == p.backend && r.dtype == p.dtype && r.count == p.count;
+    });
+    if (s.empty())
+      s = fmt::format(
+          "# Processes vs threads: time(us) with a process per rank / with every rank in this process\n"
+          "#{:>12} {:>8} {:>7} {:>11} {:>11} {:>13}\n",
+          "size(B)", "type", "backend", "threads(us)", "procs(us)", "procs/threads");
+    const bool ok = t != rows.end() && t->time.mean_us > 0;
+    s += fmt::format("#{:>12} {:>8} {:>7} {:>11} {:>11} {:>13}\n", p.bytes(), tpsDataTypeName(p.dtype),
+                     benchBackendName(p.backend), t != rows.end() ? timeText(t->time.mean_us) : "N/A",
+                     timeText(p.time.mean_us), ok ? fmt::format("{:.3f}", p.time.mean_us / t->time.mean_us) : "N/A");
+  }
+  return s;
+}
+
 nlohmann::json rowJson(const BenchRow& r) {
   using nlohmann::json;
   json j = {{"backend", benchBackendName(r.backend)},
+            {"ranks", r.procs ? "procs" : "threads"},
             {"path", r.path},
             {"mode", r.graph ? "graph" : "eager"},
             {"op", "sum"},
@@ -302,6 +344,8 @@ nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow
                   {"nccl_version", orNull(ctx.nccl_version)},
                   {"env", env},
                   {"communicator", communicatorJson(ctx.communicator)},
+                  {"procs", o.procs > 0 ? json(o.procs) : json(nullptr)},
+                  {"procs_devices", o.procs > 0 ? json(ctx.procs_devices) : json(nullptr)},
                   {"pinned_d2h_gbps", ctx.pinned_d2h_gbps ? json(*ctx.pinned_d2h_gbps) : json(nullptr)},
                   {"pinned_h2d_gbps", ctx.pinned_h2d_gbps ? json(*ctx.pinned_h2d_gbps) : json(nullptr)},
                   {"timer", "cuda events"},

@@ -65,7 +65,8 @@ struct BenchRow {
   tpsDataType_t dtype = tpsBfloat16;
   size_t count = 0;
   bool graph = false;
-  int calls = 0;  // calls timed
+  bool procs = false;  // the ranks were processes of their own (--procs), not all in this process ("threads")
+  int calls = 0;       // calls timed
   TimeStats time;
   double algbw_gbps = 0, busbw_gbps = 0;
   std::optional<CheckCounts> check;           // nullopt with -c 0
@@ -97,6 +98,8 @@ struct BenchContext {
   BenchOptions options;
   // The communicator's resolved configuration (tpsCommGetConfig); nullopt: no communicator was made.
   std::optional<tpsConfig_t> communicator;
+  // --procs: each rank's GPU in the rows marked procs (the threads rows use the same GPUs); empty: no --procs.
+  std::vector<int> procs_devices;
   NcclSymmInfo nccl_symm;  // the nccl-symm column: a preamble line and context "nccl_symm" when requested
 };
 
@@ -117,10 +120,15 @@ struct RatioRow {
   std::vector<std::optional<double>> ratio;  // per backend, in --backend order; nullopt if not measured
   std::optional<tpsBackend_t> fastest;
 };
+// Rows marked procs are left out: the ratios compare backends within one process.
 std::vector<RatioRow> timeRatios(const std::vector<BenchRow>& rows, const std::vector<tpsBackend_t>& backends,
                                  tpsBackend_t reference);
 std::string formatRatios(const std::vector<RatioRow>& ratios, const std::vector<tpsBackend_t>& backends,
                          tpsBackend_t reference);
+
+// --procs: per (dtype, size, backend) with both rows, time with a process per rank over time with every rank
+// in this process; "" when no row is marked procs.
+std::string formatProcsRatios(const std::vector<BenchRow>& rows);
 
 nlohmann::json rowJson(const BenchRow& row);
 // {"json_schema_version", "context", "results", "error"}; consumers ignore keys they do not know. `error`

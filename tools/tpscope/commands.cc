@@ -15,6 +15,7 @@ std::vector<std::unique_ptr<Command>> registerCommands(CLI::App& app) {
   commands.push_back(makeTopoCommand(app));
   commands.push_back(makeMeterCommand(app));
   commands.push_back(makeBenchAllReduceCommand(app));
+  commands.push_back(makeBenchAllReduceRankCommand(app));
   commands.push_back(makeTpCommand(app));
   commands.push_back(makeArmsCommand(app));
   commands.push_back(makeReportCommand(app));

@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The binding's argument handling, without a GPU: tensors (stand-ins with torch's attributes) and
+pointers turned into the C call's arguments, Python-side refusals, and the library's statuses raised
+as tpscope.Error. The library is TPSCOPE_LIBRARY (CTest sets it to the build's libtpscope.so)."""
+
+import os
+import sys
+import threading
+import time
+import unittest
+
+# The join's bound, read once by the library when it first needs it: short, so the timeout test is quick.
+os.environ.setdefault("TPSCOPE_BOOTSTRAP_TIMEOUT_MS", "600")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import tpscope  # noqa: E402
+
+
+class FakeTensor:
+    """What the binding reads of a torch.Tensor."""
+
+    def __init__(self, ptr, numel, dtype="torch.bfloat16", cuda=True, contiguous=True):
+        self._ptr, self._numel, self.dtype, self.is_cuda, self._contiguous = ptr, numel, dtype, cuda, contiguous
+        self.device = "cuda:0" if cuda else "cpu"
+
+    def data_ptr(self):
+        return self._ptr
+
+    def numel(self):
+        return self._numel
+
+    def is_contiguous(self):
+        return self._contiguous
+
+
+class FakeStream:
+    def __init__(self, handle):
+        self.cuda_stream = handle
+
+
+def fake_comm(local=1):
+    """A Communicator whose C handle is never used: for the checks made before any call."""
+    c = object.__new__(tpscope.Communicator)
+    c._handle, c.local_size, c.nranks, c.rank = None, local, 2, 0
+    return c
+
+
+class Arguments(unittest.TestCase):
+    def test_tensor_gives_pointer_count_dtype(self):
+        ptrs, count, dtype, streams = fake_comm()._buffers(FakeTensor(0x7000, 4096), None, None,
+                                                           FakeStream(0x99), "t")
+        self.assertEqual(ptrs[0], 0x7000)
+        self.assertEqual(count, 4096)
+        self.assertEqual(dtype, tpscope.DataType.BFLOAT16)
+        self.assertEqual(streams[0], 0x99)
+
+    def test_torch_dtypes_and_names(self):
+        self.assertEqual(tpscope._dtype("torch.float16"), tpscope.DataType.FLOAT16)
+        self.assertEqual(tpscope._dtype("f32"), tpscope.DataType.FLOAT32)
+        self.assertEqual(tpscope._dtype(2), tpscope.DataType.BFLOAT16)
+        with self.assertRaises(TypeError):
+            tpscope._dtype("torch.int8")
+
+    def test_pointer_needs_count_dtype_and_stream(self):
+        c = fake_comm()
+        with self.assertRaisesRegex(ValueError, "count is needed"):
+            c._buffers(0x1000, None, "bf16", 5, "t")
+        with self.assertRaisesRegex(ValueError, "dtype is needed"):
+            c._buffers(0x1000, 8, None, 5, "t")
+        with self.assertRaisesRegex(ValueError, "a stream is needed"):
+            c._buffers(0x1000, 8, "bf16", None, "t")
+        ptrs, count, dtype, streams = c._buffers(0x1000, 8, "bf16", 5, "t")
+        self.assertEqual((ptrs[0], count, dtype, streams[0]), (0x1000, 8, tpscope.DataType.BFLOAT16, 5))
+
+    def test_refusals(self):
+        c = fake_comm()
+        with self.assertRaisesRegex(ValueError, "not a CUDA tensor"):
+            c._buffers(FakeTensor(0x10, 8, cuda=False), None, None, 5, "t")
+        with self.assertRaisesRegex(ValueError, "not contiguous"):
+            c._buffers(FakeTensor(0x10, 8, contiguous=False), None, None, 5, "t")
+        with self.assertRaisesRegex(ValueError, "legacy default stream"):
+            c._buffers(FakeTensor(0x10, 8), None, None, FakeStream(0), "t")
+        with self.assertRaisesRegex(ValueError, "fewer than count"):
+            c._buffers(FakeTensor(0x10, 8), 16, None, 5, "t")
+        with self.assertRaisesRegex(ValueError, "dtype is not float32"):
+            c._buffers(FakeTensor(0x10, 8), None, "f32", 5, "t")
+        with self.assertRaisesRegex(ValueError, "null or negative"):
+            c._buffers(0, 8, "bf16", 5, "t")
+        with self.assertRaises(TypeError):
+            c._buffers("0x10", 8, "bf16", 5, "t")
+
+    def test_one_buffer_per_local_gpu(self):
+        c = fake_comm(local=2)
+        with self.assertRaisesRegex(ValueError, "2 expected"):
+            c._buffers(FakeTensor(0x10, 8), None, None, [5, 6], "t")
+        ptrs, count, _, streams = c._buffers([FakeTensor(0x10, 8), FakeTensor(0x20, 8)], None, None, [5, 6], "t")
+        self.assertEqual((ptrs[0], ptrs[1], streams[0], streams[1], count), (0x10, 0x20, 5, 6, 8))
+        with self.assertRaisesRegex(ValueError, "count is needed"):
+            c._buffers([FakeTensor(0x10, 8), FakeTensor(0x20, 9)], None, None, [5, 6], "t")
+
+    def test_config_refuses_negative_values(self):
+        with self.assertRaises(ValueError):
+            tpscope.Config(spin_timeout_ms=-1)
+        self.assertEqual(tpscope.Config(backend=tpscope.Backend.P2P)._c().backend, 2)
+
+    def test_config_carries_shared_devices(self):
+        self.assertEqual(tpscope.Config()._c().shared_devices, 0)
+        self.assertEqual(tpscope.Config(shared_devices=True)._c().shared_devices, 1)
+
+    def test_config_comes_back_from_its_c_struct(self):
+        c = tpscope.Config(backend=tpscope.Backend.HOST, host_blocks=16, spin_timeout_ms=500, shared_devices=True)
+        back = tpscope.Config._from_c(c._c())
+        self.assertEqual((back.backend, back.host_blocks, back.spin_timeout_ms, back.shared_devices),
+                         (tpscope.Backend.HOST, 16, 500, True))
+
+
+class Library(unittest.TestCase):
+    def test_unique_ids_are_fresh_bytes(self):
+        a, b = tpscope.get_unique_id(), tpscope.get_unique_id()
+        self.assertEqual(len(a), tpscope.UNIQUE_ID_BYTES)
+        self.assertNotEqual(a, b)
+
+    def test_library_statuses_become_errors(self):
+        uid = tpscope.get_unique_id()
+        with self.assertRaises(tpscope.Error) as e:
+            tpscope.Communicator.init_rank(1, uid, 0, 0)
+        self.assertEqual(e.exception.status, tpscope.Status.INVALID_ARGUMENT)
+        self.assertIn("tpsCommInitRank", str(e.exception))
+        with self.assertRaises(tpscope.Error) as e:
+            tpscope.Communicator.init_rank(2, b"\x5a" * tpscope.UNIQUE_ID_BYTES, 0, 0)
+        self.assertEqual(e.exception.status, tpscope.Status.INVALID_ARGUMENT)
+        with self.assertRaisesRegex(ValueError, "128 bytes"):
+            tpscope.Communicator.init_rank(2, b"short", 0, 0)
+        with self.assertRaisesRegex(ValueError, "2 to 8 GPUs"):
+            tpscope.Communicator.create([0])
+
+    def test_missing_rank_times_out(self):
+        with self.assertRaises(tpscope.Error) as e:
+            tpscope.Communicator.init_rank(2, tpscope.get_unique_id(), 1, 0)
+        self.assertEqual(e.exception.status, tpscope.Status.TIMEOUT)
+
+    def test_two_ranks_join_through_the_binding(self):
+        # Both ranks join (threads; ctypes releases the GIL during the call) and then agree on the
+        # outcome of their GPUs: a communicator with a GPU, the same error on both ranks without one.
+        uid = tpscope.get_unique_id()
+        outcome = [None, None]
+
+        def rank(r):
+            try:
+                cfg = tpscope.Config(backend=tpscope.Backend.HOST, shared_devices=True)  # both on GPU 0
+                comm = tpscope.Communicator.init_rank(2, uid, r, 0, cfg)
+                got = comm.config()
+                outcome[r] = (comm.nranks, comm.rank, got.backend, got.shared_devices)
+                comm.close()
+            except tpscope.Error as e:
+                outcome[r] = e.status
+        threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+        t0 = time.time()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertLess(time.time() - t0, 5.0)
+        if isinstance(outcome[0], tuple):
+            host = tpscope.Backend.HOST
+            self.assertEqual(sorted(outcome), [(2, 0, host, True), (2, 1, host, True)])
+        else:
+            self.assertNotEqual(outcome[0], tpscope.Status.TIMEOUT)
+            self.assertEqual(outcome[0], outcome[1])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,388 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tpscope's AllReduce from Python: a thin ctypes binding of the C API (include/tpscope/tpscope.h).
+
+Two kinds of communicator, as in C:
+
+* ``Communicator.create(devices)``: every GPU in this process (llama.cpp's shape); calls take one
+  buffer and one stream per GPU.
+* ``Communicator.init_rank(nranks, unique_id, rank, device)``: one rank per process (NCCL's shape);
+  one process makes the id with ``get_unique_id()`` and hands it to the others (``bytes``, so
+  ``torch.distributed.broadcast_object_list`` or a pipe carries it); calls take this rank's one
+  buffer and stream.
+
+Buffers are device pointers (``int``) with an explicit count and dtype, or PyTorch tensors, whose data
+pointer, element count, dtype and (unless a stream is given) current CUDA stream are used. Streams are
+``int`` handles (``cudaStream_t``) or ``torch.cuda.Stream`` objects; the legacy default stream (0, which
+is PyTorch's default) is refused by the library: run under ``with torch.cuda.stream(torch.cuda.Stream())``.
+Every failure raises ``tpscope.Error``, whose ``status`` is the library's ``Status``.
+
+The library is ``libtpscope.so``: the path in ``TPSCOPE_LIBRARY``, else one beside this package, in
+``<prefix>/lib`` of the running Python, or on the loader's search path.
+"""
+
+import ctypes
+import ctypes.util
+import enum
+import os
+import sys
+
+__all__ = [
+    "Status", "DataType", "Backend", "Error", "Config", "Communicator", "get_unique_id", "library",
+    "UNIQUE_ID_BYTES", "MAX_DEVICES",
+]
+
+UNIQUE_ID_BYTES = 128  # TPS_UNIQUE_ID_BYTES
+MAX_DEVICES = 8  # TPS_MAX_DEVICES
+
+
+class Status(enum.IntEnum):
+    """tpsResult_t."""
+    SUCCESS = 0
+    CUDA_ERROR = 1
+    SYSTEM_ERROR = 2
+    INTERNAL_ERROR = 3
+    INVALID_ARGUMENT = 4
+    INVALID_USAGE = 5
+    TIMEOUT = 6
+    UNAVAILABLE = 7
+    NCCL_ERROR = 8
+
+
+class DataType(enum.IntEnum):
+    """tpsDataType_t."""
+    FLOAT32 = 0
+    FLOAT16 = 1
+    BFLOAT16 = 2
+
+
+class Backend(enum.IntEnum):
+    """tpsBackend_t."""
+    AUTO = 0
+    HOST = 1
+    P2P = 2
+    NCCL = 3
+
+
+_ELEMENT_BYTES = {DataType.FLOAT32: 4, DataType.FLOAT16: 2, DataType.BFLOAT16: 2}
+_TORCH_DTYPES = {"torch.float32": DataType.FLOAT32, "torch.float16": DataType.FLOAT16,
+                 "torch.bfloat16": DataType.BFLOAT16}
+_NAMES = {"float32": DataType.FLOAT32, "f32": DataType.FLOAT32, "float": DataType.FLOAT32,
+          "float16": DataType.FLOAT16, "f16": DataType.FLOAT16, "half": DataType.FLOAT16,
+          "bfloat16": DataType.BFLOAT16, "bf16": DataType.BFLOAT16}
+
+
+class Error(RuntimeError):
+    """A call failed; ``status`` is the library's Status (the library's log line on stderr says more)."""
+
+    def __init__(self, status, message):
+        self.status = Status(status)
+        super().__init__("%s: %s" % (message, self.status.name.lower().replace("_", " ")))
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [("backend", ctypes.c_int), ("host_copy_threshold", ctypes.c_size_t),
+                ("host_chunk_bytes", ctypes.c_size_t), ("host_blocks", ctypes.c_int),
+                ("spin_timeout_ms", ctypes.c_uint), ("shared_devices", ctypes.c_int)]
+
+
+class _UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * UNIQUE_ID_BYTES)]
+
+
+class Config:
+    """tpsConfig_t: a field left at 0 takes its default (environment, tune file, built-in)."""
+
+    def __init__(self, backend=Backend.AUTO, host_copy_threshold=0, host_chunk_bytes=0, host_blocks=0,
+                 spin_timeout_ms=0, shared_devices=False):
+        self.backend = Backend(backend)
+        self.shared_devices = bool(shared_devices)  # ranks may share a GPU (tests; never for timings)
+        self.host_copy_threshold = int(host_copy_threshold)
+        self.host_chunk_bytes = int(host_chunk_bytes)
+        self.host_blocks = int(host_blocks)
+        self.spin_timeout_ms = int(spin_timeout_ms)
+        for name in ("host_copy_threshold", "host_chunk_bytes", "host_blocks", "spin_timeout_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError("Config.%s must not be negative" % name)
+
+    @classmethod
+    def _from_c(cls, c):
+        return cls(Backend(c.backend), c.host_copy_threshold, c.host_chunk_bytes, c.host_blocks, c.spin_timeout_ms,
+                   c.shared_devices != 0)
+
+    def _c(self):
+        return _Config(int(self.backend), self.host_copy_threshold, self.host_chunk_bytes, self.host_blocks,
+                       self.spin_timeout_ms, 1 if self.shared_devices else 0)
+
+
+# ---- the library -----------------------------------------------------------------------------------
+
+_lib = None
+
+
+def _candidates():
+    env = os.environ.get("TPSCOPE_LIBRARY")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.path.join(here, "libtpscope.so"), os.path.join(sys.prefix, "lib", "libtpscope.so")]
+    found = ctypes.util.find_library("tpscope")
+    if found:
+        paths.append(found)
+    return paths
+
+
+def library():
+    """The loaded libtpscope.so (loaded on first use); OSError naming where it looked when absent."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    tried = []
+    for path in _candidates():
+        if os.path.sep in path and not os.path.exists(path):
+            tried.append(path)
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+            break
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    else:
+        raise OSError("libtpscope.so not found; build it (target tpscope) and set TPSCOPE_LIBRARY "
+                      "to its path. Tried: " + ", ".join(tried))
+    vp, sz, i, pi = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(ctypes.c_int)
+    sig = {
+        "tpsGetErrorString": ([i], ctypes.c_char_p),
+        "tpsGetVersion": ([], ctypes.c_char_p),
+        "tpsGetUniqueId": ([ctypes.POINTER(_UniqueId)], i),
+        "tpsCommCreate": ([ctypes.POINTER(vp), i, pi, ctypes.POINTER(_Config)], i),
+        "tpsCommInitRank": ([ctypes.POINTER(vp), i, _UniqueId, i, i, ctypes.POINTER(_Config)], i),
+        "tpsCommDestroy": ([vp], i),
+        "tpsCommCount": ([vp, pi], i),
+        "tpsCommUserRank": ([vp, pi], i),
+        "tpsAllReduceWith": ([vp, i, ctypes.POINTER(vp), sz, i, ctypes.POINTER(vp)], i),
+        "tpsAllReduceAddRmsNorm": ([vp, i, ctypes.POINTER(vp), ctypes.POINTER(vp), ctypes.POINTER(vp),
+                                    ctypes.POINTER(vp), ctypes.POINTER(vp), sz, sz, ctypes.c_float, i,
+                                    ctypes.POINTER(vp)], i),
+        "tpsCommGetAsyncError": ([vp, pi], i),
+        "tpsCommGetConfig": ([vp, ctypes.POINTER(_Config)], i),
+    }
+    for name, (args, res) in sig.items():
+        f = getattr(lib, name)
+        f.argtypes, f.restype = args, res
+    _lib = lib
+    return lib
+
+
+def _check(status, what):
+    if status != Status.SUCCESS:
+        raise Error(status, what)
+
+
+def version():
+    """The library's version string."""
+    return library().tpsGetVersion().decode()
+
+
+def get_unique_id():
+    """A fresh id (bytes of length UNIQUE_ID_BYTES) for one rank-per-process communicator."""
+    uid = _UniqueId()
+    _check(library().tpsGetUniqueId(ctypes.byref(uid)), "tpsGetUniqueId")
+    return ctypes.string_at(ctypes.addressof(uid), UNIQUE_ID_BYTES)
+
+
+# ---- arguments -------------------------------------------------------------------------------------
+
+def _is_tensor(x):
+    return hasattr(x, "data_ptr") and hasattr(x, "dtype") and hasattr(x, "numel")
+
+
+def _dtype(x):
+    """A DataType from a DataType, an int, a name ('bf16') or a torch dtype."""
+    if isinstance(x, DataType):
+        return x
+    if isinstance(x, int) and not isinstance(x, bool):
+        return DataType(x)
+    if isinstance(x, str) and x.lower() in _NAMES:
+        return _NAMES[x.lower()]
+    if str(x) in _TORCH_DTYPES:
+        return _TORCH_DTYPES[str(x)]
+    raise TypeError("unsupported dtype %r: tpscope reduces float32, float16 and bfloat16" % (x,))
+
+
+def _pointer(x, what):
+    """(device pointer, element count or None, DataType or None, the tensor or None) of one buffer."""
+    if _is_tensor(x):
+        if not getattr(x, "is_cuda", False):
+            raise ValueError("%s is not a CUDA tensor (device %s)" % (what, getattr(x, "device", "?")))
+        if not x.is_contiguous():
+            raise ValueError("%s is not contiguous; pass tensor.contiguous() and copy the result back" % what)
+        return int(x.data_ptr()), int(x.numel()), _dtype(x.dtype), x
+    if isinstance(x, int) and not isinstance(x, bool):
+        if x <= 0:
+            raise ValueError("%s is a null or negative device pointer" % what)
+        return x, None, None, None
+    raise TypeError("%s must be a CUDA tensor or a device pointer (int), not %s" % (what, type(x).__name__))
+
+
+def _stream(s, tensor, what):
+    """A cudaStream_t handle from an int, a torch.cuda.Stream, or (None) the tensor's current stream."""
+    if s is None:
+        if tensor is None:
+            raise ValueError("%s: a stream is needed when buffers are plain pointers" % what)
+        import torch  # only reached with tensors, so torch is there
+        s = torch.cuda.current_stream(tensor.device)
+    if hasattr(s, "cuda_stream"):
+        s = s.cuda_stream
+    if not isinstance(s, int) or isinstance(s, bool):
+        raise TypeError("%s must be a CUDA stream (int handle or torch.cuda.Stream)" % what)
+    if s == 0:
+        raise ValueError("%s is the legacy default stream, which tpscope refuses; run under "
+                         "`with torch.cuda.stream(torch.cuda.Stream()):` or pass a stream you created" % what)
+    return s
+
+
+def _as_list(x, n, what):
+    if n == 1 and not isinstance(x, (list, tuple)):
+        return [x]
+    if not isinstance(x, (list, tuple)) or len(x) != n:
+        raise ValueError("%s: %d expected (one per GPU of this communicator in this process)" % (what, n))
+    return list(x)
+
+
+class Communicator:
+    """A tpsComm_t. Make one with create() or init_rank(); close() (or a with block) frees it."""
+
+    def __init__(self, handle, local):
+        self._handle = ctypes.c_void_p(handle)
+        self.local_size = local  # buffers and streams per call: the GPUs of this process
+        lib = library()
+        n, r = ctypes.c_int(), ctypes.c_int()
+        _check(lib.tpsCommCount(self._handle, ctypes.byref(n)), "tpsCommCount")
+        _check(lib.tpsCommUserRank(self._handle, ctypes.byref(r)), "tpsCommUserRank")
+        self.nranks, self.rank = n.value, r.value
+
+    @classmethod
+    def create(cls, devices, config=None):
+        """Every rank in this process: devices is a list of CUDA ordinals (2 to MAX_DEVICES)."""
+        devices = [int(d) for d in devices]
+        if not 2 <= len(devices) <= MAX_DEVICES:
+            raise ValueError("a communicator spans 2 to %d GPUs, not %d" % (MAX_DEVICES, len(devices)))
+        lib = library()
+        handle = ctypes.c_void_p()
+        arr = (ctypes.c_int * len(devices))(*devices)
+        cfg = config._c() if config else None
+        _check(lib.tpsCommCreate(ctypes.byref(handle), len(devices), arr, ctypes.byref(cfg) if cfg else None),
+               "tpsCommCreate")
+        return cls(handle.value, len(devices))
+
+    @classmethod
+    def init_rank(cls, nranks, unique_id, rank, device, config=None):
+        """One rank per process: collective over the nranks processes that pass the same unique_id."""
+        if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != UNIQUE_ID_BYTES:
+            raise ValueError("unique_id must be the %d bytes get_unique_id() returned" % UNIQUE_ID_BYTES)
+        for name, v in (("nranks", nranks), ("rank", rank), ("device", device)):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise TypeError("%s must be an int" % name)
+        lib = library()
+        uid = _UniqueId()
+        ctypes.memmove(ctypes.addressof(uid), bytes(unique_id), UNIQUE_ID_BYTES)
+        handle = ctypes.c_void_p()
+        cfg = config._c() if config else None
+        _check(lib.tpsCommInitRank(ctypes.byref(handle), nranks, uid, rank, device,
+                                   ctypes.byref(cfg) if cfg else None), "tpsCommInitRank")
+        return cls(handle.value, 1)
+
+    def _buffers(self, bufs, count, dtype, streams, what):
+        bufs = _as_list(bufs, self.local_size, what + " buffers")
+        parsed = [_pointer(b, "%s buffer %d" % (what, i)) for i, b in enumerate(bufs)]
+        counts = {c for _, c, _, _ in parsed if c is not None}
+        dtypes = {d for _, _, d, _ in parsed if d is not None}
+        if count is None:
+            if len(counts) != 1:
+                raise ValueError("%s: count is needed (buffers are pointers, or tensors of different sizes)" % what)
+            count = counts.pop()
+        elif any(c is not None and c < count for c in counts):
+            raise ValueError("%s: a tensor has fewer than count=%d elements" % (what, count))
+        if dtype is None:
+            if len(dtypes) != 1:
+                raise ValueError("%s: dtype is needed (buffers are pointers, or tensors of different dtypes)" % what)
+            dtype = dtypes.pop()
+        dtype = _dtype(dtype)
+        if dtypes and dtypes != {dtype}:
+            raise ValueError("%s: the tensors' dtype is not %s" % (what, dtype.name.lower()))
+        if not isinstance(count, int) or count <= 0:
+            raise ValueError("%s: count must be a positive int" % what)
+        if streams is None:
+            streams = [None] * self.local_size
+        streams = _as_list(streams, self.local_size, what + " streams")
+        handles = [_stream(s, t, "%s stream %d" % (what, i)) for i, (s, (_, _, _, t)) in enumerate(zip(streams, parsed))]
+        ptrs = (ctypes.c_void_p * self.local_size)(*[p for p, _, _, _ in parsed])
+        strs = (ctypes.c_void_p * self.local_size)(*handles)
+        return ptrs, count, dtype, strs
+
+    def all_reduce(self, bufs, count=None, dtype=None, streams=None, backend=Backend.AUTO):
+        """In-place sum over all ranks, enqueued on the streams (asynchronous, capturable).
+
+        bufs: a tensor or device pointer for a rank-per-process communicator, else one per GPU."""
+        ptrs, count, dtype, strs = self._buffers(bufs, count, dtype, streams, "all_reduce")
+        _check(library().tpsAllReduceWith(self._live(), int(Backend(backend)), ptrs, count, int(dtype), strs),
+               "tpsAllReduce")
+
+    def all_reduce_add_rms_norm(self, partial, residual_in, residual_out, weight, normed, rows, width, eps,
+                                dtype=DataType.BFLOAT16, streams=None, backend=Backend.AUTO):
+        """tpsAllReduceAddRmsNorm (bf16). False when the backend has no fused kernel for this call (nothing
+        was enqueued; reduce, add and normalise apart), True when enqueued."""
+        ptrs, count, dtype, strs = self._buffers(partial, rows * width, dtype, streams, "all_reduce_add_rms_norm")
+        n = self.local_size
+
+        def arr(xs, what):
+            return (ctypes.c_void_p * n)(*[_pointer(x, what)[0] for x in _as_list(xs, n, what)])
+        status = library().tpsAllReduceAddRmsNorm(
+            self._live(), int(Backend(backend)), ptrs, arr(residual_in, "residual_in"),
+            arr(residual_out, "residual_out"), arr(weight, "weight") if weight is not None else None,
+            arr(normed, "normed") if weight is not None else None, rows, width, float(eps), int(dtype), strs)
+        if status == Status.UNAVAILABLE:
+            return False
+        _check(status, "tpsAllReduceAddRmsNorm")
+        return True
+
+    def async_error(self):
+        """Status of errors after calls returned (Status.TIMEOUT: a peer never arrived)."""
+        s = ctypes.c_int()
+        _check(library().tpsCommGetAsyncError(self._live(), ctypes.byref(s)), "tpsCommGetAsyncError")
+        return Status(s.value)
+
+    def config(self):
+        """tpsCommGetConfig: the configuration in effect (every default resolved), as a Config."""
+        c = _Config()
+        _check(library().tpsCommGetConfig(self._live(), ctypes.byref(c)), "tpsCommGetConfig")
+        return Config._from_c(c)
+
+    def check(self):
+        """Raises Error when the communicator had an asynchronous error (call after synchronising)."""
+        s = self.async_error()
+        if s != Status.SUCCESS:
+            raise Error(s, "asynchronous error")
+
+    def _live(self):
+        if not self._handle:
+            raise ValueError("the communicator is closed")
+        return self._handle
+
+    def close(self):
+        """Frees the communicator (synchronise its streams first). Idempotent."""
+        if self._handle:
+            library().tpsCommDestroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
