@@ -20,7 +20,7 @@ nvidia-smi -L >"$OUT/gpus.txt" 2>&1
 run ctest-gpu 300 ctest --test-dir "$BUILD" -L '^gpu$' --output-on-failure
 for i in 1 2; do run "tp-8b-decode-$i" 120 "$BUILD/bin/tpscope" tp --preset 8b --phase decode; done
 if "$BUILD/bin/tpscope" bench allreduce --help 2>&1 | grep -q -- --procs; then
-  run bench-procs 120 "$BUILD/bin/tpscope" bench allreduce --procs 2 --devices 0,0 -b 8K -e 1M -f 8
+  run bench-procs 120 "$BUILD/bin/tpscope" bench allreduce --procs 2 --backend p2p,host -b 8K -e 16M -f 4 -n 20 -w 5
 fi
 if python3 -c 'import torch' 2>/dev/null && [ -f python/examples/torch_allreduce.py ]; then
   run torch-example 120 env TPSCOPE_LIBRARY="$BUILD/lib/libtpscope.so" PYTHONPATH=python \
