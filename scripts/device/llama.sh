@@ -22,18 +22,7 @@ MODEL=${MODEL:-models/tpscope-8b-q4_k.gguf}
 BIN="$BUILD/bin/tpscope"
 mkdir -p "$OUT" models
 [ -x "$BIN" ] || { echo "llama.sh: $BIN not found: build $BUILD first" >&2; exit 2; }
-failed=()
-run() {  # run NAME LIMIT_S CMD...: stdout+stderr to $OUT/NAME.log
-  local name=$1 limit=$2
-  shift 2
-  echo "== $name: $*" | tee "$OUT/$name.log"
-  local t0=$SECONDS
-  timeout "$limit" "$@" >>"$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "   exit $rc after $((SECONDS - t0)) s" | tee -a "$OUT/$name.log"
-  [ $rc -eq 0 ] || { failed+=("$name(exit $rc)"); tail -n 15 "$OUT/$name.log"; }
-  return $rc
-}
+source scripts/device/lib.sh
 
 nvidia-smi -L >"$OUT/gpus.txt" 2>&1
 ROOT=$TPSCOPE_CACHE_DIR/llama.cpp-0c1e570
