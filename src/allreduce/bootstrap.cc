@@ -294,9 +294,16 @@ tpsResult_t Bootstrap::allGather(void* all, size_t bytes, std::string* error) {
     GatherHeader hd{};
     TPS_CHECK(io(transfer(peers_[q], &hd, sizeof(hd), false, deadline), q));
     if (hd.bytes != bytes) {
+      // Read the blob anyway and drop it: a socket closed with unread data resets the connection,
+      // and the peer would see "closed" instead of the verdict sent below.
       status = tpsInvalidArgument;
-      // Drain nothing: the connection is abandoned with the communicator.
-      break;
+      std::vector<char> scratch(std::min<uint64_t>(hd.bytes, 1 << 16));
+      for (uint64_t left = hd.bytes; left > 0 && !scratch.empty();) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
+        TPS_CHECK(io(transfer(peers_[q], scratch.data(), n, false, deadline), q));
+        left -= n;
+      }
+      continue;
     }
     TPS_CHECK(io(transfer(peers_[q], data + q * bytes, bytes, false, deadline), q));
   }
