@@ -249,4 +249,15 @@ std::optional<double> ownBytes(const MeterGpuCalibration& g, MeterReadKind k, in
   return *per * static_cast<double>(reads);
 }
 
+std::optional<double> ownBytes(const MeterGpuCalibration& g, int c, const std::array<int64_t, kMeterReadKinds>& reads,
+                               int which) {
+  double sum = 0;
+  for (int k = 0; k < kMeterReadKinds; ++k) {
+    const std::optional<double> x = ownBytes(g, static_cast<MeterReadKind>(k), c, reads[k], which);
+    if (!x) return std::nullopt;
+    sum += *x;
+  }
+  return sum;
+}
+
 }  // namespace tpscope::detail

@@ -44,5 +44,8 @@ MeterCalibration calibrateAll(SourceSet& src, const CalibrationPlan& plan);
 // The bytes counter c of a GPU gained from `reads` reads of kind k; nullopt when k's cost for c is
 // unknown and reads > 0. which: 0 median, -1 lowest round, +1 highest round.
 std::optional<double> ownBytes(const MeterGpuCalibration& g, MeterReadKind k, int c, int64_t reads, int which = 0);
+// The same over every kind: reads[k] reads of kind k; nullopt when any kind read has no cost for c.
+std::optional<double> ownBytes(const MeterGpuCalibration& g, int c, const std::array<int64_t, kMeterReadKinds>& reads,
+                               int which = 0);
 
 }  // namespace tpscope::detail

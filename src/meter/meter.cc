@@ -234,14 +234,7 @@ std::optional<double> Meter::ownBytes(int gpu, MeterCounter c, int64_t start_ns,
                                      const std::vector<MeterDmonSample>& dmon) -> std::optional<double> {
     const std::array<int64_t, kMeterReadKinds> reads =
         detail::readsInside(series[gpu], dmon, gpu, start_ns + 1, end_ns);
-    double own = 0;
-    for (int r = 0; r < kMeterReadKinds; ++r) {
-      const std::optional<double> x =
-          detail::ownBytes(cal.gpus[gpu], static_cast<MeterReadKind>(r), static_cast<int>(c), reads[r]);
-      if (!x) return std::nullopt;
-      own += *x;
-    }
-    return own;
+    return detail::ownBytes(cal.gpus[gpu], static_cast<int>(c), reads);
   });
 }
 
@@ -257,14 +250,8 @@ std::vector<std::array<std::optional<double>, kMeterCounters>> Meter::ownMBps() 
       const std::array<int64_t, kMeterReadKinds> reads = detail::readsInside(series[k], dmon, static_cast<int>(k), a, b);
       for (int c = 0; c < kMeterCounters; ++c) {
         if (!gpus()[k].supported[c] || b <= a) continue;
-        double own = 0;
-        bool known = true;
-        for (int r = 0; r < kMeterReadKinds; ++r) {
-          const std::optional<double> x = detail::ownBytes(cal.gpus[k], static_cast<MeterReadKind>(r), c, reads[r]);
-          known = known && x.has_value();
-          own += x.value_or(0);
-        }
-        if (known) out[k][c] = own / ((b - a) * 1e-9) / 1e6;
+        if (const std::optional<double> own = detail::ownBytes(cal.gpus[k], c, reads))
+          out[k][c] = *own / ((b - a) * 1e-9) / 1e6;
       }
     }
     return out;

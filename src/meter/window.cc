@@ -141,16 +141,10 @@ std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vec
 void subtractOwn(MeterCell* cell, const MeterGpuCalibration& cal, int c, const std::array<int64_t, kMeterReadKinds>& reads,
                  double duration_s, std::optional<double> ceiling_mbps) {
   if (!cell->bytes) return;
-  double own = 0, own_low = 0, own_high = 0;
-  for (int k = 0; k < kMeterReadKinds; ++k) {
-    const MeterReadKind kind = static_cast<MeterReadKind>(k);
-    const std::optional<double> mid = ownBytes(cal, kind, c, reads[k]), lo = ownBytes(cal, kind, c, reads[k], -1),
-                                hi = ownBytes(cal, kind, c, reads[k], +1);
-    if (!mid || !lo || !hi) return;
-    own += *mid;
-    own_low += *lo;
-    own_high += *hi;
-  }
+  const std::optional<double> mid = ownBytes(cal, c, reads), lo = ownBytes(cal, c, reads, -1),
+                              hi = ownBytes(cal, c, reads, +1);
+  if (!mid || !lo || !hi) return;
+  const double own = *mid, own_low = *lo, own_high = *hi;
   cell->counted_bytes = cell->bytes;
   cell->own_bytes = own;
   cell->bytes = *cell->bytes - own;
