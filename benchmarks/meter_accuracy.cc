@@ -40,7 +40,7 @@
 namespace tpscope::bench {
 cudaError_t launchEmptyKernels(cudaStream_t stream, int count);
 cudaError_t launchCopy16(const void* src, void* dst, size_t bytes, cudaStream_t stream);
-}
+}  // namespace tpscope::bench
 
 namespace {
 
@@ -222,16 +222,16 @@ json accuracy(const Args& a, int ngpu, bool peer, json* refresh_out) {
   Stream s1;
   const bool sm_peer = peer && Stream::create(1, &s1) == tpsSuccess && enablePeer(0, 1) && enablePeer(1, 0);
   if (sm_peer) {
-    cases.push_back({"sm store 1GiB 0->1", double(kBig), {{0, MeterCounter::kNvlinkTx}, {1, MeterCounter::kNvlinkRx}},
-                     [&] {
-                       DeviceGuard on(0);
-                       CUDA_OK(bench::launchCopy16(dev0.get(), dev1.get(), kBig, s0.get()));
-                     }});
-    cases.push_back({"sm load 1GiB 0->1", double(kBig), {{0, MeterCounter::kNvlinkTx}, {1, MeterCounter::kNvlinkRx}},
-                     [&] {
-                       DeviceGuard on(1);
-                       CUDA_OK(bench::launchCopy16(dev0.get(), dev1.get(), kBig, s1.get()));
-                     }});
+    cases.push_back(
+        {"sm store 1GiB 0->1", double(kBig), {{0, MeterCounter::kNvlinkTx}, {1, MeterCounter::kNvlinkRx}}, [&] {
+           DeviceGuard on(0);
+           CUDA_OK(bench::launchCopy16(dev0.get(), dev1.get(), kBig, s0.get()));
+         }});
+    cases.push_back(
+        {"sm load 1GiB 0->1", double(kBig), {{0, MeterCounter::kNvlinkTx}, {1, MeterCounter::kNvlinkRx}}, [&] {
+           DeviceGuard on(1);
+           CUDA_OK(bench::launchCopy16(dev0.get(), dev1.get(), kBig, s1.get()));
+         }});
   }
   const std::string small_name = fmt::format("{}x8-64KiB", a.small_copies);
   cases.push_back(
@@ -536,7 +536,8 @@ json wrapCheck(int stream_s) {
   int copies = 0;
   const int64_t until = Meter::now() + int64_t{stream_s} * 1000000000;
   while (Meter::now() < until) {
-    for (int i = 0; i < 10; ++i) CUDA_OK(cudaMemcpyAsync(host.host(), dev0.get(), kBig, cudaMemcpyDeviceToHost, s0.get()));
+    for (int i = 0; i < 10; ++i)
+      CUDA_OK(cudaMemcpyAsync(host.host(), dev0.get(), kBig, cudaMemcpyDeviceToHost, s0.get()));
     copies += 10;
     CUDA_OK(cudaStreamSynchronize(s0.get()));
   }
@@ -550,9 +551,10 @@ json wrapCheck(int stream_s) {
       "\n# 6. Wraps: %d x 1 GiB D2H copies back to back for %.1f s under the default meter (%.1f GB/s; the 32-bit\n"
       "#    counter wraps every %.0f ms at that rate).\n",
       copies, dur, payload / dur / 1e9, 4294967296.0 / (payload / dur) * 1e3);
-  std::printf("# pcie_tx bytes / payload %.4f; reads %lld, period p50 %.2f ms, p99 %.2f ms, max %.2f ms; wrap gaps %lld\n",
-              tx.bytes ? *tx.bytes / payload : 0.0, static_cast<long long>(k.reads), k.period_p50_ms, k.period_p99_ms,
-              k.period_max_ms, static_cast<long long>(k.wrap_gaps));
+  std::printf(
+      "# pcie_tx bytes / payload %.4f; reads %lld, period p50 %.2f ms, p99 %.2f ms, max %.2f ms; wrap gaps %lld\n",
+      tx.bytes ? *tx.bytes / payload : 0.0, static_cast<long long>(k.reads), k.period_p50_ms, k.period_p99_ms,
+      k.period_max_ms, static_cast<long long>(k.wrap_gaps));
   return {{"copies", copies},
           {"seconds", dur},
           {"payload_bytes", payload},
@@ -611,7 +613,9 @@ int main(int argc, char** argv) {
                     {"dmon_period_ms", a.dmon_period_ms},
                     {"peer_copy", peer != 0},
                     {"sections", a.sections}};
-  auto wants = [&](const char* name) { return ("," + a.sections + ",").find(std::string(",") + name + ",") != std::string::npos; };
+  auto wants = [&](const char* name) {
+    return ("," + a.sections + ",").find(std::string(",") + name + ",") != std::string::npos;
+  };
   json refresh_record;
   if (wants("accuracy")) {
     doc["accuracy"] = accuracy(a, ngpu, peer != 0, &refresh_record);

@@ -120,7 +120,7 @@ struct MeterDmonSample {
 // One GPU, one counter, one window. Figures are net of the meter's own reads where the meter was
 // calibrated: bytes = counted_bytes - own_bytes.
 struct MeterCell {
-  std::optional<double> bytes;  // counter difference across the window, edge intervals prorated, net
+  std::optional<double> bytes;          // counter difference across the window, edge intervals prorated, net
   std::optional<double> counted_bytes;  // the counter difference as the GPU counted it (gross)
   // What the meter's own reads inside the window added (reads x calibrated bytes per read); nullopt
   // when the meter was not calibrated, and then bytes = counted_bytes.
@@ -269,8 +269,8 @@ class Meter {
   // read entirely after some moment (a window edge in idle time) checks t_before_ns against it.
   std::optional<MeterSample> latestRead(int gpu, MeterGroup group) const;
   std::optional<MeterDmonSample> latestDmon(int gpu, MeterCounter counter) const;
-  std::vector<MeterCadence> cadence() const;          // per GPU and counter group read
-  const MeterCalibration& calibration() const;        // what one read costs (measured at start)
+  std::vector<MeterCadence> cadence() const;    // per GPU and counter group read
+  const MeterCalibration& calibration() const;  // what one read costs (measured at start)
   // The meter's own traffic per GPU position and counter over its run so far, MB/s (every kind of
   // read, dmon calls included); nullopt where not calibrated.
   std::vector<std::array<std::optional<double>, kMeterCounters>> ownMBps() const;

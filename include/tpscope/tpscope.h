@@ -101,16 +101,16 @@ typedef enum {
  * (environment variable first, then the value measured for this box, then a built-in default). */
 typedef struct {
   tpsBackend_t backend;
-  size_t host_copy_threshold;  /* bytes per GPU at or above which the host backend uses copy engines */
-  size_t host_chunk_bytes;     /* copy-engine chunk size */
-  int host_blocks;             /* blocks per GPU of the host kernel path */
-  unsigned spin_timeout_ms;    /* bounded wait for a peer inside kernels; on expiry: tpsTimeout */
-  int shared_devices;          /* nonzero: a GPU may appear more than once in devices, its ranks then
-                                  sharing it (for running the N-rank code paths of host and p2p on fewer
-                                  GPUs, as tests do; never for measurements). Each rank's kernel grids are
-                                  then cut so that the grids of the ranks on one GPU fit on it together.
-                                  NCCL takes one rank per GPU: auto goes on without it,
-                                  and backend nccl is tpsUnavailable. */
+  size_t host_copy_threshold; /* bytes per GPU at or above which the host backend uses copy engines */
+  size_t host_chunk_bytes;    /* copy-engine chunk size */
+  int host_blocks;            /* blocks per GPU of the host kernel path */
+  unsigned spin_timeout_ms;   /* bounded wait for a peer inside kernels; on expiry: tpsTimeout */
+  int shared_devices;         /* nonzero: a GPU may appear more than once in devices, its ranks then
+                                 sharing it (for running the N-rank code paths of host and p2p on fewer
+                                 GPUs, as tests do; never for measurements). Each rank's kernel grids are
+                                 then cut so that the grids of the ranks on one GPU fit on it together.
+                                 NCCL takes one rank per GPU: auto goes on without it,
+                                 and backend nccl is tpsUnavailable. */
 } tpsConfig_t;
 
 /* Fills *config with zeros and tpsBackendAuto: every field takes its default. */
@@ -189,8 +189,8 @@ tpsResult_t tpsAllReduce(tpsComm_t comm, void* const* bufs, size_t count, tpsDat
 
 /* Like tpsAllReduce with the backend forced for this call (tpsBackendAuto = the communicator's choice).
  * tpsUnavailable when the communicator was not created with that backend's resources. */
-tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* bufs, size_t count,
-                             tpsDataType_t dtype, const tpsStream_t* streams);
+tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* bufs, size_t count, tpsDataType_t dtype,
+                             const tpsStream_t* streams);
 
 /* The reduction fused with what follows it in a transformer layer, for `rows` rows of `width`
  * elements (count = rows x width) per GPU:
@@ -207,9 +207,9 @@ tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* 
  * statistics under tpsPathP2pLL. Arguments as tpsAllReduceWith, plus tpsInvalidArgument for a NULL
  * residual (or weight / normed) pointer or a non-positive eps. */
 tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backend, void* const* partial,
-                                   const void* const* residual_in, void* const* residual_out,
-                                   const void* const* weight, void* const* normed, size_t rows, size_t width,
-                                   float eps, tpsDataType_t dtype, const tpsStream_t* streams);
+                                   const void* const* residual_in, void* const* residual_out, const void* const* weight,
+                                   void* const* normed, size_t rows, size_t width, float eps, tpsDataType_t dtype,
+                                   const tpsStream_t* streams);
 
 /* The configuration the communicator runs with, every field resolved: backend as requested (after
  * TPSCOPE_ALLREDUCE; tpsBackendAuto: chosen per call), the host tunables and spin_timeout_ms after the

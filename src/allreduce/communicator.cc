@@ -296,8 +296,8 @@ static tpsResult_t validateNormCall(tpsComm_t comm, const char* what, void* cons
                                     const void* const* residual_in, void* const* residual_out,
                                     const void* const* weight, void* const* normed, size_t rows, size_t width,
                                     float eps, tpsDataType_t dtype, const tpsStream_t* streams) {
-  TPS_EXPECT(rows > 0 && width > 0 && rows <= SIZE_MAX / width, tpsInvalidArgument, "{}: rows {} x width {} is not a shape",
-             what, rows, width);
+  TPS_EXPECT(rows > 0 && width > 0 && rows <= SIZE_MAX / width, tpsInvalidArgument,
+             "{}: rows {} x width {} is not a shape", what, rows, width);
   TPS_EXPECT(residual_in != nullptr && residual_out != nullptr && (weight == nullptr || normed != nullptr),
              tpsInvalidArgument, "{}: residual_in, residual_out (and normed, with a weight) must not be NULL", what);
   TPS_EXPECT(eps > 0 || weight == nullptr, tpsInvalidArgument, "{}: eps must be positive", what);

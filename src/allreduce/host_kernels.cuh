@@ -28,11 +28,11 @@ constexpr int kKernelThreads = 512;
 
 // Trivially copyable view of one rank's kernel-path resources, passed by value.
 struct HostKernelHandle {
-  char* stage;                    // mapped host: [2 slots][nranks][stage_stride]
-  size_t stage_stride;            // bytes per (slot, rank) region
-  unsigned long long* flags;      // mapped host: [2][nranks][blocks] x kFlagStride
-  unsigned long long* counters;   // device: [blocks], this rank's sequence per block
-  unsigned* status;               // mapped host: [nranks], nonzero after a timeout
+  char* stage;                   // mapped host: [2 slots][nranks][stage_stride]
+  size_t stage_stride;           // bytes per (slot, rank) region
+  unsigned long long* flags;     // mapped host: [2][nranks][blocks] x kFlagStride
+  unsigned long long* counters;  // device: [blocks], this rank's sequence per block
+  unsigned* status;              // mapped host: [nranks], nonzero after a timeout
   unsigned long long timeout_ns;
   int rank;
   int nranks;

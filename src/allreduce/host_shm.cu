@@ -8,6 +8,8 @@
 // and a wait on another process's event could not be bounded.
 // Every rank runs the vector kernel on a 16-byte aligned buffer (the ranks must split the work alike
 // and cannot see each other's buffers): a buffer that is not aligned goes through a local scratch.
+#include "allreduce/host_shm.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <fcntl.h>
@@ -21,7 +23,6 @@
 
 #include "allreduce/async_status.h"
 #include "allreduce/host_kernels.cuh"
-#include "allreduce/host_shm.h"
 #include "allreduce/rank_backend.cuh"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
@@ -57,7 +58,6 @@ class HostShmBackend final : public RankBackend<HostShmBackend> {
   tpsResult_t run(void* buf, size_t count, cudaStream_t stream);
 
  private:
-
   int device_ = -1, rank_ = 0, nranks_ = 0;
   Layout layout_{};
   void* map_ = nullptr;
@@ -113,9 +113,10 @@ tpsResult_t HostShmBackend::init(RankGroup& g, const HostTuning& tuning) {
   for (int q = 0; q < n && status == tpsSuccess; ++q) {
     const Layout* l = reinterpret_cast<const Layout*>(all.data()) + q;
     if (l->stride != layout_.stride || l->blocks != layout_.blocks) {
-      TPS_LOG_WARN("host backend: ranks {} and {} disagree on the host tuning (stride {} / {}, blocks {} / {}); give "
-                   "every rank the same config, environment and tune file",
-                   rank_, q, layout_.stride, l->stride, layout_.blocks, l->blocks);
+      TPS_LOG_WARN(
+          "host backend: ranks {} and {} disagree on the host tuning (stride {} / {}, blocks {} / {}); give "
+          "every rank the same config, environment and tune file",
+          rank_, q, layout_.stride, l->stride, layout_.blocks, l->blocks);
       status = tpsInvalidArgument;
     }
   }

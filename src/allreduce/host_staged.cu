@@ -34,7 +34,7 @@ namespace {
 // read round r's data from the other (one round's worth of copy time hides the hand-over).
 constexpr size_t kStageBytes = 64u << 20;
 constexpr size_t kRoundBytes = kStageBytes / 2;
-constexpr size_t kKernelStageMax = 4u << 20;     // kernel-path staging per (slot, rank)
+constexpr size_t kKernelStageMax = 4u << 20;  // kernel-path staging per (slot, rank)
 // Copy-engine chunks shrink with the message so that even a few-MiB call pipelines D2H against H2D
 // (about 8 chunks in flight); HostTuning::chunk_bytes is the largest chunk, kMinChunk the smallest.
 constexpr size_t kMinChunk = 256u << 10;

@@ -11,13 +11,13 @@
 #include "common/checks.h"
 #include "common/cuda_raii.h"
 
-#define TPS_NCCL_CHECK(call)                                                                  \
-  do {                                                                                       \
-    ncclResult_t tps_nr_ = (call);                                                           \
-    if (tps_nr_ != ncclSuccess) {                                                            \
-      TPS_LOG_WARN("NCCL failure '{}': {}", #call, ncclGetErrorString(tps_nr_));             \
-      return tpsNcclError;                                                                   \
-    }                                                                                        \
+#define TPS_NCCL_CHECK(call)                                                     \
+  do {                                                                           \
+    ncclResult_t tps_nr_ = (call);                                               \
+    if (tps_nr_ != ncclSuccess) {                                                \
+      TPS_LOG_WARN("NCCL failure '{}': {}", #call, ncclGetErrorString(tps_nr_)); \
+      return tpsNcclError;                                                       \
+    }                                                                            \
   } while (0)
 
 namespace tpscope::detail {
@@ -72,7 +72,8 @@ class NcclBackend final : public Backend {
   tpsResult_t allReduce(const CallArgs& a) override {
     TPS_NCCL_CHECK(ncclGroupStart());
     for (size_t r = 0; r < comms_.size(); ++r) {
-      ncclResult_t res = ncclAllReduce(a.bufs[r], a.bufs[r], a.count, ncclType(a.dtype), ncclSum, comms_[r], a.streams[r]);
+      ncclResult_t res =
+          ncclAllReduce(a.bufs[r], a.bufs[r], a.count, ncclType(a.dtype), ncclSum, comms_[r], a.streams[r]);
       if (res != ncclSuccess) {
         (void)ncclGroupEnd();
         TPS_LOG_WARN("ncclAllReduce on rank {}: {}", r, ncclGetErrorString(res));

@@ -5,6 +5,8 @@
 // size and alignment; `tpscope topo` shows the same rule). Two-shot runs in pieces of at most
 // kTwoShotPiece bytes, each one launch; a remainder that does not split into N whole vectors goes
 // through one-shot. Both are capturable: the only state is device memory.
+#include "allreduce/p2p.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -13,7 +15,6 @@
 #include <initializer_list>
 
 #include "allreduce/async_status.h"
-#include "allreduce/p2p.h"
 #include "allreduce/p2p_algo.h"
 #include "allreduce/p2p_launch.cuh"
 #include "common/checks.h"
@@ -45,14 +46,10 @@ class P2pBackend final : public Backend {
   }
   tpsResult_t allReduce(const CallArgs& a) override {
     switch (a.dtype) {
-      case tpsFloat32:
-        return run<float>(a);
-      case tpsFloat16:
-        return run<__half>(a);
-      case tpsBfloat16:
-        return run<__nv_bfloat16>(a);
-      default:
-        return tpsInvalidArgument;
+      case tpsFloat32: return run<float>(a);
+      case tpsFloat16: return run<__half>(a);
+      case tpsBfloat16: return run<__nv_bfloat16>(a);
+      default: return tpsInvalidArgument;
     }
   }
   tpsResult_t asyncError() const override { return status_.error(static_cast<int>(devices_.size())); }

@@ -18,8 +18,8 @@
 
 namespace tpscope::detail {
 
-constexpr size_t kP2pLLMax = 256u << 10;     // LL receive lines per (slot, sender) are sized for this
-constexpr size_t kP2pOneShotMax = 1u << 20;  // one-shot receive slot per (slot, peer)
+constexpr size_t kP2pLLMax = 256u << 10;        // LL receive lines per (slot, sender) are sized for this
+constexpr size_t kP2pOneShotMax = 1u << 20;     // one-shot receive slot per (slot, peer)
 constexpr size_t kP2pTwoShotPiece = 64u << 20;  // bytes per GPU per two-shot launch
 
 // The launch geometry both p2p backends use (p2p.cu in one process, p2p_ipc.cu across processes), each

@@ -17,6 +17,8 @@
 // - Push channels are not offered (pushed calls are tpsUnavailable).
 // The grids, the LL geometry and the fused call's choice of kernel are p2p.cu's (p2p_algo.h,
 // p2p_launch.cuh); ranks that share a GPU cut the flag kernels' grids as there (backend.h).
+#include "allreduce/p2p_ipc.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -27,7 +29,6 @@
 
 #include "allreduce/async_status.h"
 #include "allreduce/p2p_algo.h"
-#include "allreduce/p2p_ipc.h"
 #include "allreduce/p2p_launch.cuh"
 #include "allreduce/rank_backend.cuh"
 #include "common/checks.h"
@@ -106,8 +107,9 @@ tpsResult_t P2pIpcBackend::init(RankGroup& g, const HostTuning& tuning) {
     TPS_CHECK(status_.create());
     const size_t flag_one = size_t{2} * 2 * n * one_blocks_ * kP2pFlagStride * sizeof(unsigned long long);
     const size_t flag_two = size_t{2} * 2 * n * two_blocks_ * kP2pFlagStride * sizeof(unsigned long long);
-    const std::array<size_t, kNumShared> sizes = {2 * n * one_stride, flag_one, 2 * n * two_stride, flag_two,
-                                                  kTwoShotPiece, size_t{2} * n * lines * sizeof(LLLine)};
+    const std::array<size_t, kNumShared> sizes = {2 * n * one_stride, flag_one,
+                                                  2 * n * two_stride, flag_two,
+                                                  kTwoShotPiece,      size_t{2} * n * lines * sizeof(LLLine)};
     for (int k = 0; k < kNumShared; ++k) {
       TPS_CHECK(DeviceBuffer::create(device_, sizes[k], &shared_[k]));
       TPS_CUDA_CHECK(cudaMemset(shared_[k].get(), 0, sizes[k]));
@@ -242,8 +244,9 @@ tpsResult_t P2pIpcBackend::run(void* user, size_t count, cudaStream_t stream) {
 tpsResult_t P2pIpcBackend::allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m) {
   if (m.pushed) return tpsUnavailable;
   bool aligned8 = true;
-  for (const void* p : {static_cast<const void*>(a.bufs[0]), m.residual_in[0], static_cast<const void*>(m.residual_out[0]),
-                        m.normed ? static_cast<const void*>(m.normed[0]) : nullptr, m.weight ? m.weight[0] : nullptr})
+  for (const void* p :
+       {static_cast<const void*>(a.bufs[0]), m.residual_in[0], static_cast<const void*>(m.residual_out[0]),
+        m.normed ? static_cast<const void*>(m.normed[0]) : nullptr, m.weight ? m.weight[0] : nullptr})
     aligned8 = aligned8 && reinterpret_cast<uintptr_t>(p) % 8 == 0;
   if (!p2pFusedFits(a.dtype, a.bytes(), m.rows, m.width, aligned8, m.weight != nullptr,
                     m.residual_in[0] != m.residual_out[0]))

@@ -224,8 +224,8 @@ struct P2pLLHandle {
 // Every kernel that sums LL lines does it here, so the order of the sum, and so the bits of the result,
 // are the same in all of them.
 template <typename T, int kWords>
-__device__ __forceinline__ bool sumLLWords(const P2pLLHandle& h, int slot, unsigned s, size_t w0, size_t stride,
-                                           int n, const uint2 (&own)[kWords], unsigned long long t0,
+__device__ __forceinline__ bool sumLLWords(const P2pLLHandle& h, int slot, unsigned s, size_t w0, size_t stride, int n,
+                                           const uint2 (&own)[kWords], unsigned long long t0,
                                            float (&acc)[kWords][8 / sizeof(T)]) {
   constexpr int kPerWord = 8 / sizeof(T);
   union Word {

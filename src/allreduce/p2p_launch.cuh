@@ -54,14 +54,13 @@ cudaError_t p2pLaunchLL(bool pdl, const P2pLLHandle& h, T* buf, size_t count, cu
 // that every block's sequence number advances as in the other LL kernels.
 template <bool kPushed>
 cudaError_t p2pLaunchAddNorm(bool pdl, const P2pLLHandle& h, const __nv_bfloat16* partial,
-                             const __nv_bfloat16* residual_in, __nv_bfloat16* residual_out,
-                             const __nv_bfloat16* weight, __nv_bfloat16* normed, size_t rows, size_t width, float eps,
-                             cudaStream_t stream) {
+                             const __nv_bfloat16* residual_in, __nv_bfloat16* residual_out, const __nv_bfloat16* weight,
+                             __nv_bfloat16* normed, size_t rows, size_t width, float eps, cudaStream_t stream) {
   const bool by_row = kPushed || (weight != nullptr && width / 4 <= static_cast<size_t>(kRowThreads) * kRowWords);
   if (by_row)
-    return launchKernel(pdl, p2pOneShotLLAddNormRow<kPushed>, dim3(kP2pLLBlocks), dim3(kRowThreads), stream, h,
-                        partial, residual_in, residual_out, weight, normed, static_cast<int>(rows),
-                        static_cast<int>(width), eps);
+    return launchKernel(pdl, p2pOneShotLLAddNormRow<kPushed>, dim3(kP2pLLBlocks), dim3(kRowThreads), stream, h, partial,
+                        residual_in, residual_out, weight, normed, static_cast<int>(rows), static_cast<int>(width),
+                        eps);
   return launchKernel(pdl, p2pOneShotLLAddNorm, dim3(kP2pLLBlocks), dim3(kP2pLLThreads), stream, h, partial,
                       residual_in, residual_out, weight, normed, static_cast<int>(rows), static_cast<int>(width), eps);
 }

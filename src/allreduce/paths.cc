@@ -42,12 +42,9 @@ BackendsBuilt backendsBuilt() {
 
 const char* pathStateName(PathState s) {
   switch (s) {
-    case PathState::kAvailable:
-      return "available";
-    case PathState::kUnavailable:
-      return "unavailable";
-    case PathState::kNotBuilt:
-      return "not built";
+    case PathState::kAvailable: return "available";
+    case PathState::kUnavailable: return "unavailable";
+    case PathState::kNotBuilt: return "not built";
   }
   return "?";
 }
@@ -192,17 +189,12 @@ AutoSummary autoPicks(const Topology& topo, const std::vector<PathStatus>& paths
     bool from_table = false;
     pick.backend = detail::chooseAuto(a, bytes, table, &from_table);
     switch (pick.backend) {
-      case tpsBackendP2p:
-        pick.algorithm = detail::p2pAlgoName(detail::p2pAlgoFor(bytes));
-        break;
+      case tpsBackendP2p: pick.algorithm = detail::p2pAlgoName(detail::p2pAlgoFor(bytes)); break;
       case tpsBackendHost:
         pick.algorithm = bytes >= host_copy_threshold ? "copy engines" : "kernel";  // host_staged.cu pathFor()
         break;
-      case tpsBackendNccl:
-        pick.algorithm = "NCCL's choice";
-        break;
-      default:
-        pick.algorithm = "-";
+      case tpsBackendNccl: pick.algorithm = "NCCL's choice"; break;
+      default: pick.algorithm = "-";
     }
     pick.source = from_table ? s.tune_file : std::string("built-in default");
     s.picks.push_back(std::move(pick));

@@ -52,7 +52,8 @@ __device__ __forceinline__ void pushWord(const PushChannel& ch, int row, size_t 
   const size_t at = ((seq & 1) * ch.nranks + ch.rank) * ch.lines_per_sender + word;
 #pragma unroll
   for (int q = 0; q < TPS_MAX_DEVICES; ++q)
-    if (q < ch.nranks && q != ch.rank) storeLLLine(static_cast<LLLine*>(ch.lines[q]) + at, v, static_cast<unsigned>(seq));
+    if (q < ch.nranks && q != ch.rank)
+      storeLLLine(static_cast<LLLine*>(ch.lines[q]) + at, v, static_cast<unsigned>(seq));
 }
 
 }  // namespace tpscope::detail

@@ -21,14 +21,10 @@ class RankBackend : public Backend {
   tpsResult_t allReduce(const CallArgs& a) override {
     Derived& d = static_cast<Derived&>(*this);
     switch (a.dtype) {
-      case tpsFloat32:
-        return d.template run<float>(a.bufs[0], a.count, a.streams[0]);
-      case tpsFloat16:
-        return d.template run<__half>(a.bufs[0], a.count, a.streams[0]);
-      case tpsBfloat16:
-        return d.template run<__nv_bfloat16>(a.bufs[0], a.count, a.streams[0]);
-      default:
-        return tpsInvalidArgument;
+      case tpsFloat32: return d.template run<float>(a.bufs[0], a.count, a.streams[0]);
+      case tpsFloat16: return d.template run<__half>(a.bufs[0], a.count, a.streams[0]);
+      case tpsBfloat16: return d.template run<__nv_bfloat16>(a.bufs[0], a.count, a.streams[0]);
+      default: return tpsInvalidArgument;
     }
   }
 

@@ -7,6 +7,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
 #include <cstdint>
 
 namespace tpscope::detail {

@@ -41,14 +41,10 @@ tpsBackend_t AutoTable::backendFor(size_t bytes) const {
 
 bool isAvailable(const Availability& a, tpsBackend_t b) {
   switch (b) {
-    case tpsBackendHost:
-      return a.host;
-    case tpsBackendP2p:
-      return a.p2p;
-    case tpsBackendNccl:
-      return a.nccl;
-    default:
-      return false;
+    case tpsBackendHost: return a.host;
+    case tpsBackendP2p: return a.p2p;
+    case tpsBackendNccl: return a.nccl;
+    default: return false;
   }
 }
 

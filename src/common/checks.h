@@ -13,32 +13,31 @@
 #include "common/log.h"
 #include "tpscope/tpscope.h"
 
-#define TPS_CUDA_CHECK(call)                                                                        \
-  do {                                                                                             \
-    cudaError_t tps_err_ = (call);                                                                 \
-    if (tps_err_ != cudaSuccess) {                                                                 \
-      (void)cudaGetLastError();                                                                    \
-      TPS_LOG_WARN("CUDA failure '{}' {} ({})", #call, cudaGetErrorName(tps_err_),                 \
-                   cudaGetErrorString(tps_err_));                                                  \
-      return tpsCudaError;                                                                         \
-    }                                                                                              \
+#define TPS_CUDA_CHECK(call)                                                                                      \
+  do {                                                                                                            \
+    cudaError_t tps_err_ = (call);                                                                                \
+    if (tps_err_ != cudaSuccess) {                                                                                \
+      (void)cudaGetLastError();                                                                                   \
+      TPS_LOG_WARN("CUDA failure '{}' {} ({})", #call, cudaGetErrorName(tps_err_), cudaGetErrorString(tps_err_)); \
+      return tpsCudaError;                                                                                        \
+    }                                                                                                             \
   } while (0)
 
-#define TPS_CHECK(call)                                                                             \
-  do {                                                                                             \
-    tpsResult_t tps_res_ = (call);                                                                 \
-    if (tps_res_ != tpsSuccess) {                                                                  \
-      TPS_LOG_INFO("-> {} ({})", static_cast<int>(tps_res_), tpsGetErrorString(tps_res_));         \
-      return tps_res_;                                                                             \
-    }                                                                                              \
+#define TPS_CHECK(call)                                                                    \
+  do {                                                                                     \
+    tpsResult_t tps_res_ = (call);                                                         \
+    if (tps_res_ != tpsSuccess) {                                                          \
+      TPS_LOG_INFO("-> {} ({})", static_cast<int>(tps_res_), tpsGetErrorString(tps_res_)); \
+      return tps_res_;                                                                     \
+    }                                                                                      \
   } while (0)
 
-#define TPS_EXPECT(cond, code, ...)                                                                 \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      TPS_LOG_WARN(__VA_ARGS__);                                                                   \
-      return (code);                                                                               \
-    }                                                                                              \
+#define TPS_EXPECT(cond, code, ...) \
+  do {                              \
+    if (!(cond)) {                  \
+      TPS_LOG_WARN(__VA_ARGS__);    \
+      return (code);                \
+    }                               \
   } while (0)
 
 // After a kernel launch: a launch error (bad configuration, no kernel image) is reported here.

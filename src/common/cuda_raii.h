@@ -71,7 +71,9 @@ class DeviceBuffer {
   static tpsResult_t create(int device, size_t bytes, DeviceBuffer* out);
   void* get() const { return ptr_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   size_t bytes() const { return bytes_; }
   int device() const { return device_; }
   void reset();

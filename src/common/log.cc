@@ -13,7 +13,10 @@
 namespace tpscope {
 
 bool parseLogLevel(std::string_view text, LogLevel* out) {
-  static const struct { const char* name; LogLevel level; } kLevels[] = {
+  static const struct {
+    const char* name;
+    LogLevel level;
+  } kLevels[] = {
       {"NONE", LogLevel::kNone}, {"WARN", LogLevel::kWarn}, {"INFO", LogLevel::kInfo}, {"TRACE", LogLevel::kTrace}};
   for (const auto& l : kLevels) {
     if (text.size() == std::strlen(l.name) && strncasecmp(text.data(), l.name, text.size()) == 0) {

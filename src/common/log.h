@@ -24,10 +24,10 @@ void logLine(LogLevel level, const char* file, int line, std::string_view messag
 
 }  // namespace tpscope
 
-#define TPS_LOG_AT(level, ...)                                                                       \
-  do {                                                                                              \
-    if (::tpscope::logLevel() >= (level))                                                           \
-      ::tpscope::detail::logLine((level), __FILE__, __LINE__, ::fmt::format(__VA_ARGS__));          \
+#define TPS_LOG_AT(level, ...)                                                             \
+  do {                                                                                     \
+    if (::tpscope::logLevel() >= (level))                                                  \
+      ::tpscope::detail::logLine((level), __FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 #define TPS_LOG_WARN(...) TPS_LOG_AT(::tpscope::LogLevel::kWarn, __VA_ARGS__)
 #define TPS_LOG_INFO(...) TPS_LOG_AT(::tpscope::LogLevel::kInfo, __VA_ARGS__)

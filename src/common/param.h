@@ -26,14 +26,14 @@ std::string readStringParam(const char* env, const char* fallback);
 
 }  // namespace tpscope
 
-#define TPS_PARAM_INT(name, env, fallback)                                                          \
-  inline int64_t tpsParam##name() {                                                                 \
-    static const int64_t value = ::tpscope::detail::readIntParam(env, (fallback));                  \
-    return value;                                                                                   \
+#define TPS_PARAM_INT(name, env, fallback)                                         \
+  inline int64_t tpsParam##name() {                                                \
+    static const int64_t value = ::tpscope::detail::readIntParam(env, (fallback)); \
+    return value;                                                                  \
   }
 
-#define TPS_PARAM_STRING(name, env, fallback)                                                       \
-  inline const std::string& tpsParam##name() {                                                      \
-    static const std::string value = ::tpscope::detail::readStringParam(env, (fallback));           \
-    return value;                                                                                   \
+#define TPS_PARAM_STRING(name, env, fallback)                                             \
+  inline const std::string& tpsParam##name() {                                            \
+    static const std::string value = ::tpscope::detail::readStringParam(env, (fallback)); \
+    return value;                                                                         \
   }

@@ -11,18 +11,12 @@ namespace tpscope::experiment {
 
 const char* settingSourceName(SettingSource s) {
   switch (s) {
-    case SettingSource::kDefault:
-      return "default";
-    case SettingSource::kShared:
-      return "shared";
-    case SettingSource::kArm:
-      return "arm";
-    case SettingSource::kDerived:
-      return "derived";
-    case SettingSource::kAuto:
-      return "auto";
-    case SettingSource::kEngine:
-      return "engine";
+    case SettingSource::kDefault: return "default";
+    case SettingSource::kShared: return "shared";
+    case SettingSource::kArm: return "arm";
+    case SettingSource::kDerived: return "derived";
+    case SettingSource::kAuto: return "auto";
+    case SettingSource::kEngine: return "engine";
   }
   return "?";
 }

@@ -38,11 +38,11 @@ struct Manifest {
   std::vector<std::string> arms;    // in spec order
   std::vector<std::string> phases;  // in spec order
   std::vector<EffectiveSettings> effective;
-  nlohmann::json versions = nlohmann::json::object();  // tpscope, git_sha, cuda, driver, nccl
-  nlohmann::json topology = nlohmann::json::object();  // `tpscope topo --format json`
-  nlohmann::json machine = nlohmann::json::object();   // hostname, os, cpu, gpus, description
+  nlohmann::json versions = nlohmann::json::object();    // tpscope, git_sha, cuda, driver, nccl
+  nlohmann::json topology = nlohmann::json::object();    // `tpscope topo --format json`
+  nlohmann::json machine = nlohmann::json::object();     // hostname, os, cpu, gpus, description
   nlohmann::json invocation = nlohmann::json::object();  // argv, quick, arms: how the run was asked for
-  std::string start_time;                              // ISO 8601 UTC
+  std::string start_time;                                // ISO 8601 UTC
   // Non-empty for a shipped recording, printed as is: "Recorded run: 2026-11-29 on 2x NVIDIA H200 ...".
   std::string recording;
 };
@@ -54,7 +54,7 @@ struct GpuTraffic {
   // What the meter's own reads inside the window added (subtracted from rx/tx_bytes); nullopt when the
   // meter was not calibrated. rx_bytes + own_rx_bytes is the counter difference as counted.
   std::optional<double> own_rx_bytes, own_tx_bytes;
-  std::optional<double> rx_mbps, tx_mbps;    // mean inside the window: bytes / duration
+  std::optional<double> rx_mbps, tx_mbps;  // mean inside the window: bytes / duration
   std::optional<double> nvlink_rx_mbps, nvlink_tx_mbps;
   int samples = 0;                                   // PCIe reads inside the window
   std::optional<double> dmon_rx_mbps, dmon_tx_mbps;  // the dmon method, same window

@@ -77,7 +77,7 @@ struct Report {
   std::vector<ReportCell> cells;           // arm, phase, GPU
   std::vector<NetCost> net;
   std::optional<BusiestCell> busiest;
-  std::vector<std::string> failed;                   // one line per repetition attempt whose baseline failed
+  std::vector<std::string> failed;  // one line per repetition attempt whose baseline failed
   // What the meter's own reads added, per GPU over every valid phase window, subtracted from every
   // figure: "the meter's own reads: 1.02 MB/s rx, 1.10 MB/s tx on GPU 0"; empty for runs recorded
   // before the meter was calibrated. own_note says when some windows were not made net.

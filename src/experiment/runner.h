@@ -47,7 +47,7 @@ struct RunnerConfig {
   nlohmann::json topology = nlohmann::json::object();
   nlohmann::json machine = nlohmann::json::object();
   nlohmann::json invocation = nlohmann::json::object();  // Manifest::invocation
-  std::ostream* progress = nullptr;  // progress lines; nullptr: none
+  std::ostream* progress = nullptr;                      // progress lines; nullptr: none
   // Start every arm's engine once before anything is measured and add what it reports about itself
   // (settings of source kEngine) to the arms' effective settings before the guards compare them: a
   // server decides its context, batch sizes and offload only once started.

@@ -17,14 +17,10 @@ namespace tpscope::experiment {
 
 std::optional<workload::SplitMode> workloadSplit(SplitMode m) {
   switch (m) {
-    case SplitMode::kNone:
-      return workload::SplitMode::kNone;
-    case SplitMode::kLayer:
-      return workload::SplitMode::kLayer;
-    case SplitMode::kTensor:
-      return workload::SplitMode::kTensor;
-    case SplitMode::kRow:
-      break;
+    case SplitMode::kNone: return workload::SplitMode::kNone;
+    case SplitMode::kLayer: return workload::SplitMode::kLayer;
+    case SplitMode::kTensor: return workload::SplitMode::kTensor;
+    case SplitMode::kRow: break;
   }
   return std::nullopt;
 }
@@ -36,12 +32,9 @@ const char* splitModeName(SplitMode m) {
 
 const char* engineName(Engine e) {
   switch (e) {
-    case Engine::kSynthetic:
-      return "synthetic";
-    case Engine::kLlamaServer:
-      return "llama-server";
-    case Engine::kCommand:
-      return "command";
+    case Engine::kSynthetic: return "synthetic";
+    case Engine::kLlamaServer: return "llama-server";
+    case Engine::kCommand: return "command";
   }
   return "?";
 }
@@ -134,7 +127,8 @@ struct Reader {
     } else if (key == "allreduce") {
       const std::string s = string(n, key);
       if (s != "internal" && s != "nccl" && s != "none" && s != "tpscope")
-        error(n, fmt::format("'allreduce' = \"{}\" is not one of internal, nccl, none, tpscope (GGML_CUDA_ALLREDUCE)", s));
+        error(n,
+              fmt::format("'allreduce' = \"{}\" is not one of internal, nccl, none, tpscope (GGML_CUDA_ALLREDUCE)", s));
       d->allreduce = s;
     } else if (key == "tpscope_backend") {
       const std::string s = string(n, key);
@@ -358,9 +352,7 @@ void checkEngine(const Reader& r, const ExperimentSpec& spec, const GivenKeys& g
                   fmt::format("'{}' is not a setting of engine = \"{}\": {}", key, engineName(e.engine), f.instead));
   };
   switch (e.engine) {
-    case Engine::kSynthetic:
-      refuse(kNotForSynthetic);
-      break;
+    case Engine::kSynthetic: refuse(kNotForSynthetic); break;
     case Engine::kLlamaServer:
       refuse(kNotForServer);
       if (e.model.empty()) throw SpecError(r.source, 0, "engine = \"llama-server\" needs model = \"FILE.gguf\"");
@@ -373,7 +365,8 @@ void checkEngine(const Reader& r, const ExperimentSpec& spec, const GivenKeys& g
           throw SpecError(r.source, a.line,
                           fmt::format("arm '{}': draft_max needs a draft (a GGUF or \"self\") or a spec_type", a.name));
         const auto& allreduce = a.delta.allreduce ? a.delta.allreduce : spec.shared.base.allreduce;
-        const auto& tpscope_backend = a.delta.tpscope_backend ? a.delta.tpscope_backend : spec.shared.base.tpscope_backend;
+        const auto& tpscope_backend =
+            a.delta.tpscope_backend ? a.delta.tpscope_backend : spec.shared.base.tpscope_backend;
         if (tpscope_backend && allreduce.value_or("") != "tpscope")
           throw SpecError(r.source, a.line,
                           fmt::format("arm '{}': tpscope_backend chooses tpscope's backend under allreduce = "

@@ -40,7 +40,8 @@ struct ArmDelta {
   std::optional<workload::AttentionPdl> attention_pdl;
   // llama-server only.
   std::optional<std::string> allreduce;  // GGML_CUDA_ALLREDUCE: internal | nccl | none | tpscope (tensor split only)
-  std::optional<std::string> tpscope_backend;  // TPSCOPE_ALLREDUCE under allreduce = "tpscope": host | p2p | nccl | auto
+  // TPSCOPE_ALLREDUCE under allreduce = "tpscope": host | p2p | nccl | auto.
+  std::optional<std::string> tpscope_backend;
   std::optional<std::string> draft;      // speculative decoding: a draft GGUF, "self" (the model), or "none"
   std::optional<std::string> spec_type;  // --spec-type, e.g. "ngram-simple" or "draft-mtp"; "none": off
   std::optional<int> draft_max;          // tokens drafted per step, 1..16 (--spec-draft-n-max)

@@ -162,7 +162,8 @@ MeterGpuCalibration calibrateGpu(CounterReader& counters, DmonReader* dmon, cons
     const Interval quiet = quietInterval();
     bool busy = false;
     for (int c = 0; c < kMeterCounters; ++c)
-      if (quiet.d.bytes[c] && quiet.d.seconds[c] > 0) busy = busy || *quiet.d.bytes[c] / quiet.d.seconds[c] / 1e6 > plan.busy_mbps;
+      if (quiet.d.bytes[c] && quiet.d.seconds[c] > 0)
+        busy = busy || *quiet.d.bytes[c] / quiet.d.seconds[c] / 1e6 > plan.busy_mbps;
     if (busy) continue;
     std::vector<Interval> intervals{quiet};
     for (MeterReadKind k : kinds) intervals.push_back(measure(k));
@@ -180,7 +181,7 @@ MeterGpuCalibration calibrateGpu(CounterReader& counters, DmonReader* dmon, cons
         std::vector<double> row{iv.d.seconds[c]};
         for (MeterReadKind k : kinds) {
           double n = iv.reads[static_cast<int>(k)];
-          if (k == own) n += 1;                                                      // the counter's own bracket
+          if (k == own) n += 1;                                                    // the counter's own bracket
           if (k == MeterReadKind::kNvlink && own == MeterReadKind::kPcie) n += 2;  // nested NVLink brackets
           row.push_back(n);
         }
@@ -219,8 +220,7 @@ MeterCalibration calibrateAll(SourceSet& src, const CalibrationPlan& plan) {
   std::vector<std::thread> threads;
   for (size_t k = 0; k < src.counters.size() && k < src.gpus.size(); ++k) {
     DmonReader* dmon = k < src.dmon.size() ? src.dmon[k].get() : nullptr;
-    threads.emplace_back(
-        [&, k, dmon] { cal.gpus[k] = calibrateGpu(*src.counters[k], dmon, src.gpus[k], plan); });
+    threads.emplace_back([&, k, dmon] { cal.gpus[k] = calibrateGpu(*src.counters[k], dmon, src.gpus[k], plan); });
   }
   for (std::thread& t : threads) t.join();
   cal.end_ns = monotonicNs();
@@ -236,7 +236,8 @@ MeterCalibration calibrateAll(SourceSet& src, const CalibrationPlan& plan) {
     cal.note = "not calibrated: GPU " + list + " moved more than " + std::to_string(static_cast<int>(plan.busy_mbps)) +
                " MB/s in too many quiet intervals; figures include the meter's own reads";
   } else {
-    cal.note = "calibrated: " + std::to_string(cal.gpus.front().rounds) + " rounds of a quiet interval against a burst of reads";
+    cal.note = "calibrated: " + std::to_string(cal.gpus.front().rounds) +
+               " rounds of a quiet interval against a burst of reads";
   }
   return cal;
 }

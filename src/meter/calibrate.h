@@ -29,9 +29,9 @@ struct CalibrationPlan {
   // seems to pay for waking between spaced reads. So the calibration reads at the spacing it
   // corrects for (clamped to 0.35-5 ms so that a burst holds enough reads).
   int64_t pcie_spacing_ns = 2000000;
-  int nvlink_reads = 2;         // NVLink reads per burst (~22 ms each on H200)
-  int dmon_calls = 2;           // dmon calls per burst (rx and tx, ~20 ms each)
-  double busy_mbps = 100;       // a quiet interval faster than this on any counter is discarded
+  int nvlink_reads = 2;    // NVLink reads per burst (~22 ms each on H200)
+  int dmon_calls = 2;      // dmon calls per burst (rx and tx, ~20 ms each)
+  double busy_mbps = 100;  // a quiet interval faster than this on any counter is discarded
 };
 
 // Calibrates one GPU through its readers (dmon may be null). Blocks for the plan's rounds.

@@ -243,19 +243,21 @@ std::vector<std::array<std::optional<double>, kMeterCounters>> Meter::ownMBps() 
   std::vector<std::array<std::optional<double>, kMeterCounters>> out(gpus().size());
   if (!cal.calibrated) return out;
   // Over the span of each GPU's reads so far: every kind of read, at its calibrated cost.
-  return impl_->sampler.withData([&](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>& dmon) {
-    for (size_t k = 0; k < out.size() && k < series.size(); ++k) {
-      if (series[k].size() < 2) continue;
-      const int64_t a = series[k].front().t_before_ns, b = series[k].back().t_after_ns;
-      const std::array<int64_t, kMeterReadKinds> reads = detail::readsInside(series[k], dmon, static_cast<int>(k), a, b);
-      for (int c = 0; c < kMeterCounters; ++c) {
-        if (!gpus()[k].supported[c] || b <= a) continue;
-        if (const std::optional<double> own = detail::ownBytes(cal.gpus[k], c, reads))
-          out[k][c] = *own / ((b - a) * 1e-9) / 1e6;
-      }
-    }
-    return out;
-  });
+  return impl_->sampler.withData(
+      [&](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>& dmon) {
+        for (size_t k = 0; k < out.size() && k < series.size(); ++k) {
+          if (series[k].size() < 2) continue;
+          const int64_t a = series[k].front().t_before_ns, b = series[k].back().t_after_ns;
+          const std::array<int64_t, kMeterReadKinds> reads =
+              detail::readsInside(series[k], dmon, static_cast<int>(k), a, b);
+          for (int c = 0; c < kMeterCounters; ++c) {
+            if (!gpus()[k].supported[c] || b <= a) continue;
+            if (const std::optional<double> own = detail::ownBytes(cal.gpus[k], c, reads))
+              out[k][c] = *own / ((b - a) * 1e-9) / 1e6;
+          }
+        }
+        return out;
+      });
 }
 
 std::vector<QuiesceRecord> Meter::quiesceRecords() const {

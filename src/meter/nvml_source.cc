@@ -21,18 +21,12 @@ int64_t realtimeNs() {
 
 uint64_t valueOf(const nvmlFieldValue_t& f) {
   switch (f.valueType) {
-    case NVML_VALUE_TYPE_UNSIGNED_INT:
-      return f.value.uiVal;
-    case NVML_VALUE_TYPE_UNSIGNED_LONG:
-      return f.value.ulVal;
-    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-      return f.value.ullVal;
-    case NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-      return static_cast<uint64_t>(f.value.sllVal);
-    case NVML_VALUE_TYPE_SIGNED_INT:
-      return static_cast<uint32_t>(f.value.siVal);
-    default:
-      return 0;
+    case NVML_VALUE_TYPE_UNSIGNED_INT: return f.value.uiVal;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG: return f.value.ulVal;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: return f.value.ullVal;
+    case NVML_VALUE_TYPE_SIGNED_LONG_LONG: return static_cast<uint64_t>(f.value.sllVal);
+    case NVML_VALUE_TYPE_SIGNED_INT: return static_cast<uint32_t>(f.value.siVal);
+    default: return 0;
   }
 }
 

@@ -30,12 +30,9 @@ std::string csvName(const std::string& s) {
 
 const char* methodName(MeterMethod m) {
   switch (m) {
-    case MeterMethod::kCounters:
-      return "counters";
-    case MeterMethod::kDmon:
-      return "dmon";
-    case MeterMethod::kBoth:
-      return "both";
+    case MeterMethod::kCounters: return "counters";
+    case MeterMethod::kDmon: return "dmon";
+    case MeterMethod::kBoth: return "both";
   }
   return "?";
 }
@@ -77,16 +74,11 @@ nlohmann::json toJson(const MeterGpu& g) {
 }
 
 nlohmann::json toJson(const MeterOptions& o) {
-  return {{"period_us", o.period_us},
-          {"idle_period_us", o.idle_period_us},
-          {"busy_mbps", o.busy_mbps},
-          {"calibrate", o.calibrate},
-          {"method", methodName(o.method)},
-          {"nvlink", o.nvlink},
-          {"nvlink_raw", o.nvlink_raw},
-          {"nvlink_links_per_call", o.nvlink_links_per_call},
-          {"dmon_period_ms", o.dmon_period_ms},
-          {"peak_span_ms", o.peak_span_ms}};
+  return {{"period_us", o.period_us},           {"idle_period_us", o.idle_period_us},
+          {"busy_mbps", o.busy_mbps},           {"calibrate", o.calibrate},
+          {"method", methodName(o.method)},     {"nvlink", o.nvlink},
+          {"nvlink_raw", o.nvlink_raw},         {"nvlink_links_per_call", o.nvlink_links_per_call},
+          {"dmon_period_ms", o.dmon_period_ms}, {"peak_span_ms", o.peak_span_ms}};
 }
 
 nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus) {
@@ -192,9 +184,9 @@ nlohmann::json toJson(const MeterCalibration& c, const std::vector<MeterGpu>& gp
       const MeterReadCost& cost = g.cost[r];
       if (cost.reads == 0) continue;
       kinds[meterReadKindName(static_cast<MeterReadKind>(r))] = {{"reads", cost.reads},
-                                                                  {"bytes_per_read", countersJson(cost.bytes, gpus[k])},
-                                                                  {"low", countersJson(cost.low, gpus[k])},
-                                                                  {"high", countersJson(cost.high, gpus[k])}};
+                                                                 {"bytes_per_read", countersJson(cost.bytes, gpus[k])},
+                                                                 {"low", countersJson(cost.low, gpus[k])},
+                                                                 {"high", countersJson(cost.high, gpus[k])}};
     }
     per_gpu.push_back({{"gpu", gpus[k].index},
                        {"rounds", g.rounds},
@@ -272,14 +264,16 @@ std::string toCsv(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const
       const MeterCell& x = w.cells[k][static_cast<int>(c)];
       out += fmt::format("{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csvName(w.name), w.repetition,
                          w.start_ns, w.end_ns, (w.end_ns - w.start_ns) * 1e-6, gpus[k].index, meterCounterName(c),
-                         csv(x.bytes, true), csv(x.counted_bytes, true), csv(x.own_bytes, true), csv(x.bytes_low, true), csv(x.bytes_high, true), csv(x.mean_mbps),
-                         csv(x.peak_mbps), csv(x.share_of_ceiling), x.samples, csv(x.dmon_mbps), x.dmon_samples);
+                         csv(x.bytes, true), csv(x.counted_bytes, true), csv(x.own_bytes, true), csv(x.bytes_low, true),
+                         csv(x.bytes_high, true), csv(x.mean_mbps), csv(x.peak_mbps), csv(x.share_of_ceiling),
+                         x.samples, csv(x.dmon_mbps), x.dmon_samples);
     }
   }
   return out;
 }
 
-std::string ownTrafficLines(const MeterCalibration& c, const std::vector<std::array<std::optional<double>, kMeterCounters>>& own_mbps,
+std::string ownTrafficLines(const MeterCalibration& c,
+                            const std::vector<std::array<std::optional<double>, kMeterCounters>>& own_mbps,
                             const std::vector<MeterGpu>& gpus) {
   if (!c.calibrated) return "# the meter's own reads are included in the figures above: " + c.note + "\n";
   std::string out;

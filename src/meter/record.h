@@ -30,7 +30,8 @@ MeterCalibration calibrationFromJson(const nlohmann::json& j, const std::vector<
 // The lines every report prints under its table, one per GPU ('#' comments): what the meter's own
 // reads added, in MB/s over the run (own_mbps[gpu position], Meter::ownMBps()), and the calibrated
 // cost per read they were subtracted at; or why nothing was subtracted.
-std::string ownTrafficLines(const MeterCalibration& c, const std::vector<std::array<std::optional<double>, kMeterCounters>>& own_mbps,
+std::string ownTrafficLines(const MeterCalibration& c,
+                            const std::vector<std::array<std::optional<double>, kMeterCounters>>& own_mbps,
                             const std::vector<MeterGpu>& gpus);
 
 // The counters a set of options asks for, in report order.

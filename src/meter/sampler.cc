@@ -150,9 +150,8 @@ void Sampler::sleepOrWake(int64_t until_ns, uint64_t* seen) {
   }
   std::unique_lock<std::mutex> lock(wake_mu_);
   const auto deadline = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until_ns));
-  wake_cv_.wait_until(lock, deadline, [&] {
-    return wake_seq_ != *seen || stop_sampling_.load(std::memory_order_acquire);
-  });
+  wake_cv_.wait_until(lock, deadline,
+                      [&] { return wake_seq_ != *seen || stop_sampling_.load(std::memory_order_acquire); });
   *seen = wake_seq_;
 }
 
@@ -196,9 +195,8 @@ void Sampler::sample(size_t i) {
   const MeterReadKind kind = st.group == MeterGroup::kPcie ? MeterReadKind::kPcie : MeterReadKind::kNvlink;
   const int64_t busy_period = options_.period_us * 1000;
   const int64_t idle_period =
-      options_.idle_period_us * 1000 * (st.group == MeterGroup::kNvlink && options_.idle_period_us != options_.period_us
-                                            ? kNvlinkIdleFactor
-                                            : 1);
+      options_.idle_period_us * 1000 *
+      (st.group == MeterGroup::kNvlink && options_.idle_period_us != options_.period_us ? kNvlinkIdleFactor : 1);
   int64_t next = monotonicNs();
   int64_t busy_until = next + kStayBusyNs;  // start on the busy period: the link's state is unknown
   bool first_done = false;
@@ -304,10 +302,9 @@ std::vector<MeterCadence> Sampler::cadence() const {
     c.gpu = static_cast<int>(st.gpu);
     c.group = st.group;
     c.period_target_ms = options_.period_us / 1000.0;
-    c.idle_period_ms = options_.idle_period_us / 1000.0 *
-                       (st.group == MeterGroup::kNvlink && options_.idle_period_us != options_.period_us
-                            ? kNvlinkIdleFactor
-                            : 1);
+    c.idle_period_ms =
+        options_.idle_period_us / 1000.0 *
+        (st.group == MeterGroup::kNvlink && options_.idle_period_us != options_.period_us ? kNvlinkIdleFactor : 1);
     c.edge_reads = edge_reads_[&st - streams_.data()].load(std::memory_order_relaxed);
     c.dropped = st.ring->dropped();
     c.wrap_gaps = st.group == MeterGroup::kPcie ? builders_[st.gpu].wrapGaps() : 0;

@@ -6,7 +6,8 @@
 //               counters). Each reads its group every period into its own SPSC ring (preallocated);
 //               never allocates or prints, and locks only to sleep (so that wake() can end a sleep
 //               early). The period adapts (MeterOptions::idle_period_us): the busy period while the
-//               link moves more than busy_mbps net of the meter's own reads, the idle period otherwise. Splitting the groups keeps PCIe's cadence
+//               link moves more than busy_mbps net of the meter's own reads, the idle period otherwise. Splitting the
+//               groups keeps PCIe's cadence
 //               (~0.7 ms a read on H200) independent of NVLink's (one field per link, ~22 ms a read
 //               for 18 links), which then simply runs back to back.
 //   dmon        (method dmon/both) calls the blocking ~20 ms throughput function per GPU and
@@ -131,7 +132,7 @@ class Sampler {
             readCount(k, MeterReadKind::kDmon).load(std::memory_order_relaxed)};
   }
   std::unique_ptr<std::atomic<int64_t>[]> read_counts_;  // [gpu position * kMeterReadKinds + kind]
-  std::unique_ptr<std::atomic<int64_t>[]> edge_reads_;  // [stream]
+  std::unique_ptr<std::atomic<int64_t>[]> edge_reads_;   // [stream]
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   uint64_t wake_seq_ = 0;  // guarded by wake_mu_

@@ -138,8 +138,9 @@ std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vec
   return n;
 }
 
-void subtractOwn(MeterCell* cell, const MeterGpuCalibration& cal, int c, const std::array<int64_t, kMeterReadKinds>& reads,
-                 double duration_s, std::optional<double> ceiling_mbps) {
+void subtractOwn(MeterCell* cell, const MeterGpuCalibration& cal, int c,
+                 const std::array<int64_t, kMeterReadKinds>& reads, double duration_s,
+                 std::optional<double> ceiling_mbps) {
   if (!cell->bytes) return;
   const std::optional<double> mid = ownBytes(cal, c, reads), lo = ownBytes(cal, c, reads, -1),
                               hi = ownBytes(cal, c, reads, +1);
@@ -177,7 +178,8 @@ MeterWindow computeWindow(const std::string& name, int repetition, int64_t start
       const MeterCounter mc = static_cast<MeterCounter>(c);
       if (gpus[k].supported[c]) {
         w.cells[k][c] = computeCell(s, mc, start, end, peak_span_ms, gpus[k].ceilingMBps(mc));
-        if (net) subtractOwn(&w.cells[k][c], calibration->gpus[k], c, reads, (end - start) * 1e-9, gpus[k].ceilingMBps(mc));
+        if (net)
+          subtractOwn(&w.cells[k][c], calibration->gpus[k], c, reads, (end - start) * 1e-9, gpus[k].ceilingMBps(mc));
       }
       if (isPcie(mc) && !dmon.empty()) addDmon(&w.cells[k][c], dmon, static_cast<int>(k), mc, start, end);
     }
@@ -237,12 +239,9 @@ const char* meterGroupName(MeterGroup g) { return g == MeterGroup::kPcie ? "pcie
 
 const char* meterReadKindName(MeterReadKind k) {
   switch (k) {
-    case MeterReadKind::kPcie:
-      return "pcie_read";
-    case MeterReadKind::kNvlink:
-      return "nvlink_read";
-    case MeterReadKind::kDmon:
-      return "dmon_call";
+    case MeterReadKind::kPcie: return "pcie_read";
+    case MeterReadKind::kNvlink: return "nvlink_read";
+    case MeterReadKind::kDmon: return "dmon_call";
   }
   return "unknown";
 }

@@ -52,8 +52,9 @@ std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vec
 // counter difference, own_bytes what the reads added, bytes/mean/share become net, and the bounds
 // widen by the calibration's spread. A cell without bytes, or a kind without a cost for the counter
 // while it was read, is left gross (own_bytes stays nullopt).
-void subtractOwn(MeterCell* cell, const MeterGpuCalibration& cal, int c, const std::array<int64_t, kMeterReadKinds>& reads,
-                 double duration_s, std::optional<double> ceiling_mbps);
+void subtractOwn(MeterCell* cell, const MeterGpuCalibration& cal, int c,
+                 const std::array<int64_t, kMeterReadKinds>& reads, double duration_s,
+                 std::optional<double> ceiling_mbps);
 
 // The verdict of a quiescing interval from its window. pids[k] lists the processes on GPU k
 // (nullopt: could not list); own_pids are ours (this process, an engine's server) and do not count.

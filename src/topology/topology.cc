@@ -42,12 +42,14 @@ NvlinkScan scanNvlink(const nvml::Api* api, nvmlDevice_t dev) {
     ++s.links_up;
     nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_GPU;
     if (api->deviceGetNvLinkRemoteDeviceType != nullptr &&
-        api->deviceGetNvLinkRemoteDeviceType(dev, link, &type) == NVML_SUCCESS && type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {
+        api->deviceGetNvLinkRemoteDeviceType(dev, link, &type) == NVML_SUCCESS &&
+        type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {
       ++s.switch_links;
       continue;
     }
     nvmlPciInfo_t remote{};
-    if (api->deviceGetNvLinkRemotePciInfo != nullptr && api->deviceGetNvLinkRemotePciInfo(dev, link, &remote) == NVML_SUCCESS)
+    if (api->deviceGetNvLinkRemotePciInfo != nullptr &&
+        api->deviceGetNvLinkRemotePciInfo(dev, link, &remote) == NVML_SUCCESS)
       s.remote_gpus.push_back(remote);
   }
   return s;
@@ -299,8 +301,9 @@ nlohmann::json toJson(const Topology& topo) {
   return {{"driver_version", topo.driver_version.empty() ? json(nullptr) : json(topo.driver_version)},
           {"cuda_driver_version", topo.cuda_driver_version},
           {"cuda_runtime_version", topo.cuda_runtime_version},
-          {"nvml", {{"available", topo.nvml_available},
-                    {"reason", topo.nvml_reason.empty() ? json(nullptr) : json(topo.nvml_reason)}}},
+          {"nvml",
+           {{"available", topo.nvml_available},
+            {"reason", topo.nvml_reason.empty() ? json(nullptr) : json(topo.nvml_reason)}}},
           {"gpus", gpus},
           {"pairs", pairs}};
 }

@@ -7,9 +7,8 @@
 // access and P2P atomics. Values NVML cannot give are std::nullopt (N/A, JSON null), never 0.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,7 +40,7 @@ enum class LinkKind { kSelf, kNvlink, kPix, kPxb, kPhb, kNode, kSys, kUnknown };
 struct PairInfo {
   int from = 0, to = 0;  // CUDA ordinals
   LinkKind kind = LinkKind::kUnknown;
-  int nvlink_links = 0;  // links that join the pair (directly or through NVSwitch)
+  int nvlink_links = 0;      // links that join the pair (directly or through NVSwitch)
   bool p2p_access = false;   // cudaDeviceCanAccessPeer(from, to)
   bool p2p_atomics = false;  // cudaDevP2PAttrNativeAtomicSupported
   std::optional<int> performance_rank;

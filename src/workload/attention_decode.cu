@@ -28,7 +28,9 @@ constexpr int kThreads = 128;  // 4 warps
 __device__ __forceinline__ float bf(const bf16_t* p) {
   return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p));
 }
-__device__ __forceinline__ void store(bf16_t* p, float v) { *reinterpret_cast<__nv_bfloat16*>(p) = __float2bfloat16(v); }
+__device__ __forceinline__ void store(bf16_t* p, float v) {
+  *reinterpret_cast<__nv_bfloat16*>(p) = __float2bfloat16(v);
+}
 __device__ __forceinline__ float roundBf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
 // R: a bound on rows (4, 8 or 16), so that each thread's rows are a compile-time count and their
@@ -49,7 +51,7 @@ struct Geometry {
   static constexpr int kRowsPerThread = (R + kGroups - 1) / kGroups;        // V-pass rows per thread
   static constexpr int kScoreGroups = kThreads / kTile;                     // row groups in the score pass
   static constexpr int kScoreRows = (R + kScoreGroups - 1) / kScoreGroups;  // score rows per thread
-  static constexpr int kPieces = kTile * (D / 8) / kThreads;  // 16-byte pieces of K (and of V) per thread
+  static constexpr int kPieces = kTile * (D / 8) / kThreads;                // 16-byte pieces of K (and of V) per thread
 };
 
 // This step's K (rotated where `rope`) and V rows that fall in the block's slice [k0, k1) go into the
@@ -296,17 +298,15 @@ cudaError_t launchAttentionDecode(const bf16_t* qkv, bf16_t* k_cache, bf16_t* v_
   // A programmatic dependent of the RoPE kernel (common/pdl.cuh) where s.pdl: its first tile of older cache
   // rows is then requested before the RoPE kernel ends.
   const int rows = s.tokens * (s.q_heads / s.kv_heads);
-  auto go = [&](auto kernel) { return launchPdlIf(s.pdl, kernel, grid, block, stream, qkv, k_cache, v_cache, partial, s); };
+  auto go = [&](auto kernel) {
+    return launchPdlIf(s.pdl, kernel, grid, block, stream, qkv, k_cache, v_cache, partial, s);
+  };
   auto byRows = [&](auto k4, auto k8, auto k16) { return rows <= 4 ? go(k4) : rows <= 8 ? go(k8) : go(k16); };
   switch (s.head_dim) {
-    case 32:
-      return byRows(attnDecodeKernel<32, 4>, attnDecodeKernel<32, 8>, attnDecodeKernel<32, 16>);
-    case 64:
-      return byRows(attnDecodeKernel<64, 4>, attnDecodeKernel<64, 8>, attnDecodeKernel<64, 16>);
-    case 128:
-      return byRows(attnDecodeKernel<128, 4>, attnDecodeKernel<128, 8>, attnDecodeKernel<128, 16>);
-    default:
-      return cudaErrorInvalidValue;
+    case 32: return byRows(attnDecodeKernel<32, 4>, attnDecodeKernel<32, 8>, attnDecodeKernel<32, 16>);
+    case 64: return byRows(attnDecodeKernel<64, 4>, attnDecodeKernel<64, 8>, attnDecodeKernel<64, 16>);
+    case 128: return byRows(attnDecodeKernel<128, 4>, attnDecodeKernel<128, 8>, attnDecodeKernel<128, 16>);
+    default: return cudaErrorInvalidValue;
   }
 }
 

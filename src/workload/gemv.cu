@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps)
     gemvKernel(const bf16_t* __restrict__ w, const bf16_t* __restrict__ x, bf16_t* __restrict__ y, int n, int k,
                detail::PushChannel push) {
   static_assert(!kPush || (R == 1 && kGemvWarps == 4), "a pushed word is one block's four rows of one token");
-  constexpr int U = kGemvLoads / R;  // 16-byte loads in flight per row and lane
+  constexpr int U = kGemvLoads / R;                                       // 16-byte loads in flight per row and lane
   __shared__ __align__(8) __nv_bfloat16 word[kPush ? T : 1][kGemvWarps];  // kPush: token t's four outputs
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * kGemvWarps + (threadIdx.x >> 5);
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps)
     __syncthreads();  // (no warp returned early: n % kGemvWarps == 0)
     if (threadIdx.x < T)
       detail::pushWord(push, threadIdx.x, static_cast<size_t>(threadIdx.x) * (n / kGemvWarps) + blockIdx.x,
-                  *reinterpret_cast<const uint2*>(word[threadIdx.x]));
+                       *reinterpret_cast<const uint2*>(word[threadIdx.x]));
   }
 }
 

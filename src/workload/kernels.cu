@@ -4,13 +4,14 @@
 // Simple, correct kernels first: the GEMMs dominate decode and prefill at the preset sizes, except
 // attention at long context, which uses a split-K (flash-decoding style) pass so that a decode step's
 // few heads still fill the GPU. Only bf16 conversions and warp shuffles: builds for sm_75..sm_90.
+#include "workload/kernels.h"
+
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cfloat>
 
 #include "common/pdl.cuh"
-#include "workload/kernels.h"
 #include "workload/rope.cuh"
 
 namespace tpscope::workload {

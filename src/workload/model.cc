@@ -273,8 +273,7 @@ tpsResult_t Model::forward(int tokens, int pos0) {
       TPS_CHECK(s.fillInput(tokens, pos0));
       return forwardStage(0, tokens, pos0);
     }
-    case SplitMode::kTensor:
-      return forwardTensor(tokens, pos0);
+    case SplitMode::kTensor: return forwardTensor(tokens, pos0);
     case SplitMode::kLayer:
       TPS_CHECK(shards_[0]->fillInput(tokens, pos0));
       for (size_t st = 0; st < shards_.size(); ++st) TPS_CHECK(forwardStage(st, tokens, pos0));

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // A C++ program against the installed libtpscope.a through the C++ wrapper: links the static library
 // with the CUDA runtime and NCCL it needs, and runs without a GPU.
+#include <tpscope/version.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
-
 #include <tpscope/tpscope.hpp>
-#include <tpscope/version.h>
 
 int main() {
   int fails = 0;

@@ -20,7 +20,6 @@
 
 namespace {
 
-
 #define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
 #define TPS_OK(x) ASSERT_EQ((x), tpsSuccess) << #x
 
@@ -31,9 +30,12 @@ float toFloat(tpsDataType_t t, const void* p, size_t i) {
   return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
 }
 void fromFloat(tpsDataType_t t, void* p, size_t i, float v) {
-  if (t == tpsFloat32) static_cast<float*>(p)[i] = v;
-  else if (t == tpsFloat16) static_cast<__half*>(p)[i] = __float2half_rn(v);
-  else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  if (t == tpsFloat32)
+    static_cast<float*>(p)[i] = v;
+  else if (t == tpsFloat16)
+    static_cast<__half*>(p)[i] = __float2half_rn(v);
+  else
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
 }
 double relTol(tpsDataType_t t) { return t == tpsFloat32 ? 1e-6 : t == tpsFloat16 ? 1.0 / 1024 : 1.0 / 128; }
 
@@ -108,7 +110,8 @@ struct Fixture {
     }
     EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " wrong, first at " << first;
     for (size_t r = 1; r < devs.size(); ++r)
-      EXPECT_EQ(std::memcmp(out[0].data(), out[r].data(), count * es), 0) << what << ": GPU" << r << " differs from GPU0";
+      EXPECT_EQ(std::memcmp(out[0].data(), out[r].data(), count * es), 0)
+          << what << ": GPU" << r << " differs from GPU0";
   }
   void tearDown() {
     if (comm) tpsCommDestroy(comm);
@@ -141,11 +144,12 @@ void correctness(tpsBackend_t backend, int n, const std::vector<int>& devs = {},
       for (size_t offset : {size_t{0}, size_t{1}}) {
         if (offset && count > (1u << 20) + 1) continue;  // misaligned large: covered at 1 Mi + 1
         f.fill(t, count, offset, seed++);
-        ASSERT_EQ(tpsAllReduceWith(f.comm, backend, f.bufs.data(), count, t, reinterpret_cast<tpsStream_t*>(f.streams.data())),
+        ASSERT_EQ(tpsAllReduceWith(f.comm, backend, f.bufs.data(), count, t,
+                                   reinterpret_cast<tpsStream_t*>(f.streams.data())),
                   tpsSuccess);
         f.sync();
-        std::string what = std::string(tpsBackendName(backend)) + " N=" + std::to_string(n) + " " +
-                           tpsDataTypeName(t) + " count=" + std::to_string(count) + " offset=" + std::to_string(offset);
+        std::string what = std::string(tpsBackendName(backend)) + " N=" + std::to_string(n) + " " + tpsDataTypeName(t) +
+                           " count=" + std::to_string(count) + " offset=" + std::to_string(offset);
         f.check(t, count, what.c_str());
       }
     }

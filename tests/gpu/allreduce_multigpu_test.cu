@@ -109,7 +109,8 @@ void graphReplay(tpsBackend_t backend, size_t count) {
       CUDA_OK(cudaSetDevice(r));
       CUDA_OK(cudaMemcpyAsync(f.bufs[r], pristine[r], bytes, cudaMemcpyDeviceToDevice, f.streams[r]));
     }
-    TPS_OK(tpsAllReduceWith(f.comm, backend, f.bufs.data(), count, tpsBfloat16, reinterpret_cast<tpsStream_t*>(f.streams.data())));
+    TPS_OK(tpsAllReduceWith(f.comm, backend, f.bufs.data(), count, tpsBfloat16,
+                            reinterpret_cast<tpsStream_t*>(f.streams.data())));
   }
   CUDA_OK(cudaSetDevice(1));
   CUDA_OK(cudaEventRecord(join, f.streams[1]));
@@ -192,10 +193,12 @@ void hundredThousandCalls(tpsBackend_t backend) {
       CUDA_OK(cudaMemcpyAsync(f.bufs[r], pristine[r], count * 2, cudaMemcpyDeviceToDevice, f.streams[r]));
     }
     ASSERT_EQ(tpsAllReduce(f.comm, f.bufs.data(), count, tpsBfloat16, reinterpret_cast<tpsStream_t*>(f.streams.data())),
-              tpsSuccess) << "call " << k;
+              tpsSuccess)
+        << "call " << k;
     for (int r = 0; r < 2; ++r) {
       CUDA_OK(cudaSetDevice(r));
-      accumulate<<<8, 256, 0, f.streams[r]>>>(static_cast<const __nv_bfloat16*>(f.bufs[r]), static_cast<float*>(acc[r]), count);
+      accumulate<<<8, 256, 0, f.streams[r]>>>(static_cast<const __nv_bfloat16*>(f.bufs[r]), static_cast<float*>(acc[r]),
+                                              count);
     }
   }
   f.sync();

@@ -13,23 +13,23 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/push.cuh"
 #include "bf16_multigpu.h"
 #include "gpu_test_util.h"
 #include "host_gate.cuh"
-#include "allreduce/push.cuh"
 #include "tpscope/tpscope.h"
 
 namespace {
 
+using tpscope::detail::allReducePushedAddRmsNorm;
+using tpscope::detail::commPushChannel;
+using tpscope::detail::PushChannel;
 using tpscope::testing::bf;
 using tpscope::testing::Bf;
 using tpscope::testing::f;
 using tpscope::testing::Gpus;
 using tpscope::testing::PerGpu;
 using tpscope::testing::same;
-using tpscope::detail::allReducePushedAddRmsNorm;
-using tpscope::detail::commPushChannel;
-using tpscope::detail::PushChannel;
 
 // The producer a projection would be: every word of `rows` x `width` pushed once, in any order.
 __global__ void pushPartial(PushChannel ch, const Bf* partial, int rows, int width) {
@@ -82,11 +82,11 @@ void pushedEqualsUnpushed(const Gpus& g) {
     ASSERT_EQ(tpsAllReduceWith(g.comm, tpsBackendP2p, other.dev.data(), 1000, tpsBfloat16, g.s()), tpsSuccess);
     push(g, ch, partial, rows, width);
     ASSERT_EQ(allReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), mine.dev.data(), w.data(),
-                                           normed_mine.dev.data(), rows, width, eps, tpsBfloat16, g.s()),
+                                        normed_mine.dev.data(), rows, width, eps, tpsBfloat16, g.s()),
               tpsSuccess)
         << what;
-    ASSERT_EQ(tpsAllReduceAddRmsNorm(g.comm, tpsBackendP2p, partial.dev.data(), rin.data(), theirs.dev.data(),
-                                     w.data(), normed_theirs.dev.data(), rows, width, eps, tpsBfloat16, g.s()),
+    ASSERT_EQ(tpsAllReduceAddRmsNorm(g.comm, tpsBackendP2p, partial.dev.data(), rin.data(), theirs.dev.data(), w.data(),
+                                     normed_theirs.dev.data(), rows, width, eps, tpsBfloat16, g.s()),
               tpsSuccess)
         << what;
     g.sync();
@@ -114,8 +114,8 @@ void pushedEqualsUnpushed(const Gpus& g) {
   partial.up(), residual.up();
   const std::vector<const void*> rin(residual.dev.begin(), residual.dev.end());
   push(g, ch, partial, rows, width);
-  ASSERT_EQ(allReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), residual.dev.data(), nullptr,
-                                         nullptr, rows, width, eps, tpsBfloat16, g.s()),
+  ASSERT_EQ(allReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), residual.dev.data(), nullptr, nullptr,
+                                      rows, width, eps, tpsBfloat16, g.s()),
             tpsSuccess);
   g.sync();
   for (int i = 0; i < n; ++i) {
@@ -181,11 +181,11 @@ TEST(AllReducePushMultiGpu, GraphReplaysNeverConfuseCalls) {
     EXPECT_EQ(tpsAllReduceWith(g.comm, tpsBackendP2p, zeros.dev.data(), 512, tpsBfloat16, g.s()), tpsSuccess);
     push(g, ch, a, rows, width);
     EXPECT_EQ(allReducePushedAddRmsNorm(g.comm, a.dev.data(), rin.data(), out_a.dev.data(), w.data(),
-                                           normed_a.dev.data(), rows, width, 1e-5f, tpsBfloat16, g.s()),
+                                        normed_a.dev.data(), rows, width, 1e-5f, tpsBfloat16, g.s()),
               tpsSuccess);
     push(g, ch, b, rows, width);
     EXPECT_EQ(allReducePushedAddRmsNorm(g.comm, b.dev.data(), rin.data(), out_b.dev.data(), w.data(),
-                                           normed_b.dev.data(), rows, width, 1e-5f, tpsBfloat16, g.s()),
+                                        normed_b.dev.data(), rows, width, 1e-5f, tpsBfloat16, g.s()),
               tpsSuccess);
   };
   step();
@@ -258,8 +258,8 @@ TEST(AllReducePushMultiGpu, PeerThatNeverPushesTimesOut) {
   const auto t0 = std::chrono::steady_clock::now();
   push(g, ch, partial, rows, width);
   const std::vector<const void*> rin(residual.dev.begin(), residual.dev.end());
-  ASSERT_EQ(allReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr,
-                                         rows, width, 1e-5f, tpsBfloat16, g.s()),
+  ASSERT_EQ(allReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr, rows,
+                                      width, 1e-5f, tpsBfloat16, g.s()),
             tpsSuccess);
   cudaSetDevice(0);
   ASSERT_EQ(cudaStreamSynchronize(g.streams[0]), cudaSuccess);
@@ -271,8 +271,8 @@ TEST(AllReducePushMultiGpu, PeerThatNeverPushesTimesOut) {
   EXPECT_EQ(async, tpsTimeout);
   gate.open();  // GPU 1 then finds GPU 0's lines and finishes
   g.sync();
-  EXPECT_EQ(allReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr,
-                                         rows, width, 1e-5f, tpsBfloat16, g.s()),
+  EXPECT_EQ(allReducePushedAddRmsNorm(g.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr, rows,
+                                      width, 1e-5f, tpsBfloat16, g.s()),
             tpsInvalidUsage);
 }
 
@@ -294,11 +294,11 @@ TEST(AllReducePushMultiGpu, RefusesBadInputAndEnqueuesNothing) {
   for (PerGpu* p : {&partial, &residual, &out}) p->up();
   const std::vector<const void*> rin(residual.dev.begin(), residual.dev.end());
   auto call = [&](size_t rows, size_t wd, tpsDataType_t t, const void* const* in) {
-    return allReducePushedAddRmsNorm(g.comm, partial.dev.data(), in, out.dev.data(), nullptr, nullptr, rows, wd,
-                                        1e-5f, t, g.s());
+    return allReducePushedAddRmsNorm(g.comm, partial.dev.data(), in, out.dev.data(), nullptr, nullptr, rows, wd, 1e-5f,
+                                     t, g.s());
   };
   EXPECT_EQ(call(big_rows, width, tpsBfloat16, rin.data()), tpsInvalidArgument);  // more rows than the channel
-  EXPECT_EQ(call(1, 6, tpsBfloat16, rin.data()), tpsInvalidArgument);              // width % 4
+  EXPECT_EQ(call(1, 6, tpsBfloat16, rin.data()), tpsInvalidArgument);             // width % 4
   EXPECT_EQ(call(1, width, tpsFloat16, rin.data()), tpsInvalidArgument);          // bf16 only
   EXPECT_EQ(call(0, width, tpsBfloat16, rin.data()), tpsInvalidArgument);
   EXPECT_EQ(call(1, width, tpsBfloat16, nullptr), tpsInvalidArgument);
@@ -316,7 +316,7 @@ TEST(AllReducePushMultiGpu, RefusesBadInputAndEnqueuesNothing) {
   Gpus h(2, &cfg);
   EXPECT_EQ(commPushChannel(h.comm, 0, &ch), tpsUnavailable);
   EXPECT_EQ(allReducePushedAddRmsNorm(h.comm, partial.dev.data(), rin.data(), out.dev.data(), nullptr, nullptr, 1,
-                                         width, 1e-5f, tpsBfloat16, h.s()),
+                                      width, 1e-5f, tpsBfloat16, h.s()),
             tpsUnavailable);
 }
 

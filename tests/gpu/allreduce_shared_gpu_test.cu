@@ -7,7 +7,6 @@
 
 namespace {
 
-
 TEST(AllReduceSharedGpu, DuplicateGpuRefusedUnlessShared) {
   TPS_REQUIRE_GPUS(1);
   const int devs[2] = {0, 0};

@@ -14,11 +14,11 @@ int gpuCount(std::string* reason = nullptr);
 }  // namespace tpscope::testing
 
 // Skips the test, with the reason, unless at least `n` GPUs are visible.
-#define TPS_REQUIRE_GPUS(n)                                                                          \
-  do {                                                                                              \
-    std::string tps_why_;                                                                           \
-    int tps_have_ = ::tpscope::testing::gpuCount(&tps_why_);                                        \
-    if (tps_have_ < (n))                                                                            \
-      GTEST_SKIP() << "needs " << (n) << " GPU(s), found " << tps_have_                             \
-                   << (tps_why_.empty() ? std::string() : " (" + tps_why_ + ")");                   \
+#define TPS_REQUIRE_GPUS(n)                                                       \
+  do {                                                                            \
+    std::string tps_why_;                                                         \
+    int tps_have_ = ::tpscope::testing::gpuCount(&tps_why_);                      \
+    if (tps_have_ < (n))                                                          \
+      GTEST_SKIP() << "needs " << (n) << " GPU(s), found " << tps_have_           \
+                   << (tps_why_.empty() ? std::string() : " (" + tps_why_ + ")"); \
   } while (0)

@@ -12,7 +12,6 @@
 
 #include "gpu_test_util.h"
 #include "workload/attention_cudnn.h"
-#include "workload/attention_cudnn.h"
 #include "workload/kernels.h"
 #include "workload/phases.h"
 #include "workload_reference.h"

@@ -51,10 +51,11 @@ std::vector<BenchRow> h200Rows() {
   };
   const MediumBytes host8k{8192, 8192, 0, 0, 0, 0}, nccl8k{0, 0, 0, 0, 8192, 8192};
   const MediumBytes host256m{268435456, 268435456, 0, 0, 0, 0}, nccl256m{0, 0, 0, 0, 268435456, 268435456};
-  std::vector<BenchRow> rows = {row(tpsBackendHost, "host-kernel", 4096, 9.5, 9.1, 9.4, 14.2, host8k),
-                                row(tpsBackendNccl, "nccl", 4096, 10.58, 10.1, 10.5, 22.0, nccl8k),
-                                row(tpsBackendHost, "host-copy", 134217728, 10012.3, 9980.0, 10010.0, 10100.0, host256m),
-                                row(tpsBackendNccl, "nccl", 134217728, 9287.0, 9250.0, 9280.0, 9400.5, nccl256m)};
+  std::vector<BenchRow> rows = {
+      row(tpsBackendHost, "host-kernel", 4096, 9.5, 9.1, 9.4, 14.2, host8k),
+      row(tpsBackendNccl, "nccl", 4096, 10.58, 10.1, 10.5, 22.0, nccl8k),
+      row(tpsBackendHost, "host-copy", 134217728, 10012.3, 9980.0, 10010.0, 10100.0, host256m),
+      row(tpsBackendNccl, "nccl", 134217728, 9287.0, 9250.0, 9280.0, 9400.5, nccl256m)};
   // The meter's view of the first host row: PCIe carries ~14 % overhead, NVLink is N/A on this GPU.
   rows[0].metered = MeteredBytes{9371.3, 9350.8, std::nullopt, std::nullopt};
   return rows;

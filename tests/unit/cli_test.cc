@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // cli_test - the tpscope binary's usage errors: exit 2 and one line on stderr, nothing on stdout.
+#include "cli.h"
+
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cstdio>
 #include <string>
 
-#include "cli.h"
 #include "cli_runner.h"
 
 namespace {

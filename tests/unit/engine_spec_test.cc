@@ -155,10 +155,11 @@ TEST(EngineSpec, ServerLaunchMapsTheArm) {
 // allreduce = "tpscope" (integrations/llama.cpp's patch): tpscope's backend is a further key, recorded,
 // compared and handed to the server as TPSCOPE_ALLREDUCE.
 TEST(EngineSpec, TpscopeAllReduceArms) {
-  const std::string spec = std::string(kServer) +
-                           "\n[[arm]]\nname = \"T-host\"\ndevices = [0, 1]\nsplit = \"tensor\"\nallreduce = \"tpscope\"\n"
-                           "tpscope_backend = \"host\"\n"
-                           "\n[[arm]]\nname = \"T-auto\"\ndevices = [0, 1]\nsplit = \"tensor\"\nallreduce = \"tpscope\"\n";
+  const std::string spec =
+      std::string(kServer) +
+      "\n[[arm]]\nname = \"T-host\"\ndevices = [0, 1]\nsplit = \"tensor\"\nallreduce = \"tpscope\"\n"
+      "tpscope_backend = \"host\"\n"
+      "\n[[arm]]\nname = \"T-auto\"\ndevices = [0, 1]\nsplit = \"tensor\"\nallreduce = \"tpscope\"\n";
   const ExperimentSpec s = parseSpec(spec, "spec.toml");
   ASSERT_EQ(s.arms.size(), 5u);
   EXPECT_EQ(*s.arms[3].delta.tpscope_backend, "host");
@@ -176,8 +177,9 @@ TEST(EngineSpec, TpscopeAllReduceArms) {
   ServerLaunch l;
   std::string error;
   ASSERT_TRUE(serverLaunch(s.shared.engine, eff[3], {}, &l, &error)) << error;
-  EXPECT_EQ(l.env, (std::vector<std::pair<std::string, std::string>>{
-                       {"CUDA_VISIBLE_DEVICES", "0,1"}, {"GGML_CUDA_ALLREDUCE", "tpscope"}, {"TPSCOPE_ALLREDUCE", "host"}}));
+  EXPECT_EQ(l.env,
+            (std::vector<std::pair<std::string, std::string>>{
+                {"CUDA_VISIBLE_DEVICES", "0,1"}, {"GGML_CUDA_ALLREDUCE", "tpscope"}, {"TPSCOPE_ALLREDUCE", "host"}}));
   EXPECT_TRUE(l.unset.empty());
   ASSERT_TRUE(serverLaunch(s.shared.engine, eff[4], {}, &l, &error)) << error;
   EXPECT_EQ(l.env.back(), (std::pair<std::string, std::string>{"TPSCOPE_ALLREDUCE", "auto"}));
@@ -185,11 +187,13 @@ TEST(EngineSpec, TpscopeAllReduceArms) {
   ASSERT_TRUE(serverLaunch(s.shared.engine, eff[1], {}, &l, &error)) << error;
   EXPECT_EQ(l.unset, std::vector<std::string>{"TPSCOPE_ALLREDUCE"});
 
-  std::string e = errorOf(std::string(kServer) + "\n[[arm]]\nname = \"D\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
-                                                 "allreduce = \"nccl\"\ntpscope_backend = \"p2p\"\n");
+  std::string e = errorOf(std::string(kServer) +
+                          "\n[[arm]]\nname = \"D\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
+                          "allreduce = \"nccl\"\ntpscope_backend = \"p2p\"\n");
   EXPECT_NE(e.find("tpscope_backend chooses tpscope's backend under allreduce = \"tpscope\""), std::string::npos) << e;
-  e = errorOf("[experiment]\nengine = \"llama-server\"\nmodel = \"m\"\n[[arm]]\nname = \"A\"\nallreduce = \"tpscope\"\n"
-              "tpscope_backend = \"mpi\"\n");
+  e = errorOf(
+      "[experiment]\nengine = \"llama-server\"\nmodel = \"m\"\n[[arm]]\nname = \"A\"\nallreduce = \"tpscope\"\n"
+      "tpscope_backend = \"mpi\"\n");
   EXPECT_NE(e.find("not one of host, p2p, nccl, auto (TPSCOPE_ALLREDUCE)"), std::string::npos) << e;
   e = errorOf("[experiment]\n[[arm]]\nname = \"A\"\ntpscope_backend = \"p2p\"\n");
   EXPECT_NE(e.find("'tpscope_backend' is not a setting of engine = \"synthetic\""), std::string::npos) << e;

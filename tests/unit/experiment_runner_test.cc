@@ -9,9 +9,9 @@
 
 #include "experiment/report.h"
 #include "experiment/runner.h"
+#include "experiment_fixture.h"
 #include "meter/fake_source.h"
 #include "meter/meter_internal.h"
-#include "experiment_fixture.h"
 
 namespace tpscope::testing {
 namespace {

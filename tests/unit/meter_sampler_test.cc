@@ -330,9 +330,9 @@ TEST(MeterSampler, AChosenPeriodIsFixedUnlessAnIdlePeriodIsChosenToo) {
 FakeGpuScript selfMeasuringGpu() {
   FakeGpuScript s;
   s.background_bytes_per_s = {3e6, 2e6, 1e6, 1e6, 0, 0};
-  s.bytes_per_read[0] = {27000, 24000, 0, 0, 0, 0};     // a PCIe read
-  s.bytes_per_read[1] = {400000, 300000, 0, 0, 0, 0};   // an NVLink read (36 NVML calls)
-  s.bytes_per_read[2] = {5000, 4000, 0, 0, 0, 0};       // a dmon call
+  s.bytes_per_read[0] = {27000, 24000, 0, 0, 0, 0};    // a PCIe read
+  s.bytes_per_read[1] = {400000, 300000, 0, 0, 0, 0};  // an NVLink read (36 NVML calls)
+  s.bytes_per_read[2] = {5000, 4000, 0, 0, 0, 0};      // a dmon call
   s.dmon_window_ns = 5000000;
   return s;
 }

@@ -2,10 +2,9 @@
 // paths_test - unit tests for src/allreduce/paths.cc: which AllReduce paths work, and why.
 #include "allreduce/paths.h"
 
-#include "allreduce/p2p_algo.h"
-
 #include <gtest/gtest.h>
 
+#include "allreduce/p2p_algo.h"
 #include "fixtures.h"
 
 namespace tpscope {

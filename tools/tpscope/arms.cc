@@ -292,8 +292,7 @@ class ArmsCommand : public Command {
         return fail(kExitRuntime, o.message.substr(0, nl));
       }
       case experiment::RunOutcome::Status::kFailed:
-      default:
-        return fail(kExitRuntime, o.message);
+      default: return fail(kExitRuntime, o.message);
     }
   }
 

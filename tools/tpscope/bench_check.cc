@@ -38,12 +38,9 @@ void parallelFor(size_t n, Fn fn) {
 
 double unitRoundoff(tpsDataType_t t) {
   switch (t) {
-    case tpsBfloat16:
-      return std::ldexp(1.0, -8);
-    case tpsFloat16:
-      return std::ldexp(1.0, -11);
-    default:
-      return std::ldexp(1.0, -24);
+    case tpsBfloat16: return std::ldexp(1.0, -8);
+    case tpsFloat16: return std::ldexp(1.0, -11);
+    default: return std::ldexp(1.0, -24);
   }
 }
 
@@ -68,12 +65,9 @@ void fillBenchInput(uint64_t seed, int rank, tpsDataType_t dtype, size_t count, 
 
 double decodeElement(tpsDataType_t dtype, const void* data, size_t i) {
   switch (dtype) {
-    case tpsFloat16:
-      return __half2float(static_cast<const __half*>(data)[i]);
-    case tpsBfloat16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
-    default:
-      return static_cast<const float*>(data)[i];
+    case tpsFloat16: return __half2float(static_cast<const __half*>(data)[i]);
+    case tpsBfloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
+    default: return static_cast<const float*>(data)[i];
   }
 }
 

@@ -30,12 +30,9 @@ namespace {
 
 ncclDataType_t ncclType(tpsDataType_t t) {
   switch (t) {
-    case tpsFloat16:
-      return ncclFloat16;
-    case tpsBfloat16:
-      return ncclBfloat16;
-    default:
-      return ncclFloat32;
+    case tpsFloat16: return ncclFloat16;
+    case tpsBfloat16: return ncclBfloat16;
+    default: return ncclFloat32;
   }
 }
 

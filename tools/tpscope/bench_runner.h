@@ -6,10 +6,11 @@
 // What is timed, all with CUDA events on GPU0's stream s0 (n GPUs, streams s0..s(n-1)):
 // - eager: join every stream into s0 and record `start` on s0 (start follows all earlier work), make
 //   every other stream wait for it (no GPU begins before start), enqueue -n calls back to back, record
-//   an event on every other stream and make s0 wait for them (no GPU ends after stop), record `stop`. time(us) = (stop - start) / n. The host's enqueueing of the
-//   first call is inside the interval, as in nccl-tests' eager timing. min/median/max come from a second
-//   such run with an event recorded on s0 after every call: the intervals between GPU0's completions of
-//   consecutive calls (the first from start, the last to the joined stop), which sum to that run's total.
+//   an event on every other stream and make s0 wait for them (no GPU ends after stop), record `stop`. time(us) = (stop
+//   - start) / n. The host's enqueueing of the first call is inside the interval, as in nccl-tests' eager timing.
+//   min/median/max come from a second such run with an event recorded on s0 after every call: the intervals between
+//   GPU0's completions of consecutive calls (the first from start, the last to the joined stop), which sum to that
+//   run's total.
 // - graph: -n calls are captured into one CUDA graph spanning every GPU (s0 forks to the other streams
 //   and joins them back inside the graph), launched once untimed, then --graph-replays times on s0 with
 //   an event between launches; each launch's interval / -n is one sample, time(us) is their mean.

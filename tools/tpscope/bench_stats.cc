@@ -7,14 +7,11 @@ namespace tpscope::cli {
 Medium pathMedium(tpsPath_t path) {
   switch (path) {
     case tpsPathHostKernel:
-    case tpsPathHostCopyEngine:
-      return Medium::kHost;
+    case tpsPathHostCopyEngine: return Medium::kHost;
     case tpsPathP2pLL:
     case tpsPathP2pOneShot:
-    case tpsPathP2pTwoShot:
-      return Medium::kPeer;
-    default:
-      return Medium::kNccl;
+    case tpsPathP2pTwoShot: return Medium::kPeer;
+    default: return Medium::kNccl;
   }
 }
 

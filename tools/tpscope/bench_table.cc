@@ -307,8 +307,10 @@ nlohmann::json rowJson(const BenchRow& r) {
             {"metered_bytes_per_call", nullptr}};
   if (r.metered) {
     auto v = [](const std::optional<double>& x) { return x ? json(*x) : json(nullptr); };
-    j["metered_bytes_per_call"] = {{"pcie_tx", v(r.metered->pcie_tx)}, {"pcie_rx", v(r.metered->pcie_rx)},
-                                   {"nvlink_tx", v(r.metered->nvlink_tx)}, {"nvlink_rx", v(r.metered->nvlink_rx)}};
+    j["metered_bytes_per_call"] = {{"pcie_tx", v(r.metered->pcie_tx)},
+                                   {"pcie_rx", v(r.metered->pcie_rx)},
+                                   {"nvlink_tx", v(r.metered->nvlink_tx)},
+                                   {"nvlink_rx", v(r.metered->nvlink_rx)}};
   }
   if (r.bytes_per_call) {
     const MediumBytes& b = *r.bytes_per_call;

@@ -38,12 +38,9 @@ std::vector<Column> liveColumns(const LiveLayout& l) {
 
 const char* methodText(MeterMethod m) {
   switch (m) {
-    case MeterMethod::kCounters:
-      return "byte counters";
-    case MeterMethod::kDmon:
-      return "dmon method";
-    case MeterMethod::kBoth:
-      return "byte counters + dmon method";
+    case MeterMethod::kCounters: return "byte counters";
+    case MeterMethod::kDmon: return "dmon method";
+    case MeterMethod::kBoth: return "byte counters + dmon method";
   }
   return "?";
 }
@@ -120,10 +117,9 @@ std::string summaryTable(const MeterSummary& s) {
         "# GPU {} {:<6} reads: period {} target, {:.2f} ms mean, {:.2f} ms p99, {:.2f} ms max; "
         "one read {:.2f} ms mean; {} reads{}\n",
         s.gpus[c.gpu].index, meterGroupName(c.group),
-        c.idle_period_ms > c.period_target_ms
-            ? fmt::format("{:.2f} ms busy / {:.2f} ms quiet (+{} at window edges)", c.period_target_ms,
-                          c.idle_period_ms, c.edge_reads)
-            : fmt::format("{:.2f} ms", c.period_target_ms),
+        c.idle_period_ms > c.period_target_ms ? fmt::format("{:.2f} ms busy / {:.2f} ms quiet (+{} at window edges)",
+                                                            c.period_target_ms, c.idle_period_ms, c.edge_reads)
+                                              : fmt::format("{:.2f} ms", c.period_target_ms),
         c.period_mean_ms, c.period_p99_ms, c.period_max_ms, c.read_cost_mean_ms, c.reads,
         c.read_cost_mean_ms >= c.period_target_ms ? " (back to back: a read outlasts the period)" : "");
   if (dmon)
@@ -159,8 +155,8 @@ std::string summaryTable(const MeterSummary& s) {
         const std::string share = x.share_of_ceiling ? fmt::format("{:.1f}%", 100 * *x.share_of_ceiling) : "N/A";
         out += fmt::format(" {:<19} {:>3} {:>10.1f} {:>4}  {:<13} {:>14} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6}{}\n",
                            w.name, w.repetition, (w.end_ns - w.start_ns) * 1e-6, s.gpus[k].index, meterCounterName(c),
-                           num(x.bytes), num(x.own_bytes), num(x.mean_mbps, "{:.1f}"), num(x.peak_mbps, "{:.1f}"), share, x.samples,
-                           num(edgePercent(x), "{:.1f}"),
+                           num(x.bytes), num(x.own_bytes), num(x.mean_mbps, "{:.1f}"), num(x.peak_mbps, "{:.1f}"),
+                           share, x.samples, num(edgePercent(x), "{:.1f}"),
                            dmon ? fmt::format(" {:>10}", isPcie(c) ? num(x.dmon_mbps, "{:.1f}") : "") : "");
       }
     }

@@ -170,8 +170,8 @@ void correctness(const char* backend_name, tpsBackend_t backend, int nranks) {
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case& c = cases[i];
       const std::string what = std::string(backend_name) + " N=" + std::to_string(nranks) + " rank " +
-                               std::to_string(r) + " " + tpsDataTypeName(c.dtype) + " count=" +
-                               std::to_string(c.count) + " offset=" + std::to_string(c.offset);
+                               std::to_string(r) + " " + tpsDataTypeName(c.dtype) +
+                               " count=" + std::to_string(c.count) + " offset=" + std::to_string(c.offset);
       EXPECT_EQ(ls[i][3], "0") << what << ": elements off the double reference";
       EXPECT_EQ(ls[i][2], single[i]) << what << ": not bit-identical to one process's result";
     }
@@ -272,8 +272,8 @@ void killedRank(const char* backend_name, int nranks) {
         << backend_name << " rank " << r << " ended with status " << w[r].status;
     const auto ls = lines(w[r].out);
     ASSERT_EQ(ls.size(), 1u) << backend_name << " rank " << r;
-    std::printf("[ procs    ] %s N=%d rank %d: tpsTimeout on call %s after %s ms (spin timeout %u ms)\n",
-                backend_name, nranks, r, ls[0][1].c_str(), ls[0][2].c_str(), spin_ms);
+    std::printf("[ procs    ] %s N=%d rank %d: tpsTimeout on call %s after %s ms (spin timeout %u ms)\n", backend_name,
+                nranks, r, ls[0][1].c_str(), ls[0][2].c_str(), spin_ms);
   }
 }
 

@@ -27,19 +27,19 @@ using namespace tpscope::testing::procs;
 
 namespace {
 
-#define FAIL_IF(cond, ...)                                 \
-  do {                                                     \
-    if (cond) {                                            \
-      std::fprintf(stderr, "rank %d: ", g_rank);           \
-      std::fprintf(stderr, __VA_ARGS__);                   \
+#define FAIL_IF(cond, ...)                                    \
+  do {                                                        \
+    if (cond) {                                               \
+      std::fprintf(stderr, "rank %d: ", g_rank);              \
+      std::fprintf(stderr, __VA_ARGS__);                      \
       std::fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__); \
-      std::exit(1);                                        \
-    }                                                      \
+      std::exit(1);                                           \
+    }                                                         \
   } while (0)
 #define CUDA_OK(x) FAIL_IF((x) != cudaSuccess, "%s: %s", #x, cudaGetErrorString(cudaGetLastError()))
-#define TPS_OK(x)                                              \
-  do {                                                         \
-    tpsResult_t r_ = (x);                                      \
+#define TPS_OK(x)                                                   \
+  do {                                                              \
+    tpsResult_t r_ = (x);                                           \
     FAIL_IF(r_ != tpsSuccess, "%s: %s", #x, tpsGetErrorString(r_)); \
   } while (0)
 
@@ -162,7 +162,8 @@ void fused(tpsComm_t comm, int rank, cudaStream_t s, FILE* out) {
   checkAsync(comm);
 }
 
-void killScenario(tpsComm_t comm, tpsBackend_t backend, int nranks, int rank, cudaStream_t s, unsigned timeout_ms, FILE* out) {
+void killScenario(tpsComm_t comm, tpsBackend_t backend, int nranks, int rank, cudaStream_t s, unsigned timeout_ms,
+                  FILE* out) {
   const Case c{tpsBfloat16, 4096, 0, 9};
   Buffer b = upload(c, rank, s);
   auto call = [&] {
@@ -210,8 +211,11 @@ int main(int argc, char** argv) {
   const unsigned timeout_ms = static_cast<unsigned>(std::atoi(argv[7]));
   tpsUniqueId id;
   FAIL_IF(hex.size() != 2 * sizeof(id), "the id is %zu hex digits, not %zu", hex.size(), 2 * sizeof(id));
-  for (size_t i = 0; i < sizeof(id); ++i) id.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-  const tpsBackend_t backend = backend_name == "p2p" ? tpsBackendP2p : backend_name == "host" ? tpsBackendHost : tpsBackendNccl;
+  for (size_t i = 0; i < sizeof(id); ++i)
+    id.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  const tpsBackend_t backend = backend_name == "p2p"    ? tpsBackendP2p
+                               : backend_name == "host" ? tpsBackendHost
+                                                        : tpsBackendNccl;
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) return 77;
   // Every rank on GPU 0: processes time-slice it.
@@ -227,10 +231,10 @@ int main(int argc, char** argv) {
   TPS_OK(tpsCommInitRank(&comm, nranks, id, g_rank, 0, &cfg));
   tpsConfig_t got;
   TPS_OK(tpsCommGetConfig(comm, &got));
-  FAIL_IF(got.backend != backend || got.spin_timeout_ms != timeout_ms || got.shared_devices != 1 ||
-              got.host_blocks <= 0,
-          "tpsCommGetConfig says backend %d, spin timeout %u, shared_devices %d, host blocks %d", got.backend,
-          got.spin_timeout_ms, got.shared_devices, got.host_blocks);
+  FAIL_IF(
+      got.backend != backend || got.spin_timeout_ms != timeout_ms || got.shared_devices != 1 || got.host_blocks <= 0,
+      "tpsCommGetConfig says backend %d, spin timeout %u, shared_devices %d, host blocks %d", got.backend,
+      got.spin_timeout_ms, got.shared_devices, got.host_blocks);
   int n = 0, r = -1;
   TPS_OK(tpsCommCount(comm, &n));
   TPS_OK(tpsCommUserRank(comm, &r));
