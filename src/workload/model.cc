@@ -79,6 +79,13 @@ tpsResult_t Model::create(const ModelOptions& o, std::unique_ptr<Model>* out, st
       *reason = fmt::format("GPU {} does not exist: this machine has {} GPU{}", d, count, count == 1 ? "" : "s");
       return tpsInvalidArgument;
     }
+  for (int i = 0; i < n && !o.shared_devices; ++i)
+    for (int j = 0; j < i; ++j)
+      if (o.devices[i] == o.devices[j]) {
+        *reason = fmt::format("GPU {} is given twice: each GPU position of split {} needs its own GPU", o.devices[i],
+                              splitModeName(o.split));
+        return tpsInvalidArgument;
+      }
   std::vector<uint64_t> free_bytes;
   for (int d : o.devices) {
     DeviceGuard on(d);
@@ -90,8 +97,17 @@ tpsResult_t Model::create(const ModelOptions& o, std::unique_ptr<Model>* out, st
     }
     free_bytes.push_back(free);
   }
+  // Positions that share a GPU need their sum on it.
   const std::vector<GpuMemory> need = estimateMemory(o.config, o.split, n, o.shape);
-  if (std::string no = checkFit(o.config, o.split, need, free_bytes, o.devices); !no.empty()) {
+  std::vector<GpuMemory> need_on_gpu(need.size());
+  for (size_t i = 0; i < need.size(); ++i)
+    for (size_t j = 0; j < need.size(); ++j)
+      if (o.devices[i] == o.devices[j]) {
+        need_on_gpu[i].weights += need[j].weights;
+        need_on_gpu[i].kv_cache += need[j].kv_cache;
+        need_on_gpu[i].activations += need[j].activations;
+      }
+  if (std::string no = checkFit(o.config, o.split, need_on_gpu, free_bytes, o.devices); !no.empty()) {
     *reason = no;
     return tpsUnavailable;
   }
@@ -140,6 +156,7 @@ tpsResult_t Model::create(const ModelOptions& o, std::unique_ptr<Model>* out, st
     tpsConfig_t cfg;
     tpsConfigInit(&cfg);
     cfg.backend = o.backend;
+    cfg.shared_devices = o.shared_devices ? 1 : 0;
     if (tpsResult_t r = tpsCommCreate(&m->comm_, n, o.devices.data(), &cfg); r != tpsSuccess) {
       *reason = fmt::format("cannot create the {} AllReduce communicator: {}", tpsBackendName(o.backend),
                             tpsGetErrorString(r));

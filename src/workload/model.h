@@ -34,6 +34,10 @@ struct ModelOptions {
   RunShape shape;
   PrefillAttention prefill_attention = PrefillAttention::kAuto;
   DecodeKernels kernels;  // after create(): attention_pdl resolved (never kAuto)
+  // A GPU may appear more than once in `devices`, its positions then sharing it (tensor's communicator
+  // gets tpsConfig_t.shared_devices, which cuts the AllReduce grids): for checking the split code paths
+  // on fewer GPUs, as tests do, never for measurements. Otherwise a repeated GPU is tpsInvalidArgument.
+  bool shared_devices = false;
 };
 
 class Model {

@@ -51,10 +51,11 @@ inline workload::DecodeKernels testKernels() {
 inline std::unique_ptr<workload::Model> makeModel(
     const workload::ModelConfig& c, workload::SplitMode split, std::vector<int> devices,
     tpsBackend_t backend = tpsBackendAuto, uint64_t seed = 7, int ctx = 256, int max_tokens = 64,
-    workload::PrefillAttention attention = workload::PrefillAttention::kAuto) {
+    workload::PrefillAttention attention = workload::PrefillAttention::kAuto, bool shared_devices = false) {
   workload::ModelOptions o;
   o.config = c, o.split = split, o.devices = devices, o.backend = backend, o.seed = seed;
   o.prefill_attention = attention;
+  o.shared_devices = shared_devices;
   o.kernels = testKernels();
   o.shape.ctx_capacity = ctx, o.shape.max_tokens = max_tokens;
   std::unique_ptr<workload::Model> m;

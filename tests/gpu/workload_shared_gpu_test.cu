@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// workload_shared_gpu_test - the splits' code paths on one GPU (ModelOptions::shared_devices): `layer`
+// and `tensor` over the p2p and host backends, with two positions (and four where the shape divides)
+// on GPU 0, give the final hidden states of `none` within bf16 tolerance, in prefill (pipelined
+// micro-batches, later ones attending to the earlier ones through the cache) and in a decode step,
+// with each prefill attention: tpscope's kernel and cuDNN's (sharded heads in `tensor`). The same
+// comparisons on separate GPUs are workload_multigpu_test's; NCCL takes one rank per GPU, so it is
+// not among these.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "workload/attention_cudnn.h"
+#include "workload_test_util.h"
+
+namespace tpscope::testing {
+namespace {
+
+using workload::PrefillAttention;
+using workload::SplitMode;
+
+struct Case {
+  const char* name;
+  SplitMode split;
+  tpsBackend_t backend;
+  std::vector<int> devices;
+};
+
+void compareOnOneGpu(const workload::ModelConfig& c, const std::vector<Case>& cases, PrefillAttention attention,
+                     int prompt, int ubatch, int ctx, int k) {
+  const int cap = std::max(prompt, ctx + k);
+  const std::string tag = c.preset + " x " + std::to_string(c.layers) + " layers, " +
+                          (attention == PrefillAttention::kCudnn ? "cudnn" : "kernel") + " attention: ";
+  auto none = makeModel(c, SplitMode::kNone, {0}, tpsBackendAuto, 7, cap, ubatch, attention);
+  ASSERT_TRUE(none);
+  ASSERT_EQ(none->options().prefill_attention, attention);
+  const auto ref_prefill = prefillOutput(*none, prompt, ubatch);
+  const auto ref_decode = decodeOutput(*none, ctx, k);
+  none.reset();
+  for (const Case& cs : cases) {
+    const std::string what = tag + cs.name + " on GPUs " + ::testing::PrintToString(cs.devices);
+    auto m = makeModel(c, cs.split, cs.devices, cs.backend, 7, cap, ubatch, attention, /*shared_devices=*/true);
+    if (!m) {
+      ADD_FAILURE() << what << ": cannot build the model";
+      continue;
+    }
+    EXPECT_EQ(m->options().prefill_attention, attention) << what;
+    expectClose(ref_prefill, prefillOutput(*m, prompt, ubatch), what + " prefill vs none");
+    expectClose(ref_decode, decodeOutput(*m, ctx, k), what + " decode vs none");
+  }
+}
+
+const std::vector<Case> kTwo = {{"layer", SplitMode::kLayer, tpsBackendAuto, {0, 0}},
+                                {"tensor/p2p", SplitMode::kTensor, tpsBackendP2p, {0, 0}},
+                                {"tensor/host", SplitMode::kTensor, tpsBackendHost, {0, 0}}};
+
+TEST(WorkloadSharedGpu, RepeatedGpuRefusedUnlessShared) {
+  TPS_REQUIRE_GPUS(1);
+  workload::ModelOptions o;
+  o.config = testConfig("tiny"), o.split = SplitMode::kLayer, o.devices = {0, 0};
+  std::unique_ptr<workload::Model> m;
+  std::string reason;
+  EXPECT_EQ(workload::Model::create(o, &m, &reason), tpsInvalidArgument);
+  EXPECT_EQ(m, nullptr);
+  EXPECT_NE(reason.find("GPU 0 is given twice"), std::string::npos) << reason;
+  o.shared_devices = true;
+  reason.clear();
+  EXPECT_EQ(workload::Model::create(o, &m, &reason), tpsSuccess) << reason;
+  EXPECT_NE(m, nullptr);
+}
+
+TEST(WorkloadSharedGpu, SplitsEqualNoneWithTheKernelAttention) {
+  TPS_REQUIRE_GPUS(1);
+  std::vector<Case> tiny = kTwo;
+  tiny.push_back({"layer", SplitMode::kLayer, tpsBackendAuto, {0, 0, 0, 0}});
+  compareOnOneGpu(testConfig("tiny"), tiny, PrefillAttention::kKernel, 40, 16, 100, 3);
+  std::vector<Case> eight = kTwo;
+  eight.push_back({"tensor/p2p", SplitMode::kTensor, tpsBackendP2p, {0, 0, 0, 0}});
+  eight.push_back({"tensor/host", SplitMode::kTensor, tpsBackendHost, {0, 0, 0, 0}});
+  compareOnOneGpu(testConfig("8b", 2), eight, PrefillAttention::kKernel, 300, 128, 1000, 2);
+}
+
+// cuDNN's flash attention over each position's share of the heads (tensor) or of the layers (layer).
+TEST(WorkloadSharedGpu, SplitsEqualNoneWithCudnnAttention) {
+  TPS_REQUIRE_GPUS(1);
+  std::string why;
+  if (!workload::CudnnAttention::available(&why)) GTEST_SKIP() << why;
+  std::vector<Case> eight = kTwo;
+  eight.push_back({"tensor/p2p", SplitMode::kTensor, tpsBackendP2p, {0, 0, 0, 0}});
+  compareOnOneGpu(testConfig("8b", 2), eight, PrefillAttention::kCudnn, 1500, 512, 1000, 2);
+  compareOnOneGpu(testConfig("tiny"), kTwo, PrefillAttention::kCudnn, 40, 16, 100, 3);
+}
+
+// A tensor-split decode step on one GPU captures as one graph and gives the eager step bit for bit.
+TEST(WorkloadSharedGpu, TensorDecodeGraphEqualsEager) {
+  TPS_REQUIRE_GPUS(1);
+  for (tpsBackend_t b : {tpsBackendP2p, tpsBackendHost}) {
+    auto m = makeModel(testConfig("tiny"), SplitMode::kTensor, {0, 0}, b, 7, 256, 64, PrefillAttention::kAuto, true);
+    ASSERT_TRUE(m);
+    const std::vector<float> eager = decodeOutput(*m, 64, 2);
+    expectGraphEqualsEager(*m, 64, 2, eager, std::string(tpsBackendName(b)) + " on one GPU");
+  }
+}
+
+}  // namespace
+}  // namespace tpscope::testing
