@@ -15,7 +15,10 @@
 #   4. the patched server, without GGML_CUDA_ALLREDUCE and with GGML_CUDA_ALLREDUCE=tpscope: the same
 #      token ids as step 2, and the log line saying what tpscope does with one GPU;
 #   5. two virtual devices on the one GPU (GGML_CUDA_DEVICES=2, -sm tensor): llama.cpp's internal
-#      AllReduce against tpscope's host backend (ranks sharing the GPU: TPSCOPE_TEST_SHARED_DEVICES=1).
+#      AllReduce against tpscope's. At 0c1e570 llama.cpp aborts there with its own AllReduce as well
+#      (docs/data/h200-2026-12-01-regression/llama/), and the patch creates its communicator without
+#      tpsConfig_t.shared_devices (tpscope then falls back, as it says in the log), so this step only
+#      shows whether a later source serves on virtual devices at all.
 # Writes summary.txt, tokens.json and the servers' logs into $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -137,7 +140,7 @@ if [ $SECONDS -lt $(( ${SECONDS_BUDGET:-600} - 90 )) ]; then
 step serve-virtual-internal 90 serve virtual-internal "$WORK/llama-server-patched" GGML_CUDA_DEVICES=2 \
   GGML_CUDA_ALLREDUCE=internal -- -sm tensor
 step serve-virtual-tpscope-host 90 serve virtual-tpscope-host "$WORK/llama-server-patched" GGML_CUDA_DEVICES=2 \
-  GGML_CUDA_ALLREDUCE=tpscope TPSCOPE_ALLREDUCE=host TPSCOPE_TEST_SHARED_DEVICES=1 -- -sm tensor
+  GGML_CUDA_ALLREDUCE=tpscope TPSCOPE_ALLREDUCE=host -- -sm tensor
 grep -hE "tpscope|AllReduce|falling back|Meta" "$WORK/virtual-tpscope-host.server.log" | head -n 12 | tee -a "$S"
 else
   say "two virtual devices: skipped, $SECONDS s of ${SECONDS_BUDGET:-600} s used"
