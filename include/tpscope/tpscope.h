@@ -110,7 +110,10 @@ typedef struct {
                                  GPUs, as tests do; never for measurements). Each rank's kernel grids are
                                  then cut so that the grids of the ranks on one GPU fit on it together.
                                  NCCL takes one rank per GPU: auto goes on without it,
-                                 and backend nccl is tpsUnavailable. */
+                                 and backend nccl is tpsUnavailable. Give each rank its own
+                                 stream (or graph): one CUDA graph holding the calls of ranks
+                                 that share a GPU may run them one after the other, and each
+                                 waits for the others until the spin timeout. */
 } tpsConfig_t;
 
 /* Fills *config with zeros and tpsBackendAuto: every field takes its default. */

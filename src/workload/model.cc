@@ -341,6 +341,14 @@ tpsResult_t Model::readOutput(int tokens, std::vector<float>* out) {
 
 tpsResult_t Model::captureForward(int tokens, int pos0, cudaGraphExec_t* exec, std::string* why) {
   *exec = nullptr;
+  if (options_.shared_devices && options_.split == SplitMode::kTensor) {
+    // One graph holds every position's branch, and the driver may run the branches on one GPU one after
+    // the other: the AllReduce of the first would wait for a peer that cannot start (until the timeout).
+    *why =
+        "positions that share a GPU cannot be captured in one graph in split tensor (the driver may run "
+        "their branches one after the other, and each AllReduce waits for every position)";
+    return tpsUnavailable;
+  }
   TPS_CHECK(synchronize());
   const cudaStream_t s0 = shards_[0]->stream();
   DeviceGuard on(shards_[0]->device());

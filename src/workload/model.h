@@ -58,7 +58,8 @@ class Model {
   // The final hidden states of the last forward (after the final RMSNorm), tokens x hidden, as floats.
   tpsResult_t readOutput(int tokens, std::vector<float>* out);
 
-  // forward(tokens, pos0) captured as one CUDA graph over every GPU. *why says why not when it fails.
+  // forward(tokens, pos0) captured as one CUDA graph over every GPU. *why says why not when it fails;
+  // tpsUnavailable in split tensor with shared_devices (one graph need not run its branches at once).
   tpsResult_t captureForward(int tokens, int pos0, cudaGraphExec_t* exec, std::string* why);
   tpsResult_t launch(cudaGraphExec_t exec);
 

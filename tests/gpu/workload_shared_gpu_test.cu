@@ -93,15 +93,27 @@ TEST(WorkloadSharedGpu, SplitsEqualNoneWithCudnnAttention) {
   compareOnOneGpu(testConfig("tiny"), kTwo, PrefillAttention::kCudnn, 40, 16, 100, 3);
 }
 
-// A tensor-split decode step on one GPU captures as one graph and gives the eager step bit for bit.
-TEST(WorkloadSharedGpu, TensorDecodeGraphEqualsEager) {
+// A layer split's decode step on one GPU captures as one graph and gives the eager step bit for bit.
+// A tensor split's is refused: one graph may run the positions' branches one after the other on the
+// shared GPU, and the first AllReduce would wait for a peer that cannot start (seen: the spin timeout).
+TEST(WorkloadSharedGpu, LayerDecodeGraphEqualsEagerAndTensorIsRefused) {
   TPS_REQUIRE_GPUS(1);
-  for (tpsBackend_t b : {tpsBackendP2p, tpsBackendHost}) {
-    auto m = makeModel(testConfig("tiny"), SplitMode::kTensor, {0, 0}, b, 7, 256, 64, PrefillAttention::kAuto, true);
-    ASSERT_TRUE(m);
-    const std::vector<float> eager = decodeOutput(*m, 64, 2);
-    expectGraphEqualsEager(*m, 64, 2, eager, std::string(tpsBackendName(b)) + " on one GPU");
-  }
+  auto layer = makeModel(testConfig("tiny"), SplitMode::kLayer, {0, 0}, tpsBackendAuto, 7, 256, 64,
+                         PrefillAttention::kAuto, true);
+  ASSERT_TRUE(layer);
+  const std::vector<float> eager = decodeOutput(*layer, 64, 2);
+  expectGraphEqualsEager(*layer, 64, 2, eager, "layer on one GPU");
+  auto tensor = makeModel(testConfig("tiny"), SplitMode::kTensor, {0, 0}, tpsBackendP2p, 7, 256, 64,
+                          PrefillAttention::kAuto, true);
+  ASSERT_TRUE(tensor);
+  cudaGraphExec_t exec = nullptr;
+  std::string why;
+  EXPECT_EQ(tensor->captureForward(2, 64, &exec, &why), tpsUnavailable);
+  EXPECT_EQ(exec, nullptr);
+  EXPECT_NE(why.find("share a GPU"), std::string::npos) << why;
+  // The model is still usable eagerly after the refusal.
+  EXPECT_EQ(tensor->forward(2, 64), tpsSuccess);
+  EXPECT_EQ(tensor->synchronize(), tpsSuccess);
 }
 
 }  // namespace
