@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "dtype_values.h"
 #include "host_gate.cuh"
 #include "tpscope/tpscope.h"
 
@@ -23,20 +24,8 @@ namespace {
 #define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
 #define TPS_OK(x) ASSERT_EQ((x), tpsSuccess) << #x
 
-// Host-side conversions matching the device's round-to-nearest-even.
-float toFloat(tpsDataType_t t, const void* p, size_t i) {
-  if (t == tpsFloat32) return static_cast<const float*>(p)[i];
-  if (t == tpsFloat16) return __half2float(static_cast<const __half*>(p)[i]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-}
-void fromFloat(tpsDataType_t t, void* p, size_t i, float v) {
-  if (t == tpsFloat32)
-    static_cast<float*>(p)[i] = v;
-  else if (t == tpsFloat16)
-    static_cast<__half*>(p)[i] = __float2half_rn(v);
-  else
-    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-}
+using tpscope::testing::fromFloat;
+using tpscope::testing::toFloat;
 double relTol(tpsDataType_t t) { return t == tpsFloat32 ? 1e-6 : t == tpsFloat16 ? 1.0 / 1024 : 1.0 / 128; }
 
 // N GPUs with a stream and a buffer each; data deterministic from (seed, rank, index).

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../dtype_values.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::testing::procs {
@@ -43,20 +44,6 @@ inline std::vector<Case> matrix() {
 // The graph cases: one per p2p algorithm (LL, one-shot, two-shot with a tail), replayed.
 inline std::vector<Case> graphCases() {
   return {{tpsBfloat16, 4096, 0, 101}, {tpsFloat16, 65536 + 3, 0, 102}, {tpsFloat32, (1u << 20) + 1, 0, 103}};
-}
-
-inline float toFloat(tpsDataType_t t, const void* p, size_t i) {
-  if (t == tpsFloat32) return static_cast<const float*>(p)[i];
-  if (t == tpsFloat16) return __half2float(static_cast<const __half*>(p)[i]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-}
-inline void fromFloat(tpsDataType_t t, void* p, size_t i, float v) {
-  if (t == tpsFloat32)
-    static_cast<float*>(p)[i] = v;
-  else if (t == tpsFloat16)
-    static_cast<__half*>(p)[i] = __float2half_rn(v);
-  else
-    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
 }
 
 // Rank `rank`'s input of a case: deterministic from (seed, rank, index).
