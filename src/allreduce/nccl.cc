@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "allreduce/nccl_types.h"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
 
@@ -23,14 +24,6 @@
 namespace tpscope::detail {
 
 namespace {
-
-ncclDataType_t ncclType(tpsDataType_t t) {
-  switch (t) {
-    case tpsFloat16: return ncclFloat16;
-    case tpsBfloat16: return ncclBfloat16;
-    default: return ncclFloat32;
-  }
-}
 
 class NcclBackend final : public Backend {
  public:
@@ -73,7 +66,7 @@ class NcclBackend final : public Backend {
     TPS_NCCL_CHECK(ncclGroupStart());
     for (size_t r = 0; r < comms_.size(); ++r) {
       ncclResult_t res =
-          ncclAllReduce(a.bufs[r], a.bufs[r], a.count, ncclType(a.dtype), ncclSum, comms_[r], a.streams[r]);
+          ncclAllReduce(a.bufs[r], a.bufs[r], a.count, ncclTypeOf(a.dtype), ncclSum, comms_[r], a.streams[r]);
       if (res != ncclSuccess) {
         (void)ncclGroupEnd();
         TPS_LOG_WARN("ncclAllReduce on rank {}: {}", r, ncclGetErrorString(res));

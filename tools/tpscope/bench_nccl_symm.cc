@@ -12,6 +12,7 @@
 #include <cstring>
 #include <set>
 
+#include "allreduce/nccl_types.h"
 #include "allreduce/paths.h"
 #include "bench_table.h"
 #include "common/cuda_raii.h"
@@ -27,14 +28,6 @@
 namespace tpscope::cli {
 
 namespace {
-
-ncclDataType_t ncclType(tpsDataType_t t) {
-  switch (t) {
-    case tpsFloat16: return ncclFloat16;
-    case tpsBfloat16: return ncclBfloat16;
-    default: return ncclFloat32;
-  }
-}
 
 std::string versionText(int code) { return code > 0 ? ncclVersionString(code) : std::string("unknown"); }
 
@@ -193,8 +186,8 @@ std::unique_ptr<NcclSymm> NcclSymm::create(const std::vector<int>& devices, size
 tpsResult_t NcclSymm::allReduce(tpsDataType_t dtype, size_t count, const std::vector<tpsStream_t>& streams) {
   if (ncclGroupStart() != ncclSuccess) return tpsNcclError;
   for (size_t r = 0; r < s_->comms.size(); ++r) {
-    const ncclResult_t res = ncclAllReduce(buffers_[r], buffers_[r], count, ncclType(dtype), ncclSum, s_->comms[r],
-                                           reinterpret_cast<cudaStream_t>(streams[r]));
+    const ncclResult_t res = ncclAllReduce(buffers_[r], buffers_[r], count, detail::ncclTypeOf(dtype), ncclSum,
+                                           s_->comms[r], reinterpret_cast<cudaStream_t>(streams[r]));
     if (res != ncclSuccess) {
       (void)ncclGroupEnd();
       TPS_LOG_WARN("nccl-symm: ncclAllReduce on rank {}: {}", r, ncclGetErrorString(res));
@@ -209,7 +202,7 @@ tpsResult_t NcclSymm::allReduce(tpsDataType_t dtype, size_t count, const std::ve
 std::optional<double> NcclSymm::estimateUs(tpsDataType_t dtype, size_t count, const std::vector<tpsStream_t>& streams) {
   if (ncclGroupStart() != ncclSuccess) return std::nullopt;
   for (size_t r = 0; r < s_->comms.size(); ++r) {
-    if (ncclAllReduce(buffers_[r], buffers_[r], count, ncclType(dtype), ncclSum, s_->comms[r],
+    if (ncclAllReduce(buffers_[r], buffers_[r], count, detail::ncclTypeOf(dtype), ncclSum, s_->comms[r],
                       reinterpret_cast<cudaStream_t>(streams[r])) != ncclSuccess) {
       (void)ncclGroupEnd();
       return std::nullopt;
