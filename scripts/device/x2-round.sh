@@ -28,6 +28,8 @@
 #   procs   `tpscope bench allreduce --procs N` beside one process, and python/examples/torch_allreduce.py
 #           on N GPUs; each skipped with a message where this build has no such option or file.
 #   tp      `tpscope tp` 8b and 32b decode, tensor over the GPUs against one GPU.
+#   arms    `tpscope arms examples/four-arms.toml --quick` (the synthetic arms, as the recording in
+#           examples/recorded/h200x2-quick was made) and its report.
 #   meter   meter_accuracy (peer copies, own traffic) and idle `tpscope meter` rows per GPU, with and
 #           without the NVLink thread, at 2 ms and 50 ms.
 #   tune    `tpscope bench allreduce --tune`: the `auto` table for the box (tune.json in the tarball).
@@ -50,7 +52,7 @@ STATE=$TPSCOPE_CACHE_DIR/x2-round  # what the background build leaves for later 
 # NVLink multicast is off on these machines and must stay off for every program started here.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PARTS=("$@")
-[ ${#PARTS[@]} -gt 0 ] || { echo "usage: scripts/device/x2-round.sh bench|build|ctest|llama|llama32|procs|tp|meter|tune ..." >&2; exit 2; }
+[ ${#PARTS[@]} -gt 0 ] || { echo "usage: scripts/device/x2-round.sh bench|build|ctest|llama|llama32|procs|tp|arms|meter|tune ..." >&2; exit 2; }
 FINAL=$OUT
 R=$OUT/raw
 mkdir -p "$R" "$STATE" models
@@ -235,6 +237,14 @@ part_tp() {
   done
 }
 
+# The synthetic four-arm run, quick, as examples/recorded/h200x2-quick was recorded (the prefill issue
+# re-makes it with cuDNN's prefill attention), and its report.
+part_arms() {
+  step four-arms-quick 240 "$BIN" arms examples/four-arms.toml --quick --out "$R/four-arms-quick"
+  "$BIN" report "$R/four-arms-quick" >"$R/four-arms-quick-report.md" 2>&1 &&
+    sed -n '/^## /,$p' "$R/four-arms-quick-report.md" | head -n 40 >>"$S"
+}
+
 part_meter() {
   step meter-accuracy 240 "$BUILD/bin/meter_accuracy" --reps 3 --sections accuracy,own --json "$R/meter_accuracy.json"
   local period
@@ -246,7 +256,7 @@ part_meter() {
 
 for p in "${PARTS[@]}"; do
   case $p in
-    bench | build | ctest | llama | llama32 | procs | tp | meter | tune) "part_$p" ;;
+    bench | build | ctest | llama | llama32 | procs | tp | arms | meter | tune) "part_$p" ;;
     *) say "unknown part '$p'" ;;
   esac
 done
