@@ -19,7 +19,7 @@
 #           (the algorithm, protocol and kernel it picked), eager and graph.
 #   build   starts in the background (its own session, so it outlives the call while the machine stays
 #           warm): the 8b and 32b-24-layer Q4_K GGUFs, then llama-server patched for tpscope's AllReduce
-#           against the carried prefix; pinned to the CPUs above the first four. Takes ~3-5 min. A later
+#           against the carried prefix; pinned to the CPUs above the first four. The GGUFs take seconds, the build 5-7 min. A later
 #           call finds it done only if the machine stayed warm (30 s after a call); else llama starts it.
 #   ctest   the gpu and multigpu test labels of the carried build.
 #   llama   waits for `build` (starting it on a fresh machine; up to LLAMA_WAIT_S, and only while 300 s
