@@ -102,11 +102,7 @@ tpsResult_t Model::create(const ModelOptions& o, std::unique_ptr<Model>* out, st
   std::vector<GpuMemory> need_on_gpu(need.size());
   for (size_t i = 0; i < need.size(); ++i)
     for (size_t j = 0; j < need.size(); ++j)
-      if (o.devices[i] == o.devices[j]) {
-        need_on_gpu[i].weights += need[j].weights;
-        need_on_gpu[i].kv_cache += need[j].kv_cache;
-        need_on_gpu[i].activations += need[j].activations;
-      }
+      if (o.devices[i] == o.devices[j]) need_on_gpu[i] += need[j];
   if (std::string no = checkFit(o.config, o.split, need_on_gpu, free_bytes, o.devices); !no.empty()) {
     *reason = no;
     return tpsUnavailable;

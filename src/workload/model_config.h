@@ -102,6 +102,10 @@ struct GpuMemory {
   uint64_t kv_cache = 0;
   uint64_t activations = 0;  // forward buffers for max_tokens plus the cuBLAS workspace
   uint64_t total() const { return weights + kv_cache + activations; }
+  GpuMemory& operator+=(const GpuMemory& o) {
+    weights += o.weights, kv_cache += o.kv_cache, activations += o.activations;
+    return *this;
+  }
 };
 // One entry per GPU position in the split. Layers of a `layer` split go to GPUs as layerRange says.
 std::vector<GpuMemory> estimateMemory(const ModelConfig& config, SplitMode mode, int ngpu, const RunShape& shape);

@@ -17,41 +17,22 @@ namespace {
 
 using workload::SplitMode;
 
-struct Case {
-  const char* name;
-  SplitMode split;
-  tpsBackend_t backend;
-};
-const Case kCases[] = {{"layer", SplitMode::kLayer, tpsBackendAuto},
-                       {"tensor/p2p", SplitMode::kTensor, tpsBackendP2p},
-                       {"tensor/nccl", SplitMode::kTensor, tpsBackendNccl},
-                       {"tensor/host", SplitMode::kTensor, tpsBackendHost}};
-
-void compareSplits(const workload::ModelConfig& c, int prompt, int ubatch, int ctx, int k) {
-  auto none = makeModel(c, SplitMode::kNone, {0}, tpsBackendAuto, 7, std::max(prompt, ctx + k), ubatch);
-  ASSERT_TRUE(none);
-  const auto ref_prefill = prefillOutput(*none, prompt, ubatch);
-  const auto ref_decode = decodeOutput(*none, ctx, k);
-  none.reset();
-  for (const Case& cs : kCases) {
-    auto m = makeModel(c, cs.split, {0, 1}, cs.backend, 7, std::max(prompt, ctx + k), ubatch);
-    if (!m) {
-      ADD_FAILURE() << cs.name << ": cannot build the model";
-      continue;
-    }
-    expectClose(ref_prefill, prefillOutput(*m, prompt, ubatch), c.preset + " prefill " + cs.name + " vs none");
-    expectClose(ref_decode, decodeOutput(*m, ctx, k), c.preset + " decode " + cs.name + " vs none");
-  }
-}
+// Every split over GPUs 0 and 1: layer, and tensor over each AllReduce backend.
+const std::vector<SplitCase> kCases = {{"layer", SplitMode::kLayer, tpsBackendAuto, {0, 1}},
+                                       {"tensor/p2p", SplitMode::kTensor, tpsBackendP2p, {0, 1}},
+                                       {"tensor/nccl", SplitMode::kTensor, tpsBackendNccl, {0, 1}},
+                                       {"tensor/host", SplitMode::kTensor, tpsBackendHost, {0, 1}}};
 
 TEST(WorkloadSplits, TinyLayerAndTensorEqualNone) {
   TPS_REQUIRE_GPUS(2);
-  compareSplits(testConfig("tiny"), 40, 16, 100, 3);
+  expectSplitsEqualNone(testConfig("tiny"), kCases, workload::PrefillAttention::kAuto, /*shared=*/false, 40, 16, 100,
+                        3);
 }
 
 TEST(WorkloadSplits, EightBDimensionsWithTwoLayersEqualNone) {
   TPS_REQUIRE_GPUS(2);
-  compareSplits(testConfig("8b", 2), 300, 128, 1000, 2);
+  expectSplitsEqualNone(testConfig("8b", 2), kCases, workload::PrefillAttention::kAuto, /*shared=*/false, 300, 128,
+                        1000, 2);
 }
 
 TEST(WorkloadSplits, TensorDecodeGraphEqualsEager) {

@@ -21,40 +21,9 @@ namespace {
 using workload::PrefillAttention;
 using workload::SplitMode;
 
-struct Case {
-  const char* name;
-  SplitMode split;
-  tpsBackend_t backend;
-  std::vector<int> devices;
-};
-
-void compareOnOneGpu(const workload::ModelConfig& c, const std::vector<Case>& cases, PrefillAttention attention,
-                     int prompt, int ubatch, int ctx, int k) {
-  const int cap = std::max(prompt, ctx + k);
-  const std::string tag = c.preset + " x " + std::to_string(c.layers) + " layers, " +
-                          (attention == PrefillAttention::kCudnn ? "cudnn" : "kernel") + " attention: ";
-  auto none = makeModel(c, SplitMode::kNone, {0}, tpsBackendAuto, 7, cap, ubatch, attention);
-  ASSERT_TRUE(none);
-  ASSERT_EQ(none->options().prefill_attention, attention);
-  const auto ref_prefill = prefillOutput(*none, prompt, ubatch);
-  const auto ref_decode = decodeOutput(*none, ctx, k);
-  none.reset();
-  for (const Case& cs : cases) {
-    const std::string what = tag + cs.name + " on GPUs " + ::testing::PrintToString(cs.devices);
-    auto m = makeModel(c, cs.split, cs.devices, cs.backend, 7, cap, ubatch, attention, /*shared_devices=*/true);
-    if (!m) {
-      ADD_FAILURE() << what << ": cannot build the model";
-      continue;
-    }
-    EXPECT_EQ(m->options().prefill_attention, attention) << what;
-    expectClose(ref_prefill, prefillOutput(*m, prompt, ubatch), what + " prefill vs none");
-    expectClose(ref_decode, decodeOutput(*m, ctx, k), what + " decode vs none");
-  }
-}
-
-const std::vector<Case> kTwo = {{"layer", SplitMode::kLayer, tpsBackendAuto, {0, 0}},
-                                {"tensor/p2p", SplitMode::kTensor, tpsBackendP2p, {0, 0}},
-                                {"tensor/host", SplitMode::kTensor, tpsBackendHost, {0, 0}}};
+const std::vector<SplitCase> kTwo = {{"layer", SplitMode::kLayer, tpsBackendAuto, {0, 0}},
+                                     {"tensor/p2p", SplitMode::kTensor, tpsBackendP2p, {0, 0}},
+                                     {"tensor/host", SplitMode::kTensor, tpsBackendHost, {0, 0}}};
 
 TEST(WorkloadSharedGpu, RepeatedGpuRefusedUnlessShared) {
   TPS_REQUIRE_GPUS(1);
@@ -73,13 +42,13 @@ TEST(WorkloadSharedGpu, RepeatedGpuRefusedUnlessShared) {
 
 TEST(WorkloadSharedGpu, SplitsEqualNoneWithTheKernelAttention) {
   TPS_REQUIRE_GPUS(1);
-  std::vector<Case> tiny = kTwo;
+  std::vector<SplitCase> tiny = kTwo;
   tiny.push_back({"layer", SplitMode::kLayer, tpsBackendAuto, {0, 0, 0, 0}});
-  compareOnOneGpu(testConfig("tiny"), tiny, PrefillAttention::kKernel, 40, 16, 100, 3);
-  std::vector<Case> eight = kTwo;
+  expectSplitsEqualNone(testConfig("tiny"), tiny, PrefillAttention::kKernel, /*shared=*/true, 40, 16, 100, 3);
+  std::vector<SplitCase> eight = kTwo;
   eight.push_back({"tensor/p2p", SplitMode::kTensor, tpsBackendP2p, {0, 0, 0, 0}});
   eight.push_back({"tensor/host", SplitMode::kTensor, tpsBackendHost, {0, 0, 0, 0}});
-  compareOnOneGpu(testConfig("8b", 2), eight, PrefillAttention::kKernel, 300, 128, 1000, 2);
+  expectSplitsEqualNone(testConfig("8b", 2), eight, PrefillAttention::kKernel, /*shared=*/true, 300, 128, 1000, 2);
 }
 
 // cuDNN's flash attention over each position's share of the heads (tensor) or of the layers (layer).
@@ -87,10 +56,10 @@ TEST(WorkloadSharedGpu, SplitsEqualNoneWithCudnnAttention) {
   TPS_REQUIRE_GPUS(1);
   std::string why;
   if (!workload::CudnnAttention::available(&why)) GTEST_SKIP() << why;
-  std::vector<Case> eight = kTwo;
+  std::vector<SplitCase> eight = kTwo;
   eight.push_back({"tensor/p2p", SplitMode::kTensor, tpsBackendP2p, {0, 0, 0, 0}});
-  compareOnOneGpu(testConfig("8b", 2), eight, PrefillAttention::kCudnn, 1500, 512, 1000, 2);
-  compareOnOneGpu(testConfig("tiny"), kTwo, PrefillAttention::kCudnn, 40, 16, 100, 3);
+  expectSplitsEqualNone(testConfig("8b", 2), eight, PrefillAttention::kCudnn, /*shared=*/true, 1500, 512, 1000, 2);
+  expectSplitsEqualNone(testConfig("tiny"), kTwo, PrefillAttention::kCudnn, /*shared=*/true, 40, 16, 100, 3);
 }
 
 // A layer split's decode step on one GPU captures as one graph and gives the eager step bit for bit.

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -120,6 +121,44 @@ inline void expectClose(const std::vector<float>& ref, const std::vector<float>&
   EXPECT_LT(rel, 0.02) << what << ": relative RMS error " << rel;
   EXPECT_LT(worst, 0.25) << what << ": max abs error " << worst;
   std::printf("[ info ] %s: relative RMS error %.2e, max abs error %.3g\n", what.c_str(), rel, worst);
+}
+
+// One split compared with `none`: its name in messages, how it splits, and over which GPUs.
+struct SplitCase {
+  const char* name;
+  workload::SplitMode split;
+  tpsBackend_t backend;
+  std::vector<int> devices;
+};
+
+// Each case's final hidden states against `none`'s on GPU 0, within bf16 tolerance: after a prefill of
+// `prompt` tokens in micro-batches of `ubatch`, and after a decode step of k tokens at context ctx; same
+// seed, shape and prefill attention (kAuto: whichever the machine has; an explicit one is checked to be
+// what ran). `shared`: the cases' positions may share a GPU (ModelOptions::shared_devices).
+inline void expectSplitsEqualNone(const workload::ModelConfig& c, const std::vector<SplitCase>& cases,
+                                  workload::PrefillAttention attention, bool shared, int prompt, int ubatch, int ctx,
+                                  int k) {
+  const bool given = attention != workload::PrefillAttention::kAuto;
+  const int cap = std::max(prompt, ctx + k);
+  const std::string tag = c.preset + " x " + std::to_string(c.layers) + " layers, " +
+                          workload::prefillAttentionName(attention) + " attention: ";
+  auto none = makeModel(c, workload::SplitMode::kNone, {0}, tpsBackendAuto, 7, cap, ubatch, attention);
+  ASSERT_TRUE(none);
+  if (given) ASSERT_EQ(none->options().prefill_attention, attention);
+  const auto ref_prefill = prefillOutput(*none, prompt, ubatch);
+  const auto ref_decode = decodeOutput(*none, ctx, k);
+  none.reset();
+  for (const SplitCase& cs : cases) {
+    const std::string what = tag + cs.name + " on GPUs " + ::testing::PrintToString(cs.devices);
+    auto m = makeModel(c, cs.split, cs.devices, cs.backend, 7, cap, ubatch, attention, shared);
+    if (!m) {
+      ADD_FAILURE() << what << ": cannot build the model";
+      continue;
+    }
+    if (given) EXPECT_EQ(m->options().prefill_attention, attention) << what;
+    expectClose(ref_prefill, prefillOutput(*m, prompt, ubatch), what + " prefill vs none");
+    expectClose(ref_decode, decodeOutput(*m, ctx, k), what + " decode vs none");
+  }
 }
 
 }  // namespace tpscope::testing
