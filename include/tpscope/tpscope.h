@@ -104,7 +104,12 @@ typedef struct {
   size_t host_copy_threshold; /* bytes per GPU at or above which the host backend uses copy engines */
   size_t host_chunk_bytes;    /* copy-engine chunk size */
   int host_blocks;            /* blocks per GPU of the host kernel path */
-  unsigned spin_timeout_ms;   /* bounded wait for a peer inside kernels; on expiry: tpsTimeout */
+  unsigned spin_timeout_ms;   /* bounded wait for a peer: a call whose peers have not all arrived within
+                                 this many ms of this rank's arrival gives up and reports tpsTimeout
+                                 (tpsCommGetAsyncError). Every path keeps it: the kernels, the host
+                                 backend's copy engines, and calls across processes; a call that runs in
+                                 pieces (large host or p2p calls) waits it out once, not once per piece,
+                                 and then ends within its own copy time */
   int shared_devices;         /* nonzero: a GPU may appear more than once in devices, its ranks then
                                  sharing it (for running the N-rank code paths of host and p2p on fewer
                                  GPUs, as tests do; never for measurements). Each rank's kernel grids are
@@ -125,9 +130,13 @@ typedef struct tpsComm* tpsComm_t;
 /* Creates a communicator over devices[0..ndev-1] (CUDA ordinals, distinct unless
  * config->shared_devices, 2 <= ndev <= 8). Allocates every buffer it will need (pinned host staging,
  * device scratch, NCCL communicators) so that failures happen here, not mid-run. config may be NULL for
- * defaults. Not thread-safe with other calls on the same communicator. Errors: tpsInvalidArgument (bad
- * ndev, duplicate or missing device, bad config), tpsUnavailable (the selected backend cannot run on
- * these GPUs), tpsCudaError, tpsNcclError. */
+ * defaults. Before the p2p backend is used (forced, or set up by auto), one small AllReduce per p2p
+ * algorithm over the peer mappings is checked bit for bit against a sum computed on the host (a few
+ * milliseconds): where peer writes do not arrive intact, p2p is refused for this communicator, with one
+ * line in the log: forced, tpsUnavailable; under auto, the communicator goes on without it. Not
+ * thread-safe with other calls on the same communicator. Errors: tpsInvalidArgument (bad ndev,
+ * duplicate or missing device, bad config), tpsUnavailable (the selected backend cannot run on these
+ * GPUs), tpsCudaError, tpsNcclError. */
 tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devices, const tpsConfig_t* config);
 
 /* ---- One rank per process (NCCL's shape) ----------------------------------------------------
@@ -161,7 +170,8 @@ tpsResult_t tpsGetUniqueId(tpsUniqueId* id);
  * are refused (tpsInvalidArgument) unless config->shared_devices, as in tpsCommCreate (the grids are
  * then cut by the most ranks any one GPU carries, across processes); their processes time-slice the
  * GPU, so a peer's kernel may wait a whole time slice for the other's. tpsCommGetConfig, the
- * statistics (this rank's GPU in devices[0], ndev 1) and tpsCommGetAsyncError work as for tpsCommCreate.
+ * statistics (this rank's GPU in devices[0], ndev 1) and tpsCommGetAsyncError work as for tpsCommCreate,
+ * and so does the p2p self-check, whose verdict the ranks agree on (p2p is kept or refused on all).
  * An id serves one communicator: join with a fresh one each time.
  * Errors: tpsInvalidArgument (NULL comm, nranks or rank out of range, a device that does not exist,
  * bytes that are not an id, ranks disagreeing on nranks, one rank number taken by two processes, ranks

@@ -24,6 +24,7 @@
 #include "allreduce/push.h"
 #include "allreduce/rank_setup.h"
 #include "allreduce/selector.h"
+#include "allreduce/selfcheck.h"
 #include "allreduce/tuning.h"
 #include "common/checks.h"
 #include "common/param.h"
@@ -163,6 +164,27 @@ void loadAutoChoice(tpsComm* c) {
                c->auto_table->measured);
 }
 
+// The p2p backend's self-check (selfcheck.h) for this process's ranks; across processes the ranks then
+// agree on the verdict through `group`, so p2p is kept or refused on all of them. A refused backend is
+// destroyed here. tpsUnavailable when the peers' writes did not arrive intact: forced (`forced`), the
+// creation fails with it; under auto the communicator goes on without p2p and says so.
+tpsResult_t checkP2p(tpsComm* c, const char* what, bool forced, const std::vector<int>& devices, int first_rank,
+                     int nranks, RankGroup* group) {
+  std::string why;
+  double ms = 0;
+  tpsResult_t r = selfCheckP2p(*c->backends[tpsBackendP2p], devices, first_rank, nranks, &why, &ms);
+  if (r != tpsSuccess) TPS_LOG_WARN("{}: {}", what, why);
+  if (group) r = agree(*group, "the p2p self-check", r);
+  if (r == tpsSuccess) {
+    TPS_LOG_INFO("{}: p2p self-check passed in {:.2f} ms", what, ms);
+    return tpsSuccess;
+  }
+  c->backends[tpsBackendP2p].reset();
+  TPS_LOG_WARN("{}: the p2p backend is refused for this communicator{}", what,
+               forced ? "" : "; auto continues with the other backends");
+  return r == tpsTimeout || r == tpsSystemError ? r : tpsUnavailable;
+}
+
 // The configuration as resolved at creation, for tpsCommGetConfig and the records.
 tpsConfig_t resolvedConfig(const tpsConfig_t& given, tpsBackend_t requested, const HostTuning& tuning) {
   tpsConfig_t c = given;
@@ -229,6 +251,8 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
     tpsResult_t r = createP2pBackend(devs, tuning, &c->backends[tpsBackendP2p]);
     if (r != tpsSuccess && !want_all) return r;
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommCreate: the p2p backend could not start; auto continues without it");
+    if (r == tpsSuccess) r = checkP2p(c.get(), "tpsCommCreate", !want_all, devs, 0, ndev, nullptr);
+    if (r != tpsSuccess && !want_all) return r;
     c->avail.p2p = r == tpsSuccess;
   }
   if (want_all || requested == tpsBackendHost) {
@@ -455,6 +479,8 @@ extern "C" tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId 
     tpsResult_t r = createP2pIpcBackend(g, tuning, &c->backends[tpsBackendP2p]);
     if (fatal(r)) return r;
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommInitRank: the p2p backend could not start; auto continues without it");
+    if (r == tpsSuccess) r = checkP2p(c.get(), "tpsCommInitRank", !want_all, {device}, rank, nranks, &g);
+    if (fatal(r)) return r;
     c->avail.p2p = r == tpsSuccess;
   }
   if (want_all || requested == tpsBackendHost) {

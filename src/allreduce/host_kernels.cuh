@@ -9,8 +9,10 @@
 //      one 64-byte line per flag so writers never share a line. The release is cumulative over the
 //      other threads' stores, which the barrier ordered before it (the pattern of vLLM's barrier);
 //   3. wait: thread q (q != rank) acquire-loads peer q's flag for (slot, block) until it reaches s,
-//      sleeping briefly between polls, and gives up after timeout_ns: the block then records tpsTimeout
-//      in the host status word and returns, so a missing peer never hangs the GPU;
+//      sleeping briefly between polls, and gives up after timeout_ns, or as soon as any kernel of the
+//      communicator has recorded an error (errorRecorded): the block then records tpsTimeout in the host
+//      status word and returns, so a missing peer never hangs the GPU, and the later pieces of a call
+//      whose first piece timed out end at once;
 //   4. reduce: after a second barrier every thread reads the peers' ranges with cache-volatile loads
 //      (the lines are rewritten every second call) and sums in rank order, in place.
 // s is the call's sequence number, read from a per-block counter in device memory and stored back at
@@ -84,8 +86,9 @@ __global__ void __launch_bounds__(kKernelThreads) hostKernelAllReduce(HostKernel
   if (tid < h.nranks && tid != h.rank) {
     const unsigned long long* f = flag(tid);
     const unsigned long long t0 = globalTimerNs();
-    while (loadAcquire(f) < s) {
-      if (globalTimerNs() - t0 > h.timeout_ns) {
+    for (unsigned polls = 1; loadAcquire(f) < s; ++polls) {
+      if (globalTimerNs() - t0 > h.timeout_ns ||
+          (polls % kStatusPollInterval == 0 && errorRecorded(h.status, h.nranks))) {
         aborted = 1;
         break;
       }

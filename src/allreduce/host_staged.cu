@@ -9,9 +9,12 @@
 //   data to its host stage in chunks on a D2H side stream; each chunk, once every peer's D2H of it is
 //   done (cross-device events), is copied H2D into the GPU's scratch on a second side stream; an add
 //   kernel on the caller's stream then sums in rank order. D2H and H2D run on separate copy engines
-//   and directions of the link, and the SMs stay free while they do.
-// Every wait is on an event recorded earlier in the same call, so a call can be captured in a CUDA
-// graph: the side streams fork from and join back into the caller's streams.
+//   and directions of the link, and the SMs stay free while they do. The side streams start from the
+//   caller's through gate words and a rendezvous kernel rather than events (copyRendezvous), so a
+//   peer that never arrives costs the spin timeout and a tpsTimeout, never an unbounded wait; where the
+//   driver has no stream memory operations every size takes the kernel path instead.
+// Every wait is on a gate, a kernel or an event recorded earlier in the same call, so a call can be
+// captured in a CUDA graph: the side streams start from and join back into the caller's streams.
 #include "allreduce/host_staged.h"
 
 #include <cuda_bf16.h>
@@ -25,6 +28,7 @@
 #include "allreduce/host_kernels.cuh"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
+#include "common/stream_memops.h"
 
 namespace tpscope::detail {
 
@@ -42,12 +46,70 @@ constexpr size_t kAlign = 16;
 
 size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+// The copy-engine path's start. The path orders copies across GPUs with CUDA events, and a wait on
+// another GPU's event cannot be bounded: a peer whose stream never reaches the call would hold this
+// GPU's H2D copies for as long as it is held. So no side stream depends on its caller's stream through
+// an event. Each caller stream r instead sets its gate word to 1 (a stream write, after its earlier
+// work: the buffer is ready) and rank r's D2H stream waits for that word on the GPU's front end
+// (cuStreamWaitValue32) and clears it; rank r's H2D stream follows the D2H stream's gate. The
+// rendezvous kernel below, first on each H2D stream, then bounds the wait for the peers: it publishes
+// this call's sequence number and waits for every peer's, as the kernel path does, for at most
+// timeout_ns from its own arrival. A rank that gives up records tpsTimeout and sets every rank's gate
+// word, so a held-back rank's side streams run through their (now meaningless) copies and every event
+// another GPU waits on completes: each GPU's call ends within the timeout plus its own copy time, with
+// the error reported. The calls of all ranks enqueue every gate write before any gate wait, and every
+// rendezvous before any copy that follows one, so streams that share a hardware queue never stall a
+// signal behind its wait.
+struct CopyGateHandle {
+  unsigned long long* gates;    // mapped host: [2][nranks] x kFlagStride: [0] gate words, [1] sequence numbers
+  unsigned long long* counter;  // device: this rank's call count
+  unsigned* status;             // mapped host: [nranks], nonzero after a timeout
+  unsigned long long timeout_ns;
+  int rank;
+  int nranks;
+};
+
+__device__ inline unsigned long long* copyGateWord(const CopyGateHandle& h, int q) { return h.gates + q * kFlagStride; }
+__device__ inline unsigned long long* copyGateSeq(const CopyGateHandle& h, int q) {
+  return h.gates + (h.nranks + q) * kFlagStride;
+}
+
+// One warp: lane q (q != rank) waits for peer q's sequence number.
+__global__ void copyRendezvous(CopyGateHandle h) {
+  const int lane = threadIdx.x;
+  unsigned long long s = 0;
+  if (lane == 0) {
+    s = *h.counter + 1;
+    *h.counter = s;
+    storeRelease(copyGateSeq(h, h.rank), s);
+  }
+  s = __shfl_sync(0xffffffffu, s, 0);
+  bool gave_up = false;
+  if (lane < h.nranks && lane != h.rank) {
+    const unsigned long long* f = copyGateSeq(h, lane);
+    const unsigned long long t0 = globalTimerNs();
+    for (unsigned polls = 1; loadAcquire(f) < s; ++polls) {
+      if (polls % kStatusPollInterval == 0 && errorRecorded(h.status, h.nranks)) break;  // another rank gave up
+      if (globalTimerNs() - t0 > h.timeout_ns) {
+        gave_up = true;
+        break;
+      }
+      __nanosleep(64);
+    }
+  }
+  if (__any_sync(0xffffffffu, gave_up) && lane == 0) {
+    reportTimeout(h.status, h.rank);
+    // Open every rank's gate (the low word of its line, which cuStreamWaitValue32 reads).
+    for (int q = 0; q < h.nranks; ++q) storeRelease(copyGateWord(h, q), 1);
+  }
+}
+
 class HostStagedBackend final : public Backend {
  public:
   tpsResult_t init(const std::vector<int>& devices, const HostTuning& tuning);
   tpsBackend_t kind() const override { return tpsBackendHost; }
   tpsPath_t pathFor(const CallArgs& a) const override {
-    return a.bytes() >= tuning_.copy_threshold ? tpsPathHostCopyEngine : tpsPathHostKernel;
+    return copy_path_ && a.bytes() >= tuning_.copy_threshold ? tpsPathHostCopyEngine : tpsPathHostKernel;
   }
   Traffic trafficFor(tpsPath_t, size_t bytes) const override {
     // Each GPU writes its data to host memory once and reads every peer's data once.
@@ -72,6 +134,7 @@ class HostStagedBackend final : public Backend {
   tpsResult_t copyPath(const CallArgs& a);
 
   int n() const { return static_cast<int>(devices_.size()); }
+  tpsResult_t initCopyPath();
 
   std::vector<int> devices_;
   HostTuning tuning_{};
@@ -82,10 +145,15 @@ class HostStagedBackend final : public Backend {
   std::vector<DeviceBuffer> counters_;
   std::vector<HostKernelHandle> handles_;
   // Copy-engine path.
+  bool copy_path_ = false;  // stream memory operations are available: the path's waits can be bounded
+  PinnedBuffer gates_;      // CopyGateHandle::gates
+  std::vector<DeviceBuffer> gate_counters_;
+  std::vector<CopyGateHandle> gate_handles_;
+  std::vector<void*> gate_words_;  // [rank] the gate word as rank's GPU addresses it
   std::vector<PinnedBuffer> cstage_;
   std::vector<DeviceBuffer> scratch_;  // per GPU: 2 halves x (n-1) peer regions of kRoundBytes
   std::vector<Stream> d2h_, h2d_;
-  std::vector<Event> fork_;
+  std::vector<Event> gate_passed_;                         // [rank] recorded on the D2H stream after its gate
   std::vector<std::array<Event, 2>> h2d_done_, add_done_;  // [rank][half]
   std::vector<std::vector<Event>> d2h_chunk_;              // [rank][chunk in round]
 };
@@ -145,14 +213,50 @@ tpsResult_t HostStagedBackend::init(const std::vector<int>& devices, const HostT
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__half, false>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__nv_bfloat16, true>));
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__nv_bfloat16, false>));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, copyRendezvous));
   }
-  // Copy-engine path.
+  copy_path_ = streamMemOpsAvailable();
+  if (copy_path_) {
+    TPS_CHECK(initCopyPath());
+  } else {
+    TPS_LOG_WARN(
+        "host backend: the driver has no stream memory operations, which bound the copy-engine path's waits; "
+        "every size takes the kernel path");
+  }
+  TPS_LOG_INFO("host backend: {} GPUs, copy threshold {} B, chunk {} B, {} blocks, timeout {} ms ({})", nr,
+               tuning_.copy_threshold, tuning_.chunk_bytes, tuning_.blocks, tuning_.spin_timeout_ms, tuning_.source);
+  return tpsSuccess;
+}
+
+tpsResult_t HostStagedBackend::initCopyPath() {
+  const int nr = n();
+  const size_t gate_bytes = size_t{2} * nr * kFlagStride * sizeof(unsigned long long);
+  TPS_CHECK(PinnedBuffer::create(gate_bytes, &gates_));
+  std::memset(gates_.host(), 0, gate_bytes);
+  gate_counters_.resize(nr);
+  gate_handles_.resize(nr);
+  gate_words_.resize(nr);
+  for (int r = 0; r < nr; ++r) {
+    DeviceGuard g(devices_[r]);
+    TPS_CHECK(DeviceBuffer::create(devices_[r], sizeof(unsigned long long), &gate_counters_[r]));
+    TPS_CUDA_CHECK(cudaMemset(gate_counters_[r].get(), 0, sizeof(unsigned long long)));
+    CopyGateHandle& h = gate_handles_[r];
+    void* p = nullptr;
+    TPS_CHECK(gates_.devicePointer(devices_[r], &p));
+    h.gates = static_cast<unsigned long long*>(p);
+    gate_words_[r] = h.gates + r * kFlagStride;
+    h.counter = gate_counters_[r].as<unsigned long long>();
+    TPS_CHECK(status_.devicePointer(devices_[r], &h.status));
+    h.timeout_ns = static_cast<unsigned long long>(tuning_.spin_timeout_ms) * 1000000ull;
+    h.rank = r;
+    h.nranks = nr;
+  }
   const size_t chunks = (kRoundBytes + kMinChunk - 1) / kMinChunk;
   cstage_.resize(nr);
   scratch_.resize(nr);
   d2h_.resize(nr);
   h2d_.resize(nr);
-  fork_.resize(nr);
+  gate_passed_.resize(nr);
   h2d_done_.resize(nr);
   add_done_.resize(nr);
   d2h_chunk_.resize(nr);
@@ -162,7 +266,7 @@ tpsResult_t HostStagedBackend::init(const std::vector<int>& devices, const HostT
     TPS_CHECK(DeviceBuffer::create(d, kStageBytes * (nr - 1), &scratch_[r]));
     TPS_CHECK(Stream::create(d, &d2h_[r]));
     TPS_CHECK(Stream::create(d, &h2d_[r]));
-    TPS_CHECK(Event::create(d, &fork_[r], false));
+    TPS_CHECK(Event::create(d, &gate_passed_[r], false));
     for (int half = 0; half < 2; ++half) {
       TPS_CHECK(Event::create(d, &h2d_done_[r][half], false));
       TPS_CHECK(Event::create(d, &add_done_[r][half], false));
@@ -170,8 +274,6 @@ tpsResult_t HostStagedBackend::init(const std::vector<int>& devices, const HostT
     d2h_chunk_[r].resize(chunks);
     for (Event& e : d2h_chunk_[r]) TPS_CHECK(Event::create(d, &e, false));
   }
-  TPS_LOG_INFO("host backend: {} GPUs, copy threshold {} B, chunk {} B, {} blocks, timeout {} ms ({})", nr,
-               tuning_.copy_threshold, tuning_.chunk_bytes, tuning_.blocks, tuning_.spin_timeout_ms, tuning_.source);
   return tpsSuccess;
 }
 
@@ -213,12 +315,23 @@ tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
     return scratch_[r].as<char>() + (size_t(half) * (nr - 1) + (q < r ? q : q - 1)) * kRoundBytes;
   };
 
-  // Fork the side streams from the caller's streams.
+  // Start the side streams from the caller's (above, "The copy-engine path's start"): every
+  // gate write, then every gate wait, then every rendezvous, each in rank order.
   for (int r = 0; r < nr; ++r) {
     DeviceGuard g(devices_[r]);
-    TPS_CUDA_CHECK(cudaEventRecord(fork_[r].get(), a.streams[r]));
-    TPS_CUDA_CHECK(cudaStreamWaitEvent(d2h_[r].get(), fork_[r].get(), 0));
-    TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), fork_[r].get(), 0));
+    TPS_CHECK(streamWrite(a.streams[r], gate_words_[r], 1));
+  }
+  for (int r = 0; r < nr; ++r) {
+    DeviceGuard g(devices_[r]);
+    TPS_CHECK(streamWaitEquals(d2h_[r].get(), gate_words_[r], 1));
+    TPS_CHECK(streamWrite(d2h_[r].get(), gate_words_[r], 0));
+    TPS_CUDA_CHECK(cudaEventRecord(gate_passed_[r].get(), d2h_[r].get()));
+  }
+  for (int r = 0; r < nr; ++r) {
+    DeviceGuard g(devices_[r]);
+    TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), gate_passed_[r].get(), 0));
+    copyRendezvous<<<1, 32, 0, h2d_[r].get()>>>(gate_handles_[r]);
+    TPS_CUDA_CHECK_LAUNCH();
   }
   const size_t rounds = (total + kRoundBytes - 1) / kRoundBytes;
   for (size_t round = 0; round < rounds; ++round) {

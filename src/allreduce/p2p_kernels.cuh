@@ -45,14 +45,16 @@ __device__ inline unsigned long long* p2pFlag(const P2pHandle& h, int owner, int
 }
 
 // Threads q < nranks, q != rank, wait for their peer's flag in this rank's memory; returns false (after
-// recording tpsTimeout) when a peer did not arrive in time. Ends with a block barrier.
+// recording tpsTimeout) when a peer did not arrive in time, or an error was recorded already (a
+// two-shot piece after one that timed out). Ends with a block barrier.
 __device__ inline bool p2pWait(const P2pHandle& h, int phase, int slot, unsigned long long s, int* aborted) {
   const int tid = threadIdx.x;
   if (tid < h.nranks && tid != h.rank) {
     const unsigned long long* f = p2pFlag(h, h.rank, phase, slot, tid, blockIdx.x);
     const unsigned long long t0 = globalTimerNs();
-    while (loadAcquire(f) < s) {
-      if (globalTimerNs() - t0 > h.timeout_ns) {
+    for (unsigned polls = 1; loadAcquire(f) < s; ++polls) {
+      if (globalTimerNs() - t0 > h.timeout_ns ||
+          (polls % kStatusPollInterval == 0 && errorRecorded(h.status, h.nranks))) {
         *aborted = 1;
         break;
       }

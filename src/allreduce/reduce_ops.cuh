@@ -79,4 +79,17 @@ __device__ inline void reportTimeout(unsigned* status, int rank) {
   __threadfence_system();
 }
 
+// Whether a kernel of this communicator has already recorded an error in the first `nranks` status
+// words (in one process every rank's; across processes this process's own). A wait that sees one gives
+// up at once: a call cut in pieces then times out once, not once per piece, and a rank that comes late
+// does not wait out the timeout for peers that have already left.
+__device__ inline bool errorRecorded(const unsigned* status, int nranks) {
+  for (int q = 0; q < nranks; ++q)
+    if (reinterpret_cast<const volatile unsigned*>(status)[q] != 0) return true;
+  return false;
+}
+// A waiting thread reads the status words once per this many polls of its flag (they live in host
+// memory: a read costs a PCIe round trip, so not every poll).
+constexpr unsigned kStatusPollInterval = 64;
+
 }  // namespace tpscope::detail

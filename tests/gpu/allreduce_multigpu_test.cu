@@ -81,82 +81,29 @@ TEST(AllReduceMultiGpu, HostCopyEnginePathWithOddChunks) {
   f.tearDown();
 }
 
-// Calls captured in a CUDA graph and replayed: the sequence numbers live in device memory, so replays
-// advance them; inputs are reset inside the graph so every replay must give the same answer.
-void graphReplay(tpsBackend_t backend, size_t count) {
-  Fixture f;
-  f.setUp(2);
-  f.fill(tpsBfloat16, count, 0, 5);
-  const size_t bytes = count * 2;
-  std::vector<void*> pristine(2);
-  for (int r = 0; r < 2; ++r) {
-    CUDA_OK(cudaSetDevice(r));
-    CUDA_OK(cudaMalloc(&pristine[r], bytes));
-    CUDA_OK(cudaMemcpy(pristine[r], f.input[r].data(), bytes, cudaMemcpyHostToDevice));
-  }
-  // Capture on stream 0; stream 1 joins through an event so one graph spans both GPUs.
-  cudaEvent_t fork, join;
-  CUDA_OK(cudaSetDevice(0));
-  CUDA_OK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-  CUDA_OK(cudaSetDevice(1));
-  CUDA_OK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-  CUDA_OK(cudaSetDevice(0));
-  CUDA_OK(cudaStreamBeginCapture(f.streams[0], cudaStreamCaptureModeRelaxed));
-  CUDA_OK(cudaEventRecord(fork, f.streams[0]));
-  CUDA_OK(cudaStreamWaitEvent(f.streams[1], fork, 0));
-  for (int it = 0; it < 3; ++it) {
-    for (int r = 0; r < 2; ++r) {
-      CUDA_OK(cudaSetDevice(r));
-      CUDA_OK(cudaMemcpyAsync(f.bufs[r], pristine[r], bytes, cudaMemcpyDeviceToDevice, f.streams[r]));
-    }
-    TPS_OK(tpsAllReduceWith(f.comm, backend, f.bufs.data(), count, tpsBfloat16,
-                            reinterpret_cast<tpsStream_t*>(f.streams.data())));
-  }
-  CUDA_OK(cudaSetDevice(1));
-  CUDA_OK(cudaEventRecord(join, f.streams[1]));
-  CUDA_OK(cudaSetDevice(0));
-  CUDA_OK(cudaStreamWaitEvent(f.streams[0], join, 0));
-  cudaGraph_t graph;
-  CUDA_OK(cudaStreamEndCapture(f.streams[0], &graph));
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int rep = 0; rep < 20; ++rep) CUDA_OK(cudaGraphLaunch(exec, f.streams[0]));
-  f.sync();
-  f.check(tpsBfloat16, count, (std::string("graph ") + tpsBackendName(backend)).c_str());
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaEventDestroy(fork);
-  cudaEventDestroy(join);
-  for (int r = 0; r < 2; ++r) {
-    cudaSetDevice(r);
-    cudaFree(pristine[r]);
-  }
-  f.tearDown();
-}
-
 TEST(AllReduceMultiGpu, GraphReplayHostKernelPath) {
   TPS_REQUIRE_GPUS(2);
-  graphReplay(tpsBackendHost, 12345);
+  graphReplay({0, 1}, nullptr, tpsBackendHost, 12345);
 }
 TEST(AllReduceMultiGpu, GraphReplayHostCopyPath) {
   TPS_REQUIRE_GPUS(2);
-  graphReplay(tpsBackendHost, (8u << 20) + 3);
+  graphReplay({0, 1}, nullptr, tpsBackendHost, (8u << 20) + 3);
 }
 TEST(AllReduceMultiGpu, GraphReplayP2pOneShot) {
   TPS_REQUIRE_GPUS(2);
-  graphReplay(tpsBackendP2p, 12345);
+  graphReplay({0, 1}, nullptr, tpsBackendP2p, 12345);
 }
 TEST(AllReduceMultiGpu, GraphReplayP2pTwoShot) {
   TPS_REQUIRE_GPUS(2);
-  graphReplay(tpsBackendP2p, (8u << 20) + 3);
+  graphReplay({0, 1}, nullptr, tpsBackendP2p, (8u << 20) + 3);
 }
 TEST(AllReduceMultiGpu, GraphReplayP2pLL) {
   TPS_REQUIRE_GPUS(2);
-  graphReplay(tpsBackendP2p, 8192);
+  graphReplay({0, 1}, nullptr, tpsBackendP2p, 8192);
 }
 TEST(AllReduceMultiGpu, GraphReplayNccl) {
   TPS_REQUIRE_GPUS(2);
-  graphReplay(tpsBackendNccl, 12345);
+  graphReplay({0, 1}, nullptr, tpsBackendNccl, 12345);
 }
 
 __global__ void accumulate(const __nv_bfloat16* in, float* acc, size_t n) {

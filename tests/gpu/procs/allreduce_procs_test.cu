@@ -260,11 +260,14 @@ TEST(AllReduceProcs, FusedAddRmsNormP2p) {
 }
 
 // The last rank dies mid-call: every other rank's next call ends with tpsTimeout within the spin timeout
-// (plus scheduling slack), and its communicator refuses further calls; nothing hangs.
-void killedRank(const char* backend_name, int nranks) {
+// plus kKillSlackMs, and its communicator refuses further calls; nothing hangs. At 8 KiB, 16 MiB and
+// 256 MiB: the large calls run in pieces (host: 1 MiB kernels; p2p: 64 MiB two-shot launches), and
+// only the first piece waits out the timeout.
+constexpr unsigned kKillSpinMs = 500;
+constexpr double kKillSlackMs = 250;
+void killedRank(const char* backend_name, int nranks, size_t count) {
   TPS_REQUIRE_GPUS(1);
-  const unsigned spin_ms = 2000;
-  const auto w = runRanks("kill", backend_name, nranks, spin_ms, 40);
+  const auto w = runRanks("kill-" + std::to_string(count), backend_name, nranks, kKillSpinMs, 60);
   if (noGpu(w)) GTEST_SKIP() << "the ranks found no GPU";
   EXPECT_TRUE(WIFSIGNALED(w[nranks - 1].status) && WTERMSIG(w[nranks - 1].status) == SIGKILL);
   for (int r = 0; r < nranks - 1; ++r) {
@@ -272,18 +275,40 @@ void killedRank(const char* backend_name, int nranks) {
         << backend_name << " rank " << r << " ended with status " << w[r].status;
     const auto ls = lines(w[r].out);
     ASSERT_EQ(ls.size(), 1u) << backend_name << " rank " << r;
-    std::printf("[ procs    ] %s N=%d rank %d: tpsTimeout on call %s after %s ms (spin timeout %u ms)\n", backend_name,
-                nranks, r, ls[0][1].c_str(), ls[0][2].c_str(), spin_ms);
+    ASSERT_EQ(ls[0].size(), 3u);
+    const double ms = std::stod(ls[0][2]);
+    std::printf("[ procs    ] %s N=%d %zu B rank %d: tpsTimeout on call %s after %.0f ms (spin timeout %u ms)\n",
+                backend_name, nranks, count * 2, r, ls[0][1].c_str(), ms, kKillSpinMs);
+    EXPECT_LT(ms, kKillSpinMs + kKillSlackMs) << backend_name << " " << count * 2 << " B rank " << r;
   }
 }
 
 TEST(AllReduceProcs, KilledRankTimesOutP2p) {
-  killedRank("p2p", 2);
-  killedRank("p2p", 4);
+  for (size_t count : {size_t{4096}, size_t{8} << 20, size_t{128} << 20}) killedRank("p2p", 2, count);
+  killedRank("p2p", 4, 4096);
 }
 TEST(AllReduceProcs, KilledRankTimesOutHost) {
-  killedRank("host", 2);
-  killedRank("host", 4);
+  for (size_t count : {size_t{4096}, size_t{8} << 20, size_t{128} << 20}) killedRank("host", 2, count);
+  killedRank("host", 4, 4096);
+}
+
+// A p2p self-check that fails on one rank (TPSCOPE_TEST_P2P_CHECK_FAULT=1, set by the ctest entry
+// ProcsP2pSelfCheckFault): forced p2p is refused on every rank; auto goes on without p2p on every rank
+// and still sums right.
+TEST(ProcsP2pSelfCheckInjectedFault, RefusedEverywhere) {
+  TPS_REQUIRE_GPUS(1);
+  const char* fault = std::getenv("TPSCOPE_TEST_P2P_CHECK_FAULT");
+  if (fault == nullptr) GTEST_SKIP() << "runs under the ctest entry ProcsP2pSelfCheckFault (needs its environment)";
+  for (int nranks : {2, 4}) {
+    auto w = runRanks("refused", "p2p", nranks, 2000, 60);
+    if (noGpu(w)) GTEST_SKIP() << "the ranks found no GPU";
+    expectAllExited(w, "refused");
+    for (int r = 0; r < nranks; ++r) EXPECT_EQ(lines(w[r].out), (std::vector<std::vector<std::string>>{{"refused"}}));
+    w = runRanks("fallback", "auto", nranks, 2000, 60);
+    expectAllExited(w, "fallback");
+    for (int r = 0; r < nranks; ++r)
+      EXPECT_EQ(lines(w[r].out), (std::vector<std::vector<std::string>>{{"fallback", "0"}})) << "rank " << r;
+  }
 }
 
 }  // namespace

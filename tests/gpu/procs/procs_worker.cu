@@ -6,8 +6,12 @@
 //            (the mean of 200 eager LL calls: what time-slicing one GPU among processes costs)
 //   graph    "graph <i> <replay> <hash> <wrong>": each graph case captured once, replayed three times
 //   fused    "fused <call> <hash of residual_out> <hash of normed>" for three fused calls
-//   kill     the last rank makes one call, enqueues a second and kills itself; the others make calls
-//            until one reports tpsTimeout: "timeout <call> <ms waited>"
+//   kill-N   the last rank makes one call of N bf16 elements, enqueues a second and kills itself; the
+//            others make calls until one reports tpsTimeout: "timeout <call> <ms waited>"
+//   refused  the p2p self-check must refuse the backend (the test sets TPSCOPE_TEST_P2P_CHECK_FAULT):
+//            the join returns tpsUnavailable on every rank: "refused"
+//   fallback the same fault under auto: the communicator is made without p2p (a p2p call is
+//            tpsUnavailable) and an auto call still sums right: "fallback <wrong>"
 // Exit status: 0 done, 77 no GPU, 1 a failure (the reason on stderr).
 // Usage: procs_worker SCENARIO BACKEND NRANKS RANK ID_HEX OUT_FILE SPIN_TIMEOUT_MS
 #include <cuda_runtime.h>
@@ -163,8 +167,8 @@ void fused(tpsComm_t comm, int rank, cudaStream_t s, FILE* out) {
 }
 
 void killScenario(tpsComm_t comm, tpsBackend_t backend, int nranks, int rank, cudaStream_t s, unsigned timeout_ms,
-                  FILE* out) {
-  const Case c{tpsBfloat16, 4096, 0, 9};
+                  size_t count, FILE* out) {
+  const Case c{tpsBfloat16, count, 0, 9};
   Buffer b = upload(c, rank, s);
   auto call = [&] {
     TPS_OK(tpsAllReduceWith(comm, backend, &b.ptr, c.count, c.dtype, reinterpret_cast<tpsStream_t*>(&s)));
@@ -186,7 +190,7 @@ void killScenario(tpsComm_t comm, tpsBackend_t backend, int nranks, int rank, cu
     TPS_OK(tpsCommGetAsyncError(comm, &async));
     if (async == tpsTimeout) {
       std::fprintf(out, "timeout %d %.0f\n", k, ms);
-      FAIL_IF(ms > timeout_ms + 5000.0, "the timed-out call took %.0f ms with a spin timeout of %u ms", ms, timeout_ms);
+      FAIL_IF(ms > timeout_ms + 2000.0, "the timed-out call took %.0f ms with a spin timeout of %u ms", ms, timeout_ms);
       FAIL_IF(tpsAllReduceWith(comm, backend, &b.ptr, c.count, c.dtype, reinterpret_cast<tpsStream_t*>(&s)) !=
                   tpsInvalidUsage,
               "the communicator took a call after its timeout");
@@ -195,6 +199,20 @@ void killScenario(tpsComm_t comm, tpsBackend_t backend, int nranks, int rank, cu
     FAIL_IF(async != tpsSuccess, "asynchronous error %s", tpsGetErrorString(async));
   }
   FAIL_IF(true, "three calls after the peer died and none timed out");
+}
+
+void fallback(tpsComm_t comm, int nranks, int rank, cudaStream_t s, FILE* out) {
+  const Case c{tpsFloat32, 100003, 0, 11};
+  Buffer b = upload(c, rank, s);
+  FAIL_IF(tpsAllReduceWith(comm, tpsBackendP2p, &b.ptr, c.count, c.dtype, reinterpret_cast<tpsStream_t*>(&s)) !=
+              tpsUnavailable,
+          "a p2p call was taken after the self-check refused p2p");
+  TPS_OK(tpsAllReduce(comm, &b.ptr, c.count, c.dtype, reinterpret_cast<tpsStream_t*>(&s)));
+  CUDA_OK(cudaStreamSynchronize(s));
+  checkAsync(comm);
+  const auto res = download(b.ptr, b.bytes);
+  std::fprintf(out, "fallback %zu\n", wrongElements(c, nranks, res.data()));
+  CUDA_OK(cudaFree(b.alloc));
 }
 
 }  // namespace
@@ -215,6 +233,7 @@ int main(int argc, char** argv) {
     id.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   const tpsBackend_t backend = backend_name == "p2p"    ? tpsBackendP2p
                                : backend_name == "host" ? tpsBackendHost
+                               : backend_name == "auto" ? tpsBackendAuto
                                                         : tpsBackendNccl;
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) return 77;
@@ -228,6 +247,16 @@ int main(int argc, char** argv) {
   cfg.spin_timeout_ms = timeout_ms;
   cfg.shared_devices = 1;
   tpsComm_t comm = nullptr;
+  if (scenario == "refused") {
+    const tpsResult_t r = tpsCommInitRank(&comm, nranks, id, g_rank, 0, &cfg);
+    FAIL_IF(r != tpsUnavailable || comm != nullptr, "the join with a failed p2p self-check returned %s",
+            tpsGetErrorString(r));
+    FILE* out = std::fopen(argv[6], "w");
+    FAIL_IF(out == nullptr, "cannot write %s", argv[6]);
+    std::fprintf(out, "refused\n");
+    std::fclose(out);
+    return 0;
+  }
   TPS_OK(tpsCommInitRank(&comm, nranks, id, g_rank, 0, &cfg));
   tpsConfig_t got;
   TPS_OK(tpsCommGetConfig(comm, &got));
@@ -247,8 +276,10 @@ int main(int argc, char** argv) {
     graphs(comm, backend, nranks, g_rank, s, out);
   else if (scenario == "fused")
     fused(comm, g_rank, s, out);
-  else if (scenario == "kill")
-    killScenario(comm, backend, nranks, g_rank, s, timeout_ms, out);
+  else if (scenario.rfind("kill-", 0) == 0)
+    killScenario(comm, backend, nranks, g_rank, s, timeout_ms, std::stoull(scenario.substr(5)), out);
+  else if (scenario == "fallback")
+    fallback(comm, nranks, g_rank, s, out);
   else
     FAIL_IF(true, "unknown scenario %s", scenario.c_str());
   std::fclose(out);
