@@ -8,13 +8,13 @@
 // - copy-engine path (at or above it): in rounds of up to kRoundBytes per GPU, each GPU copies its
 //   data to its host stage in chunks on a D2H side stream; each chunk, once every peer's D2H of it is
 //   done (cross-device events), is copied H2D into the GPU's scratch on a second side stream; an add
-//   kernel on the caller's stream then sums in rank order. D2H and H2D run on separate copy engines
-//   and directions of the link, and the SMs stay free while they do. The side streams start from the
-//   caller's through gate words and a rendezvous kernel rather than events (copyRendezvous), so a
-//   peer that never arrives costs the spin timeout and a tpsTimeout, never an unbounded wait; where the
-//   driver has no stream memory operations every size takes the kernel path instead.
-// Every wait is on a gate, a kernel or an event recorded earlier in the same call, so a call can be
-// captured in a CUDA graph: the side streams start from and join back into the caller's streams.
+//   kernel on a third side stream then sums in rank order, and the caller's stream joins it. D2H and
+//   H2D run on separate copy engines and directions of the link.
+// No GPU waits on an event that depends on another GPU's caller stream: in an eager call the side
+// streams start from their caller's through a gate word and a rendezvous kernel (copyRendezvous below),
+// so a peer that never arrives costs the spin timeout and a tpsTimeout, never an unbounded wait. A
+// captured call forks them with events instead (one graph's branches start together). Where the driver
+// has no stream memory operations, every size takes the kernel path.
 #include "allreduce/host_staged.h"
 
 #include <cuda_bf16.h>
@@ -152,8 +152,9 @@ class HostStagedBackend final : public Backend {
   std::vector<void*> gate_words_;  // [rank] the gate word as rank's GPU addresses it
   std::vector<PinnedBuffer> cstage_;
   std::vector<DeviceBuffer> scratch_;  // per GPU: 2 halves x (n-1) peer regions of kRoundBytes
-  std::vector<Stream> d2h_, h2d_;
-  std::vector<Event> gate_passed_;                         // [rank] recorded on the D2H stream after its gate
+  std::vector<Stream> d2h_, h2d_, add_;
+  std::vector<Event> fork_;         // [rank] on the caller's stream, where a graph captures the call
+  std::vector<Event> gate_passed_;  // [rank] recorded on the D2H stream after its gate
   std::vector<std::array<Event, 2>> h2d_done_, add_done_;  // [rank][half]
   std::vector<std::vector<Event>> d2h_chunk_;              // [rank][chunk in round]
 };
@@ -256,6 +257,8 @@ tpsResult_t HostStagedBackend::initCopyPath() {
   scratch_.resize(nr);
   d2h_.resize(nr);
   h2d_.resize(nr);
+  add_.resize(nr);
+  fork_.resize(nr);
   gate_passed_.resize(nr);
   h2d_done_.resize(nr);
   add_done_.resize(nr);
@@ -266,6 +269,8 @@ tpsResult_t HostStagedBackend::initCopyPath() {
     TPS_CHECK(DeviceBuffer::create(d, kStageBytes * (nr - 1), &scratch_[r]));
     TPS_CHECK(Stream::create(d, &d2h_[r]));
     TPS_CHECK(Stream::create(d, &h2d_[r]));
+    TPS_CHECK(Stream::create(d, &add_[r]));
+    TPS_CHECK(Event::create(d, &fork_[r], false));
     TPS_CHECK(Event::create(d, &gate_passed_[r], false));
     for (int half = 0; half < 2; ++half) {
       TPS_CHECK(Event::create(d, &h2d_done_[r][half], false));
@@ -315,21 +320,38 @@ tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
     return scratch_[r].as<char>() + (size_t(half) * (nr - 1) + (q < r ? q : q - 1)) * kRoundBytes;
   };
 
-  // Start the side streams from the caller's (above, "The copy-engine path's start"): every
-  // gate write, then every gate wait, then every rendezvous, each in rank order.
+  // Start the side streams from the caller's (above, "The copy-engine path's start"): every gate write,
+  // then every gate wait, then every rendezvous, each in rank order. A graph that captures the call
+  // takes its side streams only through events, and one graph's branches start together when it is
+  // launched, so a captured call forks them from the caller's streams with events instead.
+  bool captured = false;
   for (int r = 0; r < nr; ++r) {
-    DeviceGuard g(devices_[r]);
-    TPS_CHECK(streamWrite(a.streams[r], gate_words_[r], 1));
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    TPS_CUDA_CHECK(cudaStreamIsCapturing(a.streams[r], &cs));
+    captured = captured || cs != cudaStreamCaptureStatusNone;
   }
   for (int r = 0; r < nr; ++r) {
     DeviceGuard g(devices_[r]);
-    TPS_CHECK(streamWaitEquals(d2h_[r].get(), gate_words_[r], 1));
-    TPS_CHECK(streamWrite(d2h_[r].get(), gate_words_[r], 0));
+    if (captured)
+      TPS_CUDA_CHECK(cudaEventRecord(fork_[r].get(), a.streams[r]));
+    else
+      TPS_CHECK(streamWrite(a.streams[r], gate_words_[r], 1));
+  }
+  for (int r = 0; r < nr; ++r) {
+    DeviceGuard g(devices_[r]);
+    if (captured) {
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(d2h_[r].get(), fork_[r].get(), 0));
+    } else {
+      TPS_CHECK(streamWaitEquals(d2h_[r].get(), gate_words_[r], 1));
+      TPS_CHECK(streamWrite(d2h_[r].get(), gate_words_[r], 0));
+    }
     TPS_CUDA_CHECK(cudaEventRecord(gate_passed_[r].get(), d2h_[r].get()));
   }
   for (int r = 0; r < nr; ++r) {
     DeviceGuard g(devices_[r]);
     TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), gate_passed_[r].get(), 0));
+    TPS_CUDA_CHECK(cudaStreamWaitEvent(add_[r].get(), gate_passed_[r].get(), 0));
+    if (captured) continue;
     copyRendezvous<<<1, 32, 0, h2d_[r].get()>>>(gate_handles_[r]);
     TPS_CUDA_CHECK_LAUNCH();
   }
@@ -370,12 +392,13 @@ tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
       }
       TPS_CUDA_CHECK(cudaEventRecord(h2d_done_[r][half].get(), h2d_[r].get()));
     }
-    // Add on the caller's stream once this GPU's own D2H (the data is overwritten in place) and its H2D
-    // copies of the round are done.
+    // Add on the add stream once this GPU's own D2H (the data is overwritten in place) and its H2D copies
+    // of the round are done. Not on the caller's stream: the H2D of two rounds later waits for it, and
+    // the peers wait for that H2D, so nothing another GPU waits on may depend on a caller's stream.
     for (int r = 0; r < nr; ++r) {
       DeviceGuard g(devices_[r]);
-      TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], d2h_chunk_[r][nchunks - 1].get(), 0));
-      TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], h2d_done_[r][half].get(), 0));
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(add_[r].get(), d2h_chunk_[r][nchunks - 1].get(), 0));
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(add_[r].get(), h2d_done_[r][half].get(), 0));
       AddArgs args{};
       for (int q = 0; q < nr; ++q) args.tmp[q] = q == r ? nullptr : peerRegion(r, q, half);
       args.rank = r;
@@ -384,17 +407,20 @@ tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
       const int blocks = static_cast<int>(std::min<size_t>(1024, (cnt / Vec<T>::kElems + 255) / 256 + 1));
       T* buf = reinterpret_cast<T*>(static_cast<char*>(a.bufs[r]) + off);
       if (aligned)
-        addPeers<T, true><<<blocks, 256, 0, a.streams[r]>>>(args, buf, cnt);
+        addPeers<T, true><<<blocks, 256, 0, add_[r].get()>>>(args, buf, cnt);
       else
-        addPeers<T, false><<<blocks, 256, 0, a.streams[r]>>>(args, buf, cnt);
+        addPeers<T, false><<<blocks, 256, 0, add_[r].get()>>>(args, buf, cnt);
       TPS_CUDA_CHECK_LAUNCH();
-      TPS_CUDA_CHECK(cudaEventRecord(add_done_[r][half].get(), a.streams[r]));
+      TPS_CUDA_CHECK(cudaEventRecord(add_done_[r][half].get(), add_[r].get()));
     }
   }
-  // Join: the next call's D2H forks from the caller's stream, so it must follow every peer's last
-  // reads of this GPU's host stage (the last one or two rounds, whose events this call recorded).
+  // Join: the caller's stream continues after this GPU's last add (which followed every earlier one on
+  // the add stream), and, since the next call's D2H starts from the caller's stream, after every peer's
+  // last reads of this GPU's host stage (the last one or two rounds, whose events this call recorded).
+  const int last_half = static_cast<int>((rounds - 1) % 2);
   for (int r = 0; r < nr; ++r) {
     DeviceGuard g(devices_[r]);
+    TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], add_done_[r][last_half].get(), 0));
     for (int q = 0; q < nr; ++q) {
       if (q == r) continue;
       for (size_t half = 0; half < std::min<size_t>(rounds, 2); ++half)

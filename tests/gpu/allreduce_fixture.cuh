@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -240,6 +241,7 @@ void missingPeerTimesOut(tpsBackend_t backend, size_t count, const std::vector<i
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[ timeout  ] %s N=%zu: tpsTimeout after %.3f s (spin timeout %.3f s)\n", what.c_str(), devs.size(),
               waited, cfg.spin_timeout_ms / 1e3);
+  std::fflush(stdout);
   EXPECT_GE(waited, 0.4) << what;
   EXPECT_LT(waited, cfg.spin_timeout_ms / 1e3 + kTimeoutSlackS) << what;
   tpsResult_t async = tpsSuccess;

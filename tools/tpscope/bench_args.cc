@@ -93,7 +93,7 @@ uint64_t parseSizeFlag(const std::string& text, const std::string& flag) {
 std::vector<int> resolveDevices(int ngpus, const std::string& list, int visible) {
   std::vector<int> devices;
   if (!list.empty()) {
-    devices = parseDeviceList(list, "--devices");
+    devices = parseDeviceList(list, "--devices", /*repeats=*/true);  // "0,0": ranks share GPU 0
   } else if (ngpus != 0) {
     if (ngpus > visible)
       throw UsageError(fmt::format("-g {} asks for {} GPUs; this machine shows {}", ngpus, ngpus, visible));

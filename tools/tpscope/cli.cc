@@ -11,7 +11,7 @@
 
 namespace tpscope::cli {
 
-std::vector<int> parseDeviceList(const std::string& text, const std::string& option) {
+std::vector<int> parseDeviceList(const std::string& text, const std::string& option, bool repeats) {
   std::vector<int> ids;
   if (text.empty()) return ids;
   size_t start = 0;
@@ -22,7 +22,7 @@ std::vector<int> parseDeviceList(const std::string& text, const std::string& opt
     if (!v || *v < 0 || *v > 1023 || item.find_first_not_of("0123456789") != std::string::npos)
       throw UsageError("bad GPU index '" + item + "' in " + option + ": give GPU indices like 0,1");
     for (int seen : ids)
-      if (seen == *v) throw UsageError("GPU index " + item + " appears twice in " + option);
+      if (seen == *v && !repeats) throw UsageError("GPU index " + item + " appears twice in " + option);
     ids.push_back(static_cast<int>(*v));
     if (comma == std::string::npos) break;
     start = comma + 1;

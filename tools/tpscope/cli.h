@@ -25,8 +25,9 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// "0,1,3" -> {0,1,3}; "" -> {} (all). Throws UsageError for anything else, naming the option.
-std::vector<int> parseDeviceList(const std::string& text, const std::string& option);
+// "0,1,3" -> {0,1,3}; "" -> {} (all). Throws UsageError for anything else, naming the option, and for a
+// GPU given twice unless `repeats` (ranks sharing a GPU: "0,0").
+std::vector<int> parseDeviceList(const std::string& text, const std::string& option, bool repeats = false);
 
 // Prints "tpscope: error: MESSAGE" on stderr and returns `code`.
 int fail(int code, const std::string& message);
