@@ -8,7 +8,7 @@
 // - copy-engine path (at or above it): in rounds of up to kRoundBytes per GPU, each GPU copies its
 //   data to its host stage in chunks on a D2H side stream; each chunk, once every peer's D2H of it is
 //   done (cross-device events), is copied H2D into the GPU's scratch on a second side stream; an add
-//   kernel on a third side stream then sums in rank order, and the caller's stream joins it. D2H and
+//   kernel after them on the H2D stream then sums in rank order, and the caller's stream joins it. D2H and
 //   H2D run on separate copy engines and directions of the link.
 // No GPU waits on an event that depends on another GPU's caller stream: in an eager call the side
 // streams start from their caller's through a gate word and a rendezvous kernel (copyRendezvous below),
@@ -48,18 +48,21 @@ size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 // The copy-engine path's start. The path orders copies across GPUs with CUDA events, and a wait on
 // another GPU's event cannot be bounded: a peer whose stream never reaches the call would hold this
-// GPU's H2D copies for as long as it is held. So no side stream depends on its caller's stream through
-// an event. Each caller stream r instead sets its gate word to 1 (a stream write, after its earlier
-// work: the buffer is ready) and rank r's D2H stream waits for that word on the GPU's front end
-// (cuStreamWaitValue32) and clears it; rank r's H2D stream follows the D2H stream's gate. The
-// rendezvous kernel below, first on each H2D stream, then bounds the wait for the peers: it publishes
-// this call's sequence number and waits for every peer's, as the kernel path does, for at most
-// timeout_ns from its own arrival. A rank that gives up records tpsTimeout and sets every rank's gate
-// word, so a held-back rank's side streams run through their (now meaningless) copies and every event
-// another GPU waits on completes: each GPU's call ends within the timeout plus its own copy time, with
-// the error reported. The calls of all ranks enqueue every gate write before any gate wait, and every
-// rendezvous before any copy that follows one, so streams that share a hardware queue never stall a
-// signal behind its wait.
+// GPU's H2D copies for as long as it is held. So in an eager call no side stream depends on its caller's
+// stream through an event. Each caller stream r sets its gate word to 1 (a stream write, after its
+// earlier work: the buffer is ready); rank r's gate stream waits for that word on the GPU's front end
+// (cuStreamWaitValue32), clears it, and records the event the D2H and H2D streams start from. The gate
+// stream then runs the rendezvous kernel below, which bounds the wait for the peers: it publishes this
+// call's sequence number and waits for every peer's, as the kernel path does, for at most timeout_ns
+// from its start. A rank that gives up records tpsTimeout and sets every rank's gate word, so a
+// held-back rank's side streams run through their (now meaningless) copies and every event another
+// GPU waits on completes: each GPU's call ends within the timeout plus its own copy time, with the
+// error reported. The waits and polls of host memory stay on the gate stream, where no copy queues
+// behind them (on a copy stream they slowed the copies by up to a third: docs/PERFORMANCE.md). The
+// calls of all ranks enqueue every gate write before any gate wait, and every rendezvous before any
+// copy, so streams that share a hardware queue never stall a signal behind its wait. A captured call
+// starts the side streams from an event on the caller's stream instead: a graph takes side streams only
+// through events, and one graph's branches start together.
 struct CopyGateHandle {
   unsigned long long* gates;    // mapped host: [2][nranks] x kFlagStride: [0] gate words, [1] sequence numbers
   unsigned long long* counter;  // device: this rank's call count
@@ -151,10 +154,9 @@ class HostStagedBackend final : public Backend {
   std::vector<CopyGateHandle> gate_handles_;
   std::vector<void*> gate_words_;  // [rank] the gate word as rank's GPU addresses it
   std::vector<PinnedBuffer> cstage_;
-  std::vector<DeviceBuffer> scratch_;  // per GPU: 2 halves x (n-1) peer regions of kRoundBytes
-  std::vector<Stream> d2h_, h2d_, add_;
-  std::vector<Event> fork_;         // [rank] on the caller's stream, where a graph captures the call
-  std::vector<Event> gate_passed_;  // [rank] recorded on the D2H stream after its gate
+  std::vector<DeviceBuffer> scratch_;     // per GPU: 2 halves x (n-1) peer regions of kRoundBytes
+  std::vector<Stream> gate_, d2h_, h2d_;  // [rank] side streams: the gate and rendezvous, the copies
+  std::vector<Event> gate_passed_;        // [rank] the side streams' start: after the gate (or the fork)
   std::vector<std::array<Event, 2>> h2d_done_, add_done_;  // [rank][half]
   std::vector<std::vector<Event>> d2h_chunk_;              // [rank][chunk in round]
 };
@@ -257,8 +259,7 @@ tpsResult_t HostStagedBackend::initCopyPath() {
   scratch_.resize(nr);
   d2h_.resize(nr);
   h2d_.resize(nr);
-  add_.resize(nr);
-  fork_.resize(nr);
+  gate_.resize(nr);
   gate_passed_.resize(nr);
   h2d_done_.resize(nr);
   add_done_.resize(nr);
@@ -269,8 +270,7 @@ tpsResult_t HostStagedBackend::initCopyPath() {
     TPS_CHECK(DeviceBuffer::create(d, kStageBytes * (nr - 1), &scratch_[r]));
     TPS_CHECK(Stream::create(d, &d2h_[r]));
     TPS_CHECK(Stream::create(d, &h2d_[r]));
-    TPS_CHECK(Stream::create(d, &add_[r]));
-    TPS_CHECK(Event::create(d, &fork_[r], false));
+    TPS_CHECK(Stream::create(d, &gate_[r]));
     TPS_CHECK(Event::create(d, &gate_passed_[r], false));
     for (int half = 0; half < 2; ++half) {
       TPS_CHECK(Event::create(d, &h2d_done_[r][half], false));
@@ -320,40 +320,36 @@ tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
     return scratch_[r].as<char>() + (size_t(half) * (nr - 1) + (q < r ? q : q - 1)) * kRoundBytes;
   };
 
-  // Start the side streams from the caller's (above, "The copy-engine path's start"): every gate write,
-  // then every gate wait, then every rendezvous, each in rank order. A graph that captures the call
-  // takes its side streams only through events, and one graph's branches start together when it is
-  // launched, so a captured call forks them from the caller's streams with events instead.
+  // Start the side streams from the caller's (above, "The copy-engine path's start").
   bool captured = false;
   for (int r = 0; r < nr; ++r) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     TPS_CUDA_CHECK(cudaStreamIsCapturing(a.streams[r], &cs));
     captured = captured || cs != cudaStreamCaptureStatusNone;
   }
-  for (int r = 0; r < nr; ++r) {
+  for (int r = 0; r < nr && !captured; ++r) {
     DeviceGuard g(devices_[r]);
-    if (captured)
-      TPS_CUDA_CHECK(cudaEventRecord(fork_[r].get(), a.streams[r]));
-    else
-      TPS_CHECK(streamWrite(a.streams[r], gate_words_[r], 1));
+    TPS_CHECK(streamWrite(a.streams[r], gate_words_[r], 1));
   }
   for (int r = 0; r < nr; ++r) {
     DeviceGuard g(devices_[r]);
     if (captured) {
-      TPS_CUDA_CHECK(cudaStreamWaitEvent(d2h_[r].get(), fork_[r].get(), 0));
+      TPS_CUDA_CHECK(cudaEventRecord(gate_passed_[r].get(), a.streams[r]));
     } else {
-      TPS_CHECK(streamWaitEquals(d2h_[r].get(), gate_words_[r], 1));
-      TPS_CHECK(streamWrite(d2h_[r].get(), gate_words_[r], 0));
+      TPS_CHECK(streamWaitEquals(gate_[r].get(), gate_words_[r], 1));
+      TPS_CHECK(streamWrite(gate_[r].get(), gate_words_[r], 0));
+      TPS_CUDA_CHECK(cudaEventRecord(gate_passed_[r].get(), gate_[r].get()));
     }
-    TPS_CUDA_CHECK(cudaEventRecord(gate_passed_[r].get(), d2h_[r].get()));
+  }
+  for (int r = 0; r < nr && !captured; ++r) {
+    DeviceGuard g(devices_[r]);
+    copyRendezvous<<<1, 32, 0, gate_[r].get()>>>(gate_handles_[r]);
+    TPS_CUDA_CHECK_LAUNCH();
   }
   for (int r = 0; r < nr; ++r) {
     DeviceGuard g(devices_[r]);
+    TPS_CUDA_CHECK(cudaStreamWaitEvent(d2h_[r].get(), gate_passed_[r].get(), 0));
     TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), gate_passed_[r].get(), 0));
-    TPS_CUDA_CHECK(cudaStreamWaitEvent(add_[r].get(), gate_passed_[r].get(), 0));
-    if (captured) continue;
-    copyRendezvous<<<1, 32, 0, h2d_[r].get()>>>(gate_handles_[r]);
-    TPS_CUDA_CHECK_LAUNCH();
   }
   const size_t rounds = (total + kRoundBytes - 1) / kRoundBytes;
   for (size_t round = 0; round < rounds; ++round) {
@@ -377,10 +373,9 @@ tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
       }
     }
     // H2D: each peer's chunk as soon as that peer's D2H of it is done, into this half of the scratch,
-    // which the add kernel of two rounds before must have consumed.
+    // which the add kernel of two rounds before (earlier on this stream) has consumed.
     for (int r = 0; r < nr; ++r) {
       DeviceGuard g(devices_[r]);
-      if (round >= 2) TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), add_done_[r][half].get(), 0));
       for (size_t k = 0; k < nchunks; ++k) {
         const size_t kb = std::min(chunk, round_bytes - k * chunk);
         for (int q = 0; q < nr; ++q) {
@@ -392,13 +387,13 @@ tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
       }
       TPS_CUDA_CHECK(cudaEventRecord(h2d_done_[r][half].get(), h2d_[r].get()));
     }
-    // Add on the add stream once this GPU's own D2H (the data is overwritten in place) and its H2D copies
-    // of the round are done. Not on the caller's stream: the H2D of two rounds later waits for it, and
-    // the peers wait for that H2D, so nothing another GPU waits on may depend on a caller's stream.
+    // Add on the H2D stream, after the round's H2D copies, once this GPU's own D2H of the round is done
+    // (the data is overwritten in place). Not on the caller's stream: the H2D of two rounds later must
+    // follow it, and the peers wait for that H2D, so nothing another GPU waits on may depend on a
+    // caller's stream.
     for (int r = 0; r < nr; ++r) {
       DeviceGuard g(devices_[r]);
-      TPS_CUDA_CHECK(cudaStreamWaitEvent(add_[r].get(), d2h_chunk_[r][nchunks - 1].get(), 0));
-      TPS_CUDA_CHECK(cudaStreamWaitEvent(add_[r].get(), h2d_done_[r][half].get(), 0));
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), d2h_chunk_[r][nchunks - 1].get(), 0));
       AddArgs args{};
       for (int q = 0; q < nr; ++q) args.tmp[q] = q == r ? nullptr : peerRegion(r, q, half);
       args.rank = r;
@@ -407,11 +402,11 @@ tpsResult_t HostStagedBackend::copyPath(const CallArgs& a) {
       const int blocks = static_cast<int>(std::min<size_t>(1024, (cnt / Vec<T>::kElems + 255) / 256 + 1));
       T* buf = reinterpret_cast<T*>(static_cast<char*>(a.bufs[r]) + off);
       if (aligned)
-        addPeers<T, true><<<blocks, 256, 0, add_[r].get()>>>(args, buf, cnt);
+        addPeers<T, true><<<blocks, 256, 0, h2d_[r].get()>>>(args, buf, cnt);
       else
-        addPeers<T, false><<<blocks, 256, 0, add_[r].get()>>>(args, buf, cnt);
+        addPeers<T, false><<<blocks, 256, 0, h2d_[r].get()>>>(args, buf, cnt);
       TPS_CUDA_CHECK_LAUNCH();
-      TPS_CUDA_CHECK(cudaEventRecord(add_done_[r][half].get(), add_[r].get()));
+      TPS_CUDA_CHECK(cudaEventRecord(add_done_[r][half].get(), h2d_[r].get()));
     }
   }
   // Join: the caller's stream continues after this GPU's last add (which followed every earlier one on
