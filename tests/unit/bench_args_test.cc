@@ -131,7 +131,7 @@ TEST(BenchArgs, DeviceSets) {
   EXPECT_EQ(resolveDevices(2, "", 4), (std::vector<int>{0, 1}));
   EXPECT_EQ(resolveDevices(0, "3,1", 4), (std::vector<int>{3, 1}));
   EXPECT_EQ(resolveDevices(0, "0,0", 1), (std::vector<int>{0, 0}));  // ranks sharing GPU 0
-  EXPECT_THROW(parseDeviceList("0,0", "--devices"), UsageError);    // elsewhere a GPU given twice is an error
+  EXPECT_THROW(parseDeviceList("0,0", "--devices"), UsageError);     // elsewhere a GPU given twice is an error
   EXPECT_THROW(resolveDevices(1, "", 4), UsageError);
   EXPECT_THROW(resolveDevices(4, "", 2), UsageError);
   EXPECT_THROW(resolveDevices(0, "0", 4), UsageError);
