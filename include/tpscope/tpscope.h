@@ -247,8 +247,8 @@ tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backend, void* c
 /* The configuration the communicator runs with, every field resolved: backend as requested (after
  * TPSCOPE_ALLREDUCE; tpsBackendAuto: chosen per call), the host tunables and spin_timeout_ms after the
  * tune file, the environment and the caller's config (ranks sharing a GPU cut host_blocks), and
- * shared_devices, num_peer_uids and peer_uids as given. Records carry it, so that two runs can be compared setting by
- * setting. Any thread. tpsInvalidArgument for a NULL comm or config. */
+ * shared_devices, num_peer_uids and peer_uids as given. Records carry it, so that two runs can be
+ * compared setting by setting. Any thread. tpsInvalidArgument for a NULL comm or config. */
 tpsResult_t tpsCommGetConfig(tpsComm_t comm, tpsConfig_t* config);
 
 /* Errors that happen after a call returned: tpsTimeout when a kernel gave up waiting for a peer within

@@ -31,9 +31,10 @@ using Clock = std::chrono::steady_clock;
 // Refusals logged one by one per join; past that, one line at the end gives the count (a flood of
 // strays must not flood the log).
 constexpr int kMaxRefusalLogs = 16;
-// Connections accepted per turn of rank 0's loop, so that a flood of them cannot keep it from its
-// deadline and its pending hellos.
-constexpr int kMaxAcceptsPerTurn = 64;
+// Connections accepted per turn of rank 0's loop: a flood of them cannot keep it from its deadline and
+// its pending hellos, and half the cap means a connection accepted in one turn is still waiting when the
+// next turn reads the hellos that have come (a real rank's comes right after its connect).
+constexpr int kMaxAcceptsPerTurn = static_cast<int>(kMaxPending / 2);
 
 // How much longer than the timeout the ranks other than 0 wait for rank 0's verdict: rank 0 gives up
 // at the timeout and then tells them why, so that every rank reports the same cause.
