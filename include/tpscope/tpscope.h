@@ -97,6 +97,9 @@ typedef enum {
  * <= 256 MiB, larger. */
 #define TPS_NUM_SIZE_CLASSES 5
 
+/* The most uids a configuration may name besides the process's own (tpsConfig_t.peer_uids). */
+#define TPS_MAX_PEER_UIDS 8
+
 /* Communicator configuration. Initialise with tpsConfigInit(); a field left at 0 takes its default
  * (environment variable first, then the value measured for this box, then a built-in default). */
 typedef struct {
@@ -119,9 +122,19 @@ typedef struct {
                                  stream (or graph): one CUDA graph holding the calls of ranks
                                  that share a GPU may run them one after the other, and each
                                  waits for the others until the spin timeout. */
+  /* Rank-per-process communicators (tpsCommInitRank) only; tpsCommCreate ignores both fields. The users
+   * whose processes may be the other ranks besides this process's own (its effective uid): rank 0
+   * refuses a connection from a process of any other user, and every other rank refuses a rank 0 of any
+   * other user before it sends anything (tpsCommInitRank has the rule). num_peer_uids 0, the default:
+   * only processes of this process's user. Each rank names the uids of those ranks it must accept that
+   * run as other users; root is no exception (name uid 0 to accept it). A plain array, not a pointer,
+   * so the struct stays a value that tpsCommGetConfig returns and records copy. Backends may still
+   * refuse ranks of other users: the host backend's shared memory is readable by its own user only. */
+  int num_peer_uids;                         /* 0..TPS_MAX_PEER_UIDS, else tpsInvalidArgument */
+  unsigned int peer_uids[TPS_MAX_PEER_UIDS]; /* [0, num_peer_uids) are read */
 } tpsConfig_t;
 
-/* Fills *config with zeros and tpsBackendAuto: every field takes its default. */
+/* Fills *config with zeros and tpsBackendAuto: every field takes its default (no peer_uids). */
 tpsResult_t tpsConfigInit(tpsConfig_t* config);
 
 /* An AllReduce communicator over N devices of this process (opaque, like ncclComm_t). */
@@ -141,8 +154,8 @@ tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devices, const t
 
 /* ---- One rank per process (NCCL's shape) ----------------------------------------------------
  * Engines that run one process per GPU make one communicator per process: one process calls
- * tpsGetUniqueId and passes the id to the others any way it likes (a pipe, a file, torch.distributed's
- * broadcast); every process then calls tpsCommInitRank with the same id and nranks, its own rank and its
+ * tpsGetUniqueId and passes the id to the others over a channel no other user can read (tpsGetUniqueId
+ * says why); every process then calls tpsCommInitRank with the same id and nranks, its own rank and its
  * own GPU. The processes must run on one host (the id names a Unix socket in the abstract namespace, so
  * they must share a network namespace too). The communicator's calls below then take arrays of one
  * element: this rank's buffer and stream (bufs[0], streams[0]); the peers' buffers are not passed.
@@ -159,7 +172,13 @@ typedef struct {
 } tpsUniqueId;
 
 /* A fresh id for one communicator. Any process of the host may make it (usually rank 0's, or a launcher
- * before it starts the ranks). Errors: tpsInvalidArgument for NULL. */
+ * before it starts the ranks). The id holds a 128-bit secret from getrandom(), with which each rank
+ * proves to rank 0 that it was given the id, and, drawn apart from it, the name of rank 0's socket,
+ * which every user of the host can read (/proc/net/unix) and which tells nothing of the secret. Treat
+ * the id as a secret: pass it only over channels other users cannot read (a pipe, inheritance across
+ * fork, a file of mode 0600, a store only the job's own processes reach), never on a command line
+ * (/proc/PID/cmdline is world-readable) or in a world-readable file. Errors: tpsInvalidArgument for
+ * NULL, tpsSystemError when the system gives no random bytes (no weaker id is made in their place). */
 tpsResult_t tpsGetUniqueId(tpsUniqueId* id);
 
 /* Joins the communicator of `id` as rank `rank` of `nranks` (2 <= nranks <= 8) on CUDA device `device`
@@ -173,11 +192,22 @@ tpsResult_t tpsGetUniqueId(tpsUniqueId* id);
  * statistics (this rank's GPU in devices[0], ndev 1) and tpsCommGetAsyncError work as for tpsCommCreate,
  * and so does the p2p self-check, whose verdict the ranks agree on (p2p is kept or refused on all).
  * An id serves one communicator: join with a fresh one each time.
+ * Who may join. Rank 0 accepts a connection only from a process whose user (as the kernel records it,
+ * SO_PEERCRED) is rank 0's own effective uid or one of config->peer_uids, and only once its hello
+ * proves the id's secret (compared in constant time), whole within one second of connecting. Every
+ * other rank checks rank 0's user the same way, against its own uid and config->peer_uids, before it
+ * sends the secret. A refused connection (another user, no proof of the secret, bytes that are no
+ * hello, a hello that does not come in time; past 16 connections waiting for their hello at once, the
+ * oldest) is logged at WARN with its pid and uid, closed, and never counts as a rank: the real ranks
+ * still join. What a connection sends, a proven rank's exchanges included, costs rank 0 bounded memory
+ * and time.
  * Errors: tpsInvalidArgument (NULL comm, nranks or rank out of range, a device that does not exist,
- * bytes that are not an id, ranks disagreeing on nranks, one rank number taken by two processes, ranks
- * sharing a GPU), tpsInvalidUsage (this process already joined with this id, or another process is
- * rank 0 of it), tpsTimeout (a rank did not join in time), tpsUnavailable (the chosen backend cannot
- * run on these GPUs, on some rank), tpsSystemError, tpsCudaError, tpsNcclError. On error *comm is NULL. */
+ * bytes that are not an id, num_peer_uids out of range, ranks disagreeing on nranks, one rank number
+ * taken by two processes, ranks sharing a GPU), tpsInvalidUsage (this process already joined with this
+ * id; another process listens on the id's socket: another rank 0 of it, or, seen from another rank, a
+ * process of a user this rank does not accept, which was sent nothing; rank 0 refused this rank's user),
+ * tpsTimeout (a rank did not join in time), tpsUnavailable (the chosen backend cannot run on these
+ * GPUs, on some rank), tpsSystemError, tpsCudaError, tpsNcclError. On error *comm is NULL. */
 tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId id, int rank, int device,
                             const tpsConfig_t* config);
 
@@ -227,8 +257,8 @@ tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backend, void* c
 /* The configuration the communicator runs with, every field resolved: backend as requested (after
  * TPSCOPE_ALLREDUCE; tpsBackendAuto: chosen per call), the host tunables and spin_timeout_ms after the
  * tune file, the environment and the caller's config (ranks sharing a GPU cut host_blocks), and
- * shared_devices as given. Records carry it, so that two runs can be compared setting by setting. Any
- * thread. tpsInvalidArgument for a NULL comm or config. */
+ * shared_devices, num_peer_uids and peer_uids as given. Records carry it, so that two runs can be
+ * compared setting by setting. Any thread. tpsInvalidArgument for a NULL comm or config. */
 tpsResult_t tpsCommGetConfig(tpsComm_t comm, tpsConfig_t* config);
 
 /* Errors that happen after a call returned: tpsTimeout when a kernel gave up waiting for a peer within

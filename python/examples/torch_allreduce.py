@@ -30,6 +30,8 @@ def run(rank, nranks, port, backend_name, result):
     shared = torch.cuda.device_count() < nranks
     dist.init_process_group("gloo" if shared else "nccl", init_method="tcp://127.0.0.1:%d" % port,
                             rank=rank, world_size=nranks)
+    # The id is a secret (the ranks prove to rank 0 that they hold it): torch.distributed's channel
+    # carries it here, which is as private as torch's own store on this box.
     ids = [tpscope.get_unique_id() if rank == 0 else None]
     dist.broadcast_object_list(ids, src=0)
     config = tpscope.Config(backend=tpscope.Backend[backend_name.upper()], shared_devices=shared)

@@ -3,7 +3,11 @@
 pointers turned into the C call's arguments, Python-side refusals, and the library's statuses raised
 as tpscope.Error. The library is TPSCOPE_LIBRARY (CTest sets it to the build's libtpscope.so)."""
 
+import ctypes
+import json
 import os
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -114,6 +118,66 @@ class Arguments(unittest.TestCase):
                          (tpscope.Backend.HOST, 16, 500, True))
 
 
+    def test_config_carries_peer_uids(self):
+        c = tpscope.Config(peer_uids=[1000, 65534])._c()
+        self.assertEqual((c.num_peer_uids, list(c.peer_uids)), (2, [1000, 65534, 0, 0, 0, 0, 0, 0]))
+        self.assertEqual(tpscope.Config._from_c(c).peer_uids, (1000, 65534))
+        self.assertEqual(tpscope.Config()._c().num_peer_uids, 0)
+        with self.assertRaisesRegex(ValueError, "at most 8"):
+            tpscope.Config(peer_uids=range(9))
+        for bad in (-1, 2 ** 32, True, "0"):
+            with self.assertRaisesRegex(ValueError, "no uid"):
+                tpscope.Config(peer_uids=[bad])
+
+
+def header_fields(struct_name):
+    """The field names of a typedef struct in tpscope.h, in order, read from the header's text."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "..", "include", "tpscope", "tpscope.h")) as f:
+        text = f.read()
+    body = re.search(r"typedef struct \{((?:(?!typedef struct).)*?)\} %s;" % struct_name, text, re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    # Each declaration ends with its name, and an array's with [size] after it.
+    return [re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?\s*$", decl).group(1)
+            for decl in body.split(";") if decl.strip()]
+
+
+class ConfigLayout(unittest.TestCase):
+    """tpscope._Config against tpsConfig_t as a C compiler lays it out (the program CTest names in
+    TPSCOPE_CONFIG_LAYOUT, tests/unit/config_layout.c), and against the header's own field list."""
+
+    def c_layout(self):
+        program = os.environ.get("TPSCOPE_CONFIG_LAYOUT")
+        if not program:
+            self.skipTest("TPSCOPE_CONFIG_LAYOUT is not set (CTest sets it to the build's tpscope_config_layout)")
+        return json.loads(subprocess.run([program], check=True, capture_output=True, text=True).stdout)
+
+    def test_ctypes_struct_matches_the_c_layout(self):
+        c = self.c_layout()
+        ours = [(name, getattr(tpscope._Config, name).offset, getattr(tpscope._Config, name).size)
+                for name, _ in tpscope._Config._fields_]
+        theirs = [(f["name"], f["offset"], f["size"]) for f in c["fields"]]
+        self.assertEqual(ours, theirs, "tpscope._Config's (name, offset, size) differ from tpsConfig_t's")
+        self.assertEqual(ctypes.sizeof(tpscope._Config), c["size"])
+        self.assertEqual(ctypes.alignment(tpscope._Config), c["align"])
+
+    def test_layout_program_names_every_field_of_the_header(self):
+        c = self.c_layout()
+        self.assertEqual([f["name"] for f in c["fields"]], header_fields("tpsConfig_t"),
+                         "tests/unit/config_layout.c does not list tpsConfig_t's fields as tpscope.h declares them")
+
+    def test_library_reads_num_peer_uids_where_the_binding_writes_it(self):
+        # A count out of range is refused by tpsCommInitRank before any join: only if the library finds
+        # the binding's num_peer_uids at its own offset.
+        cfg = tpscope.Config()._c()
+        cfg.num_peer_uids = tpscope.MAX_PEER_UIDS + 1
+        uid = tpscope._UniqueId()
+        ctypes.memmove(ctypes.addressof(uid), tpscope.get_unique_id(), tpscope.UNIQUE_ID_BYTES)
+        handle = ctypes.c_void_p()
+        status = tpscope.library().tpsCommInitRank(ctypes.byref(handle), 2, uid, 0, 0, ctypes.byref(cfg))
+        self.assertEqual(status, tpscope.Status.INVALID_ARGUMENT)
+
+
 class Library(unittest.TestCase):
     def test_unique_ids_are_fresh_bytes(self):
         a, b = tpscope.get_unique_id(), tpscope.get_unique_id()
@@ -147,10 +211,11 @@ class Library(unittest.TestCase):
 
         def rank(r):
             try:
-                cfg = tpscope.Config(backend=tpscope.Backend.HOST, shared_devices=True)  # both on GPU 0
+                # Both on GPU 0; uid 65534 may join too (none does): tpsCommGetConfig gives it back.
+                cfg = tpscope.Config(backend=tpscope.Backend.HOST, shared_devices=True, peer_uids=[65534])
                 comm = tpscope.Communicator.init_rank(2, uid, r, 0, cfg)
                 got = comm.config()
-                outcome[r] = (comm.nranks, comm.rank, got.backend, got.shared_devices)
+                outcome[r] = (comm.nranks, comm.rank, got.backend, got.shared_devices, got.peer_uids)
                 comm.close()
             except tpscope.Error as e:
                 outcome[r] = e.status
@@ -163,7 +228,7 @@ class Library(unittest.TestCase):
         self.assertLess(time.time() - t0, 5.0)
         if isinstance(outcome[0], tuple):
             host = tpscope.Backend.HOST
-            self.assertEqual(sorted(outcome), [(2, 0, host, True), (2, 1, host, True)])
+            self.assertEqual(sorted(outcome), [(2, 0, host, True, (65534,)), (2, 1, host, True, (65534,))])
         else:
             self.assertNotEqual(outcome[0], tpscope.Status.TIMEOUT)
             self.assertEqual(outcome[0], outcome[1])

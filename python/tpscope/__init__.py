@@ -8,7 +8,8 @@ Two kinds of communicator, as in C:
 * ``Communicator.init_rank(nranks, unique_id, rank, device)``: one rank per process (NCCL's shape);
   one process makes the id with ``get_unique_id()`` and hands it to the others (``bytes``, so
   ``torch.distributed.broadcast_object_list`` or a pipe carries it); calls take this rank's one
-  buffer and stream.
+  buffer and stream. The id holds the secret with which the ranks prove they were given it: pass it
+  only over channels other users cannot read (never on a command line).
 
 Buffers are device pointers (``int``) with an explicit count and dtype, or PyTorch tensors, whose data
 pointer, element count, dtype and (unless a stream is given) current CUDA stream are used. Streams are
@@ -28,11 +29,12 @@ import sys
 
 __all__ = [
     "Status", "DataType", "Backend", "Error", "Config", "Communicator", "get_unique_id", "library",
-    "UNIQUE_ID_BYTES", "MAX_DEVICES",
+    "UNIQUE_ID_BYTES", "MAX_DEVICES", "MAX_PEER_UIDS",
 ]
 
 UNIQUE_ID_BYTES = 128  # TPS_UNIQUE_ID_BYTES
 MAX_DEVICES = 8  # TPS_MAX_DEVICES
+MAX_PEER_UIDS = 8  # TPS_MAX_PEER_UIDS
 
 
 class Status(enum.IntEnum):
@@ -80,9 +82,11 @@ class Error(RuntimeError):
 
 
 class _Config(ctypes.Structure):
+    """tpsConfig_t, field for field (python/tests checks it against the C layout)."""
     _fields_ = [("backend", ctypes.c_int), ("host_copy_threshold", ctypes.c_size_t),
                 ("host_chunk_bytes", ctypes.c_size_t), ("host_blocks", ctypes.c_int),
-                ("spin_timeout_ms", ctypes.c_uint), ("shared_devices", ctypes.c_int)]
+                ("spin_timeout_ms", ctypes.c_uint), ("shared_devices", ctypes.c_int),
+                ("num_peer_uids", ctypes.c_int), ("peer_uids", ctypes.c_uint * MAX_PEER_UIDS)]
 
 
 class _UniqueId(ctypes.Structure):
@@ -90,10 +94,14 @@ class _UniqueId(ctypes.Structure):
 
 
 class Config:
-    """tpsConfig_t: a field left at 0 takes its default (environment, tune file, built-in)."""
+    """tpsConfig_t: a field left at 0 takes its default (environment, tune file, built-in).
+
+    peer_uids: for ``Communicator.init_rank`` only, the uids of other users whose processes may be the
+    other ranks (at most MAX_PEER_UIDS); by default only processes of this process's user may join
+    (tpscope.h, tpsCommInitRank, has the rule)."""
 
     def __init__(self, backend=Backend.AUTO, host_copy_threshold=0, host_chunk_bytes=0, host_blocks=0,
-                 spin_timeout_ms=0, shared_devices=False):
+                 spin_timeout_ms=0, shared_devices=False, peer_uids=()):
         self.backend = Backend(backend)
         self.shared_devices = bool(shared_devices)  # ranks may share a GPU (tests; never for timings)
         self.host_copy_threshold = int(host_copy_threshold)
@@ -103,15 +111,23 @@ class Config:
         for name in ("host_copy_threshold", "host_chunk_bytes", "host_blocks", "spin_timeout_ms"):
             if getattr(self, name) < 0:
                 raise ValueError("Config.%s must not be negative" % name)
+        self.peer_uids = tuple(peer_uids)
+        if len(self.peer_uids) > MAX_PEER_UIDS:
+            raise ValueError("Config.peer_uids names %d uids; at most %d" % (len(self.peer_uids), MAX_PEER_UIDS))
+        for uid in self.peer_uids:
+            if not isinstance(uid, int) or isinstance(uid, bool) or not 0 <= uid < 2 ** 32:
+                raise ValueError("Config.peer_uids: %r is no uid" % (uid,))
 
     @classmethod
     def _from_c(cls, c):
+        n = max(0, min(c.num_peer_uids, MAX_PEER_UIDS))
         return cls(Backend(c.backend), c.host_copy_threshold, c.host_chunk_bytes, c.host_blocks, c.spin_timeout_ms,
-                   c.shared_devices != 0)
+                   c.shared_devices != 0, tuple(c.peer_uids[:n]))
 
     def _c(self):
+        uids = (ctypes.c_uint * MAX_PEER_UIDS)(*self.peer_uids)
         return _Config(int(self.backend), self.host_copy_threshold, self.host_chunk_bytes, self.host_blocks,
-                       self.spin_timeout_ms, 1 if self.shared_devices else 0)
+                       self.spin_timeout_ms, 1 if self.shared_devices else 0, len(self.peer_uids), uids)
 
 
 # ---- the library -----------------------------------------------------------------------------------
@@ -184,7 +200,8 @@ def version():
 
 
 def get_unique_id():
-    """A fresh id (bytes of length UNIQUE_ID_BYTES) for one rank-per-process communicator."""
+    """A fresh id (bytes of length UNIQUE_ID_BYTES) for one rank-per-process communicator. It holds a
+    secret: hand it to the other ranks only over channels other users cannot read."""
     uid = _UniqueId()
     _check(library().tpsGetUniqueId(ctypes.byref(uid)), "tpsGetUniqueId")
     return ctypes.string_at(ctypes.addressof(uid), UNIQUE_ID_BYTES)

@@ -456,11 +456,16 @@ extern "C" tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId 
     TPS_LOG_WARN("tpsCommInitRank: {}", error);
     return tpsInvalidArgument;
   }
+  TPS_EXPECT(cfg.num_peer_uids >= 0 && cfg.num_peer_uids <= TPS_MAX_PEER_UIDS, tpsInvalidArgument,
+             "tpsCommInitRank: config.num_peer_uids is {}; it names 0 to {} uids", cfg.num_peer_uids,
+             TPS_MAX_PEER_UIDS);
+  const std::vector<uint32_t> peer_uids(cfg.peer_uids, cfg.peer_uids + cfg.num_peer_uids);
   HostTuning tuning;
   TPS_CHECK(resolveHostTuning(cfg, &tuning));
 
   RankGroup g;
-  TPS_CHECK(joinRankGroup(id, nranks, rank, device, cfg.shared_devices != 0, static_cast<unsigned>(timeout_ms), &g));
+  TPS_CHECK(joinRankGroup(id, nranks, rank, device, cfg.shared_devices != 0, static_cast<unsigned>(timeout_ms),
+                          peer_uids, &g));
   tuning.blocks = sharedGpuGrid(tuning.blocks, g.ranks_per_gpu);  // ranks sharing a GPU fit on it together
   auto c = std::make_unique<tpsComm>();
   c->devices = {device};

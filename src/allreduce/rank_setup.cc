@@ -56,9 +56,9 @@ tpsResult_t agree(RankGroup& g, const char* what, tpsResult_t status) {
 }
 
 tpsResult_t joinRankGroup(const tpsUniqueId& id, int nranks, int rank, int device, bool may_share, unsigned timeout_ms,
-                          RankGroup* out) {
+                          const std::vector<uint32_t>& peer_uids, RankGroup* out) {
   std::string error;
-  const tpsResult_t joined = Bootstrap::join(id, nranks, rank, timeout_ms, &out->boot, &error);
+  const tpsResult_t joined = Bootstrap::join(id, nranks, rank, timeout_ms, peer_uids, &out->boot, &error);
   TPS_EXPECT(joined == tpsSuccess, joined, "tpsCommInitRank: rank {} of {}: {}", rank, nranks, error);
   out->rank = rank;
   out->nranks = nranks;

@@ -7,6 +7,7 @@
 // that has already given up.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,12 +26,12 @@ struct RankGroup {
   int ranks_per_gpu = 1;        // the most ranks on any one GPU (ranksPerGpu in backend.h, across processes)
 };
 
-// Joins the communicator of `id` (Bootstrap::join, bounded by timeout_ms), checks this rank's device
-// and learns every rank's GPU; ranks may share a GPU only when every rank says `may_share`
-// (tpsConfig_t.shared_devices). Errors as tpsCommInitRank; every rank returns the same status, except
-// for argument errors found before the join.
+// Joins the communicator of `id` (Bootstrap::join, bounded by timeout_ms, with peers of this process's
+// uid or one of peer_uids), checks this rank's device and learns every rank's GPU; ranks may share a GPU
+// only when every rank says `may_share` (tpsConfig_t.shared_devices). Errors as tpsCommInitRank; every
+// rank returns the same status, except for argument errors found before the join.
 tpsResult_t joinRankGroup(const tpsUniqueId& id, int nranks, int rank, int device, bool may_share, unsigned timeout_ms,
-                          RankGroup* out);
+                          const std::vector<uint32_t>& peer_uids, RankGroup* out);
 
 // Every rank's `bytes`-byte blob, in rank order, with this rank's `status` exchanged beside it: returns
 // the first non-success status of any rank (tpsUnavailable from ranks other than this one's viewpoint:
