@@ -56,12 +56,14 @@ std::vector<Worker> runRanks(const std::string& scenario, const char* backend, i
   EXPECT_EQ(tpsGetUniqueId(&id), tpsSuccess);
   const std::string hex = hexId(id);
   char dir_tmpl[] = "/tmp/tpscope-procs-XXXXXX";
-  const std::string dir = mkdtemp(dir_tmpl);
+  const std::string dir = mkdtemp(dir_tmpl);  // mode 0700: the id file below is this user's alone
+  const std::string id_file = dir + "/id.hex";
+  std::ofstream(id_file) << hex << "\n";
   std::vector<Worker> w(nranks);
   for (int r = 0; r < nranks; ++r) {
     w[r].out = dir + "/rank" + std::to_string(r) + ".txt";
     const std::string rank = std::to_string(r), n = std::to_string(nranks), spin = std::to_string(spin_ms);
-    std::vector<std::string> args = {TPSCOPE_PROCS_WORKER, scenario, backend, n, rank, hex, w[r].out, spin};
+    std::vector<std::string> args = {TPSCOPE_PROCS_WORKER, scenario, backend, n, rank, id_file, w[r].out, spin};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

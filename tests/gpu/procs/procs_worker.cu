@@ -13,7 +13,9 @@
 //   fallback the same fault under auto: the communicator is made without p2p (a p2p call is
 //            tpsUnavailable) and an auto call still sums right: "fallback <wrong>"
 // Exit status: 0 done, 77 no GPU, 1 a failure (the reason on stderr).
-// Usage: procs_worker SCENARIO BACKEND NRANKS RANK ID_HEX OUT_FILE SPIN_TIMEOUT_MS
+// Usage: procs_worker SCENARIO BACKEND NRANKS RANK ID_FILE OUT_FILE SPIN_TIMEOUT_MS
+// ID_FILE holds the id in hex, in a folder only this user can read: the id is a secret (tpscope.h), and a
+// command line is readable by every user of the host.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -21,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -219,13 +222,17 @@ void fallback(tpsComm_t comm, int nranks, int rank, cudaStream_t s, FILE* out) {
 
 int main(int argc, char** argv) {
   if (argc != 8) {
-    std::fprintf(stderr, "usage: procs_worker SCENARIO BACKEND NRANKS RANK ID_HEX OUT_FILE SPIN_TIMEOUT_MS\n");
+    std::fprintf(stderr, "usage: procs_worker SCENARIO BACKEND NRANKS RANK ID_FILE OUT_FILE SPIN_TIMEOUT_MS\n");
     return 2;
   }
   const std::string scenario = argv[1], backend_name = argv[2];
   const int nranks = std::atoi(argv[3]);
   g_rank = std::atoi(argv[4]);
-  const std::string hex = argv[5];
+  std::string hex;
+  {
+    std::ifstream f(argv[5]);
+    f >> hex;
+  }
   const unsigned timeout_ms = static_cast<unsigned>(std::atoi(argv[7]));
   tpsUniqueId id;
   FAIL_IF(hex.size() != 2 * sizeof(id), "the id is %zu hex digits, not %zu", hex.size(), 2 * sizeof(id));
