@@ -198,6 +198,74 @@ TEST_F(Runner, WorkloadDecisionThatDiffersFromTheGuardsStopsTheRun) {
   EXPECT_NE(o.message.find("cuda_graph = off"), std::string::npos) << o.message;
 }
 
+// An engine that decides a setting for itself once started, as llama-server decides its context: with
+// RunnerConfig::probe every arm's engine is started once and what it reports (source kEngine) joins the
+// arm's settings; arms whose engines decided differently are refused before anything is measured.
+class SelfDeciding : public ArmPhases {
+ public:
+  SelfDeciding(const EffectiveSettings& arm, std::string n_ctx, int* prepared, int* ran)
+      : inner_(makeFakeArmPhases(arm, 0.01)), n_ctx_(std::move(n_ctx)), prepared_(prepared), ran_(ran) {}
+  tpsResult_t prepare(const EffectiveSettings&, std::vector<Setting>* d, std::string*) override {
+    ++*prepared_;
+    *d = {{"server_n_ctx", n_ctx_, SettingSource::kEngine}};
+    return tpsSuccess;
+  }
+  tpsResult_t runPhases(const std::vector<std::string>& p, std::vector<PhaseOutcome>* out, std::string* r) override {
+    ++*ran_;
+    return inner_->runPhases(p, out, r);
+  }
+
+ private:
+  std::unique_ptr<ArmPhases> inner_;
+  std::string n_ctx_;
+  int* prepared_;
+  int* ran_;
+};
+
+// The setting the engine reported for `arm` in the run folder's manifest ("" where there is none).
+std::string engineSettingInManifest(const std::string& dir, const std::string& arm, const std::string& key) {
+  for (const EffectiveSettings& e : readRun(dir).manifest.effective)
+    if (const Setting* s = e.find(key); e.arm == arm && s && s->source == SettingSource::kEngine) return s->value;
+  return "";
+}
+
+TEST_F(Runner, EnginesThatDecideDifferentlyAreRefusedBeforeAnythingIsMeasured) {
+  int prepared = 0, ran = 0;
+  c_.probe = true;
+  c_.make_phases = [&](const EffectiveSettings& arm) {
+    return std::make_unique<SelfDeciding>(arm, arm.arm == "A" ? "32768" : "16384", &prepared, &ran);
+  };
+  const RunOutcome o = runExperiment(c_);
+  EXPECT_EQ(o.status, RunOutcome::Status::kRefused) << o.message;
+  EXPECT_NE(o.message.find("the arms' engines decided differently in settings no arm declares; nothing was measured"),
+            std::string::npos)
+      << o.message;
+  EXPECT_NE(o.message.find("server_n_ctx  A    32768  engine"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("              B    16384  engine"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("the engine decided the settings above for itself"), std::string::npos) << o.message;
+  EXPECT_EQ(prepared, 2);  // every arm's engine started once to read what it decides
+  EXPECT_EQ(ran, 0);
+  EXPECT_EQ(o.attempts, 0);
+  // The manifest keeps what each engine decided, so the refused run folder says why.
+  EXPECT_EQ(engineSettingInManifest(dir_, "A", "server_n_ctx"), "32768");
+  EXPECT_EQ(engineSettingInManifest(dir_, "B", "server_n_ctx"), "16384");
+}
+
+TEST_F(Runner, EnginesThatDecideAlikeRunAndTheManifestSaysWhatTheyDecided) {
+  int prepared = 0, ran = 0;
+  c_.probe = true;
+  c_.make_phases = [&](const EffectiveSettings& arm) {
+    return std::make_unique<SelfDeciding>(arm, "32768", &prepared, &ran);
+  };
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(o.attempts, 4);
+  EXPECT_EQ(ran, 4);
+  EXPECT_EQ(prepared, 4);  // the probe's start per arm, then the measured one
+  EXPECT_EQ(engineSettingInManifest(dir_, "A", "server_n_ctx"), "32768");
+  EXPECT_EQ(engineSettingInManifest(dir_, "B", "server_n_ctx"), "32768");
+}
+
 // An engine that says another client used it in a repetition: the attempt is recorded as disturbed,
 // retried, and listed in the report; the retry counts.
 TEST_F(Runner, DisturbedRepetitionIsRecordedAndRetried) {

@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // meter_format_test - golden tests for `tpscope meter` output shapes: live rows (table, CSV, JSON) and
-// the wrapped-mode summary (table, CSV, JSON), N/A handling included.
+// the wrapped-mode summary (table, CSV, JSON), N/A handling included, uncalibrated and calibrated (the
+// own-bytes column, the subtracted line and the calibration JSON, from a calibration through the
+// scripted counters).
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "fixtures.h"
 #include "meter.h"
+#include "meter/calibrate.h"
+#include "meter/fake_source.h"
 #include "meter/record.h"
 #include "meter/window.h"
 
@@ -122,6 +128,118 @@ TEST(MeterFormat, SummaryFiguresAreTheWindowMath) {
   EXPECT_TRUE(j["windows"][3]["gpus"][0]["counters"]["pcie_tx"]["bytes"].is_null());
   EXPECT_TRUE(j["windows"][1]["gpus"][0]["counters"]["nvlink_tx"]["dmon_mbps"].is_null());
   EXPECT_FALSE(j["windows"][0]["gpus"][0]["counters"].contains("nvlink_raw_tx")) << "raw was not asked for";
+}
+
+// What one read adds to each counter of the scripted GPUs below ([MeterReadKind][MeterCounter]; PCIe
+// counters only, as an NVML read travels over PCIe): H200-like figures.
+constexpr std::array<std::array<double, kMeterCounters>, kMeterReadKinds> kOwnPerRead = {{
+    {27000, 24000, 0, 0, 0, 0},    // a PCIe read: tx, rx
+    {400000, 300000, 0, 0, 0, 0},  // an NVLink read
+    {5000, 4000, 0, 0, 0, 0},      // a dmon call
+}};
+
+// The calibration of two quiet scripted GPUs whose reads add kOwnPerRead. Quiet counters make every
+// interval's bytes exact multiples of the costs, so the solve returns the script's costs up to
+// rounding (checked, then rounded to the byte); the read counts are the plan's (a fixed number per
+// burst), and only the wall-clock span is the machine's (fixed here).
+MeterCalibration fakeCalibration() {
+  std::vector<detail::FakeGpuScript> scripts(2);
+  for (detail::FakeGpuScript& g : scripts) {
+    g.bytes_per_read = kOwnPerRead;
+    g.dmon_window_ns = 2 * kMs;
+  }
+  detail::SourceSet src = detail::makeFakeSources(scripts, MeterMethod::kBoth);
+  src.gpus = h200Gpus();
+  MeterCalibration cal = detail::calibrateAll(src, detail::CalibrationPlan{});
+  EXPECT_TRUE(cal.calibrated) << cal.note;
+  auto exact = [](std::optional<double>* v, double want) {
+    ASSERT_TRUE(v->has_value());
+    ASSERT_NEAR(**v, want, 1e-3);
+    *v = want;
+  };
+  for (MeterGpuCalibration& g : cal.gpus) {
+    EXPECT_EQ(g.rounds, 5);
+    for (int c = 0; c < 4; ++c) exact(&g.quiet_mbps[c], 0);
+    for (int k = 0; k < kMeterReadKinds; ++k)
+      for (int c = 0; c < 4; ++c)
+        for (std::optional<double>* v : {&g.cost[k].bytes[c], &g.cost[k].low[c], &g.cost[k].high[c]})
+          exact(v, kOwnPerRead[k][c]);
+  }
+  cal.start_ns = 0;
+  cal.end_ns = 1500 * kMs;
+  return cal;
+}
+
+// recording() with the meter's own reads in the counters: each read adds kOwnPerRead[kPcie] after its
+// values, each dmon call kOwnPerRead[kDmon] once it has returned.
+std::vector<detail::Series> recordingWithOwnReads(const std::vector<MeterDmonSample>& dmon) {
+  std::vector<detail::Series> rec = recording();
+  for (size_t g = 0; g < rec.size(); ++g)
+    for (size_t i = 0; i < rec[g].size(); ++i) {
+      MeterSample& m = rec[g][i];
+      for (int c = 0; c < 2; ++c) {
+        if (!m.bytes[c]) continue;
+        double own = i * kOwnPerRead[0][c];
+        for (const MeterDmonSample& d : dmon)
+          if (d.gpu == static_cast<int>(g) && d.t_after_ns <= m.t_before_ns) own += kOwnPerRead[2][c];
+        *m.bytes[c] += static_cast<uint64_t>(own);
+      }
+    }
+  return rec;
+}
+
+// summary() measured by a calibrated meter: the same windows with the meter's own reads in the counters,
+// reported net of them, and the meter's own rate over the recording.
+cli::MeterSummary calibratedSummary() {
+  cli::MeterSummary s = summary();
+  s.calibration = fakeCalibration();
+  std::vector<MeterDmonSample> dmon = {{0, MeterCounter::kPcieTx, 25 * kMs, 45 * kMs, 41250.0},
+                                       {0, MeterCounter::kPcieRx, 45 * kMs, 65 * kMs, 2.0}};
+  const std::vector<detail::Series> rec = recordingWithOwnReads(dmon);
+  const MeterCalibration* cal = &s.calibration;
+  s.windows.clear();
+  s.windows.push_back(detail::computeWindow("copy d2h", 0, 15 * kMs, 45 * kMs, rec, s.gpus, dmon, 10, cal));
+  s.windows.push_back(detail::computeWindow("peer", 0, 55 * kMs, 70 * kMs, rec, s.gpus, dmon, 10, cal));
+  s.windows.push_back(detail::computeWindow("peer", 1, 57 * kMs, 67 * kMs, rec, s.gpus, dmon, 10, cal));
+  s.windows.push_back(detail::computeWindow("command", 0, 1 * kMs, 99 * kMs, rec, s.gpus, dmon, 10, cal));
+  for (size_t k = 0; k < s.gpus.size(); ++k) {
+    const auto reads = detail::readsInside(rec[k], dmon, static_cast<int>(k), 0, 100 * kMs);
+    std::array<std::optional<double>, kMeterCounters> mbps{};
+    for (int c = 0; c < 2; ++c)
+      if (const auto own = detail::ownBytes(s.calibration.gpus[k], c, reads)) mbps[c] = *own / 0.1 / 1e6;
+    s.own_mbps.push_back(mbps);
+  }
+  return s;
+}
+
+TEST(MeterFormat, CalibratedSummaryTableGolden) {
+  testing::expectGolden("meter_summary_h200_calibrated.txt", cli::summaryTable(calibratedSummary()));
+}
+
+TEST(MeterFormat, CalibratedSummaryCsvGolden) {
+  testing::expectGolden("meter_summary_h200_calibrated.csv", cli::summaryCsv(calibratedSummary()));
+}
+
+TEST(MeterFormat, CalibratedSummaryJsonGolden) {
+  nlohmann::json doc = cli::summaryJson(calibratedSummary());
+  doc["context"]["tpscope_version"] = "X.Y.Z";
+  testing::expectGolden("meter_summary_h200_calibrated.json", doc.dump(2) + "\n");
+}
+
+// The goldens' figures mean what they say: net of the meter's reads, a window holds what the GPU moved
+// (the uncalibrated recording's bytes, which has no reads of the meter in it), within a read at an edge.
+TEST(MeterFormat, CalibratedWindowsAreTheRecordingNetOfTheReads) {
+  const cli::MeterSummary plain = summary(), net = calibratedSummary();
+  const MeterCell& gross = plain.windows[0].cells[0][0];
+  const MeterCell& x = net.windows[0].cells[0][0];
+  ASSERT_TRUE(x.bytes && x.own_bytes && x.counted_bytes && gross.bytes);
+  EXPECT_DOUBLE_EQ(*x.bytes + *x.own_bytes, *x.counted_bytes);
+  EXPECT_NEAR(*x.own_bytes, 15 * 27000 + 5000, 1e-6);  // 15 PCIe reads and one dmon call inside 15..45 ms
+  EXPECT_NEAR(*x.bytes, *gross.bytes, 27000);
+  const std::string table = cli::summaryTable(net);
+  EXPECT_NE(table.find("# the meter's own reads: 12.32 MB/s rx, 13.87 MB/s tx on GPU 0; subtracted above"),
+            std::string::npos)
+      << table;
 }
 
 TEST(MeterFormat, LiveRowsLikeDmon) {
