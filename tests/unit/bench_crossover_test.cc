@@ -11,7 +11,7 @@ namespace {
 using detail::AutoTiming;
 using nlohmann::json;
 
-// The 2xH200 graph sweep of docs/PERFORMANCE.md (us per call), with a made-up NCCL win at 1 GiB so
+// Graph-sweep timings of the shape 2xH200 gives (us per call), with a made-up NCCL win at 1 GiB so
 // that there is a crossover to place.
 std::vector<AutoTiming> h200Timings() {
   return {

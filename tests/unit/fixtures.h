@@ -14,7 +14,7 @@
 
 namespace tpscope::testing {
 
-// Two H200 SXM as measured on our machine (../shared/docs/H200-FACTS.md): NV18, Gen5 x16, P2P OK.
+// Two H200 SXM as measured on our machine (docs/results/h200x2-topo/topo.txt): NV18, Gen5 x16, P2P OK.
 inline Topology h200Pair() {
   Topology t;
   t.driver_version = "580.159.04";

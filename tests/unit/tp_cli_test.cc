@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // tp_cli_test - `tpscope tp` refuses bad command lines with one line on stderr and exit 2, before
 // touching a GPU; --estimate works without one; the GPU checks exit 1 with one line on a machine
-// without a GPU (and are exercised for real by the GPU tests and scripts/device/workload.sh).
+// without a GPU (and are exercised for real by the GPU tests and benchmarks/round).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
