@@ -230,7 +230,7 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
   }
   std::string error;
   tpsBackend_t requested = tpsBackendAuto;
-  if (requestedBackend(cfg.backend, std::getenv("TPSCOPE_ALLREDUCE"), &requested, &error) != tpsSuccess) {
+  if (requestedBackend(configBackendValue(cfg), std::getenv("TPSCOPE_ALLREDUCE"), &requested, &error) != tpsSuccess) {
     TPS_LOG_WARN("tpsCommCreate: {}", error);
     return tpsInvalidArgument;
   }
@@ -452,7 +452,7 @@ extern "C" tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId 
   if (config) cfg = *config;
   std::string error;
   tpsBackend_t requested = tpsBackendAuto;
-  if (requestedBackend(cfg.backend, std::getenv("TPSCOPE_ALLREDUCE"), &requested, &error) != tpsSuccess) {
+  if (requestedBackend(configBackendValue(cfg), std::getenv("TPSCOPE_ALLREDUCE"), &requested, &error) != tpsSuccess) {
     TPS_LOG_WARN("tpsCommInitRank: {}", error);
     return tpsInvalidArgument;
   }

@@ -2,6 +2,8 @@
 // selector.cc - backend names, TPSCOPE_ALLREDUCE, and the automatic choice.
 #include "allreduce/selector.h"
 
+#include <cstring>
+
 namespace tpscope::detail {
 
 bool parseBackendName(std::string_view text, tpsBackend_t* out) {
@@ -17,13 +19,20 @@ bool parseBackendName(std::string_view text, tpsBackend_t* out) {
   return false;
 }
 
-tpsResult_t requestedBackend(tpsBackend_t config_backend, const char* env, tpsBackend_t* out, std::string* error) {
+int configBackendValue(const tpsConfig_t& config) {
+  static_assert(sizeof(config.backend) == sizeof(int), "a C enum is an int");
+  int v = 0;
+  std::memcpy(&v, &config.backend, sizeof(v));
+  return v;
+}
+
+tpsResult_t requestedBackend(int config_backend, const char* env, tpsBackend_t* out, std::string* error) {
   if (config_backend < tpsBackendAuto || config_backend >= tpsNumBackends) {
-    *error = "config.backend " + std::to_string(static_cast<int>(config_backend)) + " is not a backend";
+    *error = "config.backend " + std::to_string(config_backend) + " is not a backend";
     return tpsInvalidArgument;
   }
   if (config_backend != tpsBackendAuto || env == nullptr || *env == '\0') {
-    *out = config_backend;
+    *out = static_cast<tpsBackend_t>(config_backend);
     return tpsSuccess;
   }
   if (!parseBackendName(env, out)) {

@@ -26,9 +26,13 @@ namespace tpscope::detail {
 // "host" | "p2p" | "nccl" | "auto" (case-sensitive, as documented). False for anything else.
 bool parseBackendName(std::string_view text, tpsBackend_t* out);
 
-// The backend requested for a communicator: config.backend unless it is auto, then TPSCOPE_ALLREDUCE
-// (`env`, may be null). tpsInvalidArgument with *error set for an unknown value.
-tpsResult_t requestedBackend(tpsBackend_t config_backend, const char* env, tpsBackend_t* out, std::string* error);
+// The backend requested for a communicator: config.backend (`config_backend`, configBackendValue())
+// unless it is auto, then TPSCOPE_ALLREDUCE (`env`, may be null). tpsInvalidArgument with *error set for
+// an unknown value.
+tpsResult_t requestedBackend(int config_backend, const char* env, tpsBackend_t* out, std::string* error);
+// config.backend as the int a C caller stored there, read as bytes: a value outside the enumerators'
+// range must not be loaded as a tpsBackend_t (that is undefined behaviour in C++) before it is checked.
+int configBackendValue(const tpsConfig_t& config);
 
 struct Availability {
   bool host = false;

@@ -48,21 +48,23 @@ std::optional<size_t> fileValue(const nlohmann::json& j, const char* key, size_t
 
 }  // namespace
 
+void applyTuneDocument(const nlohmann::json& doc, const std::string& path, HostTuning* t) {
+  if (!doc.is_object()) {
+    TPS_LOG_WARN("tuning file {} is not a JSON object; using built-in defaults", path);
+    return;
+  }
+  constexpr size_t kMax = SIZE_MAX;
+  if (auto v = fileValue(doc, "host_copy_threshold", 1, kMax, path)) t->copy_threshold = *v;
+  if (auto v = fileValue(doc, "host_chunk_bytes", 64u << 10, kMax, path)) t->chunk_bytes = *v;
+  if (auto v = fileValue(doc, "host_blocks", 1, 64, path)) t->blocks = static_cast<int>(*v);
+  t->source = "tune file " + path;
+}
+
 tpsResult_t resolveHostTuning(const tpsConfig_t& config, HostTuning* out) {
   HostTuning t{kDefaultCopyThreshold, kDefaultChunkBytes, kDefaultBlocks, kDefaultSpinTimeoutMs, "built-in"};
   const std::string path = tuneFilePath();
-  if (std::ifstream f(path); f) {
-    nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object()) {
-      constexpr size_t kMax = SIZE_MAX;
-      if (auto v = fileValue(j, "host_copy_threshold", 1, kMax, path)) t.copy_threshold = *v;
-      if (auto v = fileValue(j, "host_chunk_bytes", 64u << 10, kMax, path)) t.chunk_bytes = *v;
-      if (auto v = fileValue(j, "host_blocks", 1, 64, path)) t.blocks = static_cast<int>(*v);
-      t.source = "tune file " + path;
-    } else {
-      TPS_LOG_WARN("tuning file {} is not a JSON object; using built-in defaults", path);
-    }
-  }
+  if (std::ifstream f(path); f)
+    applyTuneDocument(nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false), path, &t);
   if (tpsParamHostCopyThreshold() > 0) t.copy_threshold = tpsParamHostCopyThreshold(), t.source = "environment";
   if (tpsParamHostChunkBytes() > 0) t.chunk_bytes = tpsParamHostChunkBytes(), t.source = "environment";
   if (tpsParamHostBlocks() > 0) t.blocks = static_cast<int>(tpsParamHostBlocks()), t.source = "environment";

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json_fwd.hpp>  // the .cu files that include this header need no JSON parser
 #include <string>
 
 #include "tpscope/tpscope.h"
@@ -26,6 +27,11 @@ struct HostTuning {
 // Resolves the tunables for a communicator from every source. Returns tpsInvalidArgument (with a
 // WARN line) for environment or config values that cannot work: blocks outside 1..64, a chunk below 64 KiB.
 tpsResult_t resolveHostTuning(const tpsConfig_t& config, HostTuning* out);
+
+// Applies a tuning file's document (read from `path`, named in the WARN lines) over *t: each host key that
+// is a whole number in range replaces its value, and t->source becomes the file; a document that is not
+// a JSON object (a parse that failed included) is a WARN and changes nothing.
+void applyTuneDocument(const nlohmann::json& doc, const std::string& path, HostTuning* t);
 
 // The tuning file's path (it may not exist).
 std::string tuneFilePath();

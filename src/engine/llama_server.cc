@@ -5,12 +5,14 @@
 #include <fmt/format.h>
 #include <wordexp.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <thread>
 
+#include "common/utf8.h"
 #include "engine/http.h"
 #include "tpscope/meter.h"
 
@@ -103,19 +105,30 @@ tpsResult_t LlamaServer::props(json* out, std::string* reason) {
     *reason = gone("did not answer GET /props: " + (h.error.empty() ? fmt::format("HTTP {}", h.status) : h.error));
     return tpsSystemError;
   }
-  try {
-    *out = json::parse(h.body);
-    // The model's size and vocabulary come from /v1/models (same server, no extra flag needed).
-    const HttpResult m = httpGet(options_.host, port_, "/v1/models", 10);
-    if (m.ok()) {
-      const json models = json::parse(m.body);
-      if (models.contains("data") && !models["data"].empty()) (*out)["tpscope_model_meta"] = models["data"][0]["meta"];
-    }
-  } catch (const std::exception& e) {
-    *reason = std::string("llama-server's /props is not JSON: ") + e.what();
+  // The model's size and vocabulary come from /v1/models (same server, no extra flag needed).
+  const HttpResult m = httpGet(options_.host, port_, "/v1/models", 10);
+  std::string why;
+  if (!propsFromBodies(h.body, m.ok() ? std::optional<std::string>(m.body) : std::nullopt, out, &why)) {
+    *reason = "llama-server's /props is not JSON: " + why;
     return tpsSystemError;
   }
   return tpsSuccess;
+}
+
+bool propsFromBodies(const std::string& props, const std::optional<std::string>& models_body, json* out,
+                     std::string* why) {
+  json p = json::parse(props, nullptr, /*allow_exceptions=*/false);
+  if (!p.is_object()) {
+    *why = p.is_discarded() ? "its body does not parse" : "its body is JSON but not an object";
+    return false;
+  }
+  // data[0].meta, looked up with find(): a missing key must never be read through const operator[].
+  const json models = models_body ? json::parse(*models_body, nullptr, /*allow_exceptions=*/false) : json();
+  if (auto data = models.is_object() ? models.find("data") : models.end();
+      data != models.end() && data->is_array() && !data->empty() && data->front().is_object())
+    if (auto meta = data->front().find("meta"); meta != data->front().end()) p["tpscope_model_meta"] = *meta;
+  *out = std::move(p);
+  return true;
 }
 
 tpsResult_t LlamaServer::metrics(std::map<std::string, double>* out, std::string* reason) {
@@ -133,51 +146,17 @@ tpsResult_t LlamaServer::metrics(std::map<std::string, double>* out, std::string
 }
 
 tpsResult_t LlamaServer::complete(const std::vector<int>& prompt, int n_predict, Completion* out, std::string* reason) {
-  *out = Completion{};
   const json body = {{"prompt", prompt},   {"n_predict", n_predict}, {"stream", true},   {"cache_prompt", false},
                      {"ignore_eos", true}, {"return_tokens", true},  {"seed", 20261201}, {"n_probs", 0}};
-  std::string pending, stream_error;
-  bool stopped = false;
-  auto onLine = [&](const std::string& line) {
-    if (line.rfind("error:", 0) == 0) {
-      stream_error = line.substr(6);
-      return;
-    }
-    if (line.rfind("data: ", 0) != 0) return;
-    json ev = json::parse(line.substr(6), nullptr, /*allow_exceptions=*/false);
-    if (ev.is_discarded()) return;
-    if (ev.contains("error")) {
-      stream_error = ev["error"].dump();
-      return;
-    }
-    const int64_t now = Meter::now();
-    int64_t n = ev.contains("tokens") && ev["tokens"].is_array() ? static_cast<int64_t>(ev["tokens"].size()) : 0;
-    if (n == 0 && ev.value("content", std::string()).size() > 0) n = 1;
-    if (n > 0) {
-      if (out->token_events == 0) {
-        out->first_ns = now;
-        out->first_tokens = n;
-      }
-      out->last_ns = now;
-      out->tokens += n;
-      ++out->token_events;
-    }
-    if (ev.contains("timings")) out->timings = ev["timings"];
-    if (ev.value("stop", false)) stopped = true;
-  };
-  out->sent_ns = Meter::now();
+  CompletionStream stream([] { return Meter::now(); });
+  const int64_t sent_ns = Meter::now();
   const HttpResult h = httpPostStream(options_.host, port_, "/completion", body.dump(), options_.request_timeout_s,
                                       [&](const char* data, size_t size) {
-                                        pending.append(data, size);
-                                        size_t nl;
-                                        while ((nl = pending.find('\n')) != std::string::npos) {
-                                          std::string line = pending.substr(0, nl);
-                                          if (!line.empty() && line.back() == '\r') line.pop_back();
-                                          pending.erase(0, nl + 1);
-                                          if (!line.empty()) onLine(line);
-                                        }
+                                        stream.feed(std::string_view(data, size));
                                         return true;
                                       });
+  *out = stream.completion();
+  out->sent_ns = sent_ns;
   out->done_ns = Meter::now();
   if (!h.error.empty()) {
     *reason = gone(fmt::format("broke off the request after {} of {} tokens ({})", out->tokens, n_predict, h.error));
@@ -187,16 +166,146 @@ tpsResult_t LlamaServer::complete(const std::vector<int>& prompt, int n_predict,
     *reason = fmt::format("llama-server answered HTTP {} to POST /completion: {}", h.status, tailLines(h.body, 3));
     return tpsSystemError;
   }
-  if (!stream_error.empty()) {
-    *reason = "llama-server reported an error in the stream: " + stream_error;
+  if (!stream.error().empty()) {
+    *reason = "llama-server reported an error in the stream: " + stream.error();
     return tpsSystemError;
   }
-  if (!stopped || out->token_events == 0) {
+  if (!stream.stopped() || out->token_events == 0) {
     *reason = gone(fmt::format("ended the stream without finishing ({} of {} tokens)", out->tokens, n_predict));
     return tpsSystemError;
   }
   return tpsSuccess;
 }
+
+void CompletionStream::feed(std::string_view bytes) {
+  lines_.feed(bytes, [this](const std::string& l) { line(l); });
+}
+
+void CompletionStream::line(std::string line) {
+  if (lines_.cutLines() > 0) {
+    error_ = fmt::format("an event line longer than {} bytes", kMaxEventLine);
+    return;
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.empty()) return;
+  if (line.rfind("error:", 0) == 0) {
+    error_ = line.substr(6);
+    return;
+  }
+  if (line.rfind("data: ", 0) != 0) return;
+  // Every field is looked up and type-checked: a server's event is outside input, and json::value()
+  // throws on a field of another type.
+  const json ev = json::parse(line.substr(6), nullptr, /*allow_exceptions=*/false);
+  if (!ev.is_object()) return;
+  if (auto e = ev.find("error"); e != ev.end()) {
+    error_ = e->dump();
+    return;
+  }
+  const int64_t now = clock_();
+  int64_t n = 0;
+  if (auto t = ev.find("tokens"); t != ev.end() && t->is_array()) n = static_cast<int64_t>(t->size());
+  if (auto c = ev.find("content");
+      n == 0 && c != ev.end() && c->is_string() && !c->get_ref<const std::string&>().empty())
+    n = 1;
+  if (n > 0) {
+    if (c_.token_events == 0) {
+      c_.first_ns = now;
+      c_.first_tokens = n;
+    }
+    c_.last_ns = now;
+    c_.tokens += n;
+    ++c_.token_events;
+  }
+  if (auto t = ev.find("timings"); t != ev.end()) c_.timings = *t;
+  if (auto s = ev.find("stop"); s != ev.end() && s->is_boolean() && s->get<bool>()) stopped_ = true;
+}
+
+namespace {
+
+// The log is scanned with find() and character classes, never std::regex: libstdc++'s regex recurses
+// once per character it matches, and one long line from a server overflowed the stack.
+bool isBlank(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+bool isWord(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
+bool isDigit(char c) { return c >= '0' && c <= '9'; }
+
+// Each match of `prefix` in `line`, left to right, until `at` (given the position right after the
+// prefix) says it matched.
+template <typename F>
+bool eachAfter(std::string_view line, std::string_view prefix, F&& at) {
+  for (size_t i = line.find(prefix); i != std::string_view::npos; i = line.find(prefix, i + 1))
+    if (at(i + prefix.size())) return true;
+  return false;
+}
+
+// "llama_context: NAME +=\s*(\S+)" for the context settings: the name and the value.
+bool contextSetting(std::string_view line, std::string* name, std::string* value) {
+  static const char* kNames[] = {"n_ctx", "n_batch", "n_ubatch", "n_seq_max", "flash_attn", "kv_unified"};
+  return eachAfter(line, "llama_context: ", [&](size_t p) {
+    for (const char* n : kNames) {
+      const std::string_view key(n);
+      if (line.substr(p, key.size()) != key) continue;
+      size_t q = p + key.size(), spaces = 0;
+      for (; q < line.size() && line[q] == ' '; ++q) ++spaces;
+      if (spaces == 0 || q >= line.size() || line[q] != '=') continue;
+      for (++q; q < line.size() && isBlank(line[q]); ++q) {
+      }
+      size_t e = q;
+      for (; e < line.size() && !isBlank(line[e]); ++e) {
+      }
+      if (e == q) continue;
+      *name = n;
+      *value = std::string(line.substr(q, e - q));
+      return true;
+    }
+    return false;
+  });
+}
+
+// "offloaded (\d+/\d+) layers to GPU".
+bool offloadedLayers(std::string_view line, std::string* value) {
+  return eachAfter(line, "offloaded ", [&](size_t p) {
+    size_t q = p;
+    while (q < line.size() && isDigit(line[q])) ++q;
+    if (q == p || q >= line.size() || line[q] != '/') return false;
+    const size_t d = ++q;
+    while (q < line.size() && isDigit(line[q])) ++q;
+    if (q == d || line.substr(q, 14) != " layers to GPU") return false;
+    *value = std::string(line.substr(p, q - p));
+    return true;
+  });
+}
+
+// The word of "LETTER (WORD)" starting at `at`, or "" when there is none there.
+std::string_view typeAt(std::string_view line, size_t at, char letter) {
+  if (line.substr(at, 3) != std::string{letter, ' ', '('}) return {};
+  size_t q = at + 3;
+  while (q < line.size() && isWord(line[q])) ++q;
+  if (q == at + 3 || q >= line.size() || line[q] != ')') return {};
+  return line.substr(at + 3, q - at - 3);
+}
+
+// "llama_kv_cache: size = .*K \((\w+)\).*V \((\w+)\)" as the greedy pattern took it: the last "V (type)",
+// and the last "K (type)" that ends before it.
+bool kvCacheTypes(std::string_view line, std::string* value) {
+  const std::string_view prefix = "llama_kv_cache: size = ";
+  const size_t p = line.find(prefix);
+  if (p == std::string_view::npos) return false;
+  const size_t from = p + prefix.size();
+  for (size_t v = line.size(); v-- > from;) {
+    const std::string_view vt = typeAt(line, v, 'V');
+    if (vt.empty()) continue;
+    for (size_t k = v; k-- > from;) {
+      const std::string_view kt = typeAt(line, k, 'K');
+      if (kt.empty() || k + 4 + kt.size() > v) continue;
+      *value = fmt::format("K {}, V {}", kt, vt);
+      return true;
+    }
+    return false;  // no K before the last V: none before any earlier V either
+  }
+  return false;
+}
+
+}  // namespace
 
 KeyValues settingsFromLog(const std::string& log) {
   KeyValues out;
@@ -205,23 +314,22 @@ KeyValues settingsFromLog(const std::string& log) {
       if (kv.first == k) return;
     out.emplace_back(k, v);
   };
-  static const std::regex ctx(R"(llama_context: (n_ctx|n_batch|n_ubatch|n_seq_max|flash_attn|kv_unified) +=\s*(\S+))");
-  static const std::regex offload(R"(offloaded (\d+/\d+) layers to GPU)");
-  static const std::regex kv(R"(llama_kv_cache: size = .*K \((\w+)\).*V \((\w+)\))");
-  static const std::regex fit(R"(failed to fit params to free device memory: (.*))");
+  const std::string_view fit = "failed to fit params to free device memory: ";
   std::istringstream in(log);
   std::string fit_result = "no message";
   bool fit_seen = false;
   for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (std::regex_search(line, m, ctx))
-      put(m[1], m[2]);
-    else if (std::regex_search(line, m, offload))
-      put("offloaded_layers", m[1]);
-    else if (std::regex_search(line, m, kv))
-      put("kv_cache", fmt::format("K {}, V {}", m[1].str(), m[2].str()));
-    else if (!fit_seen && std::regex_search(line, m, fit)) {
-      fit_result = "failed: " + m[1].str();
+    std::string name, value;
+    // The values go into the run's manifest (JSON): bytes that are not UTF-8 become U+FFFD.
+    if (contextSetting(line, &name, &value))
+      put(name, toUtf8(value));
+    else if (offloadedLayers(line, &value))
+      put("offloaded_layers", value);
+    else if (kvCacheTypes(line, &value))
+      put("kv_cache", value);
+    else if (const size_t f = line.find(fit); !fit_seen && f != std::string::npos) {
+      const std::string rest = line.substr(f + fit.size());
+      fit_result = "failed: " + toUtf8(rest.substr(0, rest.find('\r')));  // the message, without a CRLF's '\r'
       fit_seen = true;
     }
   }
@@ -259,19 +367,28 @@ std::vector<std::string> fallbacksInLog(const std::string& log) {
   // ggml-cuda.cu's comm init: every path that does not run the AllReduce asked for says so in a warning;
   // the tpscope path (integrations/llama.cpp) when it cannot start, is not built in, or hands tensors
   // of a kind it does not take to llama.cpp's own AllReduce.
-  static const std::regex re(
-      R"((falling back to|unknown GGML_CUDA_ALLREDUCE value|AllReduce init failed|tpscope AllReduce unavailable|)"
-      R"(tpscope is not compiled in|use llama.cpp's own AllReduce))");
+  static const char* kSigns[] = {"falling back to",
+                                 "unknown GGML_CUDA_ALLREDUCE value",
+                                 "AllReduce init failed",
+                                 "tpscope AllReduce unavailable",
+                                 "tpscope is not compiled in",
+                                 "use llama.cpp's own AllReduce"};
   std::vector<std::string> out;
   std::istringstream in(log);
   for (std::string line; std::getline(in, line);)
-    if (std::regex_search(line, re)) out.push_back(line);
+    if (std::any_of(std::begin(kSigns), std::end(kSigns),
+                    [&](const char* s) { return line.find(s) != std::string::npos; }))
+      out.push_back(line);
   return out;
 }
 
 bool tpscopeInLog(const std::string& log) {
-  static const std::regex re(R"(tpscope AllReduce \(tpscope [^)]*\) over CUDA devices)");
-  return std::regex_search(log, re);
+  // "tpscope AllReduce (tpscope VERSION, BACKEND) over CUDA devices": the first ')' after the prefix
+  // closes it.
+  return eachAfter(log, "tpscope AllReduce (tpscope ", [&](size_t p) {
+    const size_t close = log.find(')', p);
+    return close != std::string::npos && log.compare(close, 19, ") over CUDA devices") == 0;
+  });
 }
 
 std::string tailLines(const std::string& log, int n) {

@@ -12,15 +12,18 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "engine/process.h"
+#include "meter/control.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::engine {
@@ -46,6 +49,30 @@ struct Completion {
   int64_t first_tokens = 0;  // tokens in the first token event (the rest are the decode window's)
   int64_t token_events = 0;  // events that carried tokens
   nlohmann::json timings;    // the server's: prompt_n, prompt_ms, predicted_n, predicted_ms, ...
+};
+
+// One streamed /completion as it arrives: the server-sent event lines, however the reads cut them, into
+// the token counts, the edges (`clock` stamps each event that carries tokens) and the server's timings.
+// A "data: " line is one JSON event (an object); an "error:" line, or an event with an "error" key, is
+// the stream's error; other lines (SSE comments, "event:" fields) are skipped, as are events that are
+// not JSON objects and fields of another type than llama-server's. A line over kMaxEventLine bytes is an
+// error (the memory a stream holds stays bounded).
+class CompletionStream {
+ public:
+  static constexpr size_t kMaxEventLine = 1 << 20;
+  explicit CompletionStream(std::function<int64_t()> clock) : clock_(std::move(clock)), lines_(kMaxEventLine) {}
+  void feed(std::string_view bytes);
+  const Completion& completion() const { return c_; }
+  bool stopped() const { return stopped_; }            // an event said "stop": true
+  const std::string& error() const { return error_; }  // what the stream reported; "" when nothing
+
+ private:
+  void line(std::string line);
+  std::function<int64_t()> clock_;
+  detail::LineSplitter lines_;
+  Completion c_;
+  bool stopped_ = false;
+  std::string error_;
 };
 
 class LlamaServer {
@@ -74,6 +101,12 @@ class LlamaServer {
   int port_ = 0;
   std::unique_ptr<ChildProcess> child_;
 };
+
+// GET /props' body, with the model's meta from GET /v1/models' body (its data[0].meta) added as
+// "tpscope_model_meta" when there is one (`models`: nullopt when that request failed). False with *why
+// when the props body is not a JSON object; a models body without meta adds nothing.
+bool propsFromBodies(const std::string& props, const std::optional<std::string>& models, nlohmann::json* out,
+                     std::string* why);
 
 // What a server decided for itself, from its startup log: n_ctx, n_batch, n_ubatch, n_seq_max,
 // flash_attn, kv_unified, kv_cache (K and V types), offloaded_layers ("37/37"), fit (what --fit did,

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/utf8.h"
 #include "meter/window.h"
 
 namespace tpscope::experiment {
@@ -290,15 +291,11 @@ void RunWriter::append(const std::vector<SampleRow>& samples) {
 namespace {
 
 template <typename F>
-void readJsonl(const std::string& path, bool required, F&& each) {
-  std::ifstream f(path);
-  if (!f) {
-    if (required) throw RecordError(fmt::format("{} is missing", path));
-    return;
-  }
+void parseJsonl(const std::string& path, const std::string& text, F&& each) {
+  std::istringstream in(text);
   std::string line;
   int n = 0;
-  while (std::getline(f, line)) {
+  while (std::getline(in, line)) {
     ++n;
     if (line.empty()) continue;
     try {
@@ -309,31 +306,48 @@ void readJsonl(const std::string& path, bool required, F&& each) {
   }
 }
 
+// The whole file, or nullopt when it cannot be opened.
+std::optional<std::string> readFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 }  // namespace
 
 RunRecord readRun(const std::string& dir) {
   if (!std::filesystem::is_directory(dir)) throw RecordError(fmt::format("run folder {} does not exist", dir));
+  const std::optional<std::string> manifest = readFile(dir + "/manifest.json");
+  if (!manifest) throw RecordError(fmt::format("{}/manifest.json is missing: not a run folder", dir));
+  return parseRun(dir, *manifest, readFile(dir + "/results.jsonl"), readFile(dir + "/samples.jsonl"),
+                  readFile(dir + "/recording.txt"));
+}
+
+RunRecord parseRun(const std::string& dir, const std::string& manifest, const std::optional<std::string>& results,
+                   const std::optional<std::string>& samples, const std::optional<std::string>& recording) {
   const std::string mpath = dir + "/manifest.json";
-  std::ifstream mf(mpath);
-  if (!mf) throw RecordError(fmt::format("{} is missing: not a run folder", mpath));
   RunRecord run;
   json mj;
   try {
-    mj = json::parse(mf);
+    mj = json::parse(manifest);
   } catch (const json::exception& e) {
     throw RecordError(fmt::format("{} is not valid JSON ({})", mpath, e.what()));
   }
   run.manifest = manifestFromJson(mj);
-  if (std::ifstream rf(dir + "/recording.txt"); rf && run.manifest.recording.empty()) {
-    std::string line;
-    std::getline(rf, line);
+  if (recording && run.manifest.recording.empty()) {
+    std::string line = toUtf8(recording->substr(0, recording->find('\n')));  // plain text, shown in JSON too
     while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
     const std::string date = run.manifest.start_time.substr(0, 10);  // ISO 8601: YYYY-MM-DD
     if (!line.empty())
       run.manifest.recording = fmt::format("Recorded run: {}on {}", date.empty() ? "" : date + " ", line);
   }
-  readJsonl(dir + "/results.jsonl", true, [&](const json& j) { run.repetitions.push_back(repetitionFromJson(j)); });
-  readJsonl(dir + "/samples.jsonl", false, [&](const json& j) { run.samples.push_back(sampleFromJson(j)); });
+  if (!results) throw RecordError(fmt::format("{}/results.jsonl is missing", dir));
+  parseJsonl(dir + "/results.jsonl", *results,
+             [&](const json& j) { run.repetitions.push_back(repetitionFromJson(j)); });
+  if (samples)
+    parseJsonl(dir + "/samples.jsonl", *samples, [&](const json& j) { run.samples.push_back(sampleFromJson(j)); });
   return run;
 }
 

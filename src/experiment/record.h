@@ -151,6 +151,10 @@ class RunWriter {
 // an unknown format. When the manifest has no `recording` and RUN_DIR/recording.txt exists, `recording`
 // becomes "Recorded run: DATE on LINE" (DATE from start_time, LINE the file's first line).
 RunRecord readRun(const std::string& dir);
+// The files of a run folder as text, parsed as readRun() parses them (`dir` names them in messages):
+// results, samples and recording are nullopt where the folder has no such file. Throws RecordError.
+RunRecord parseRun(const std::string& dir, const std::string& manifest, const std::optional<std::string>& results,
+                   const std::optional<std::string>& samples, const std::optional<std::string>& recording);
 
 // Fills a phase's traffic from the meter's window for it: PCIe and NVLink cells per GPU.
 // `devices` maps meter GPU positions to CUDA ordinals.

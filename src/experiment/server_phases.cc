@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "common/utf8.h"
 #include "engine/command.h"
 #include "engine/llama_server.h"
 #include "tpscope/meter.h"
@@ -52,6 +54,41 @@ std::vector<int> promptIds(int n, int64_t vocab) {
   return ids;
 }
 
+// Why the server's log shows it is not running what the arm asked for, or "" when it is: an AllReduce
+// fallback, no Meta device under -sm tensor, no internal AllReduce pipeline, no speculation.
+std::string notAsAsked(const EffectiveSettings& arm, const std::string& log, const std::string& speculative) {
+  const bool tensor = arm.value("split") == "tensor";
+  if (const std::vector<std::string> fb = engine::fallbacksInLog(log); tensor && !fb.empty())
+    return fmt::format("llama-server did not run the AllReduce asked for (allreduce = {}): its log says \"{}\"",
+                       arm.value("allreduce"), fb.front());
+  if (tensor && log.find("creating a Meta device") == std::string::npos)
+    return "llama-server did not split the model by tensor (its log has no \"creating a Meta device\" line)";
+  if (tensor && arm.value("allreduce") == "internal" && log.find("initialized AllReduce pipeline") == std::string::npos)
+    return "llama-server did not start its internal AllReduce (its log has no \"initialized AllReduce pipeline\" "
+           "line)";
+  if (tensor && arm.value("allreduce") == "tpscope" && !engine::tpscopeInLog(log))
+    return "llama-server did not start tpscope's AllReduce (its log has no \"tpscope AllReduce (tpscope ...) over "
+           "CUDA devices\" line: build it with scripts/llama/build-llama-server --with-tpscope PREFIX)";
+  const bool drafting = arm.value("draft") != "none" || arm.value("spec_type") != "none";
+  if (drafting && speculative == "none")
+    return "llama-server started without speculative decoding although the arm asks for it (draft = " +
+           arm.value("draft") + ", spec_type = " + arm.value("spec_type") + "); its log names no implementation";
+  return "";
+}
+
+// The speculative implementations the server says it added ("none" when it added none).
+std::string speculationInLog(const std::string& log) {
+  std::vector<std::string> types;
+  const std::string key = "adding speculative implementation '";
+  for (size_t i = log.find(key); i != std::string::npos; i = log.find(key, i + 1)) {
+    const size_t a = i + key.size(), b = log.find('\'', a);
+    if (b == std::string::npos) break;
+    const std::string t = toUtf8(log.substr(a, b - a));  // a setting in the manifest (JSON)
+    if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+  }
+  return types.empty() ? "none" : fmt::format("{}", fmt::join(types, ","));
+}
+
 class ServerArmPhases : public ArmPhases {
  public:
   ServerArmPhases(const EngineSettings& engine, std::string run_dir, std::vector<std::string> visible)
@@ -79,38 +116,10 @@ class ServerArmPhases : public ArmPhases {
 
     json props;
     if (tpsResult_t r = server_->props(&props, reason); r != tpsSuccess) return r;
-    const std::string log = server_->log();
-    // The availability guard at run time: what ran must be what was asked for.
-    const std::string speculative = speculationInLog(log);
-    if (const std::string no = notAsAsked(arm, log, speculative); !no.empty()) {
-      *reason = no;
-      return tpsUnavailable;
-    }
-    decisions->clear();
-    const engine::KeyValues from_props = engine::settingsFromProps(props);
-    for (const auto& [k, v] : from_props) decisions->push_back({"server_" + k, v, SettingSource::kEngine});
-    for (const auto& [k, v] : engine::settingsFromLog(log))
-      decisions->push_back({"server_" + k, v, SettingSource::kEngine});
-    decisions->push_back({"speculative_in_effect", speculative, SettingSource::kEngine});
-    decisions->push_back({"server_args", fmt::format("{}", fmt::join(launch.args, " ")), SettingSource::kEngine});
-
-    // The request must fit one slot's context (slot_n_ctx, the first of the /props settings).
-    const std::string& slot_ctx = from_props[0].second;
+    if (tpsResult_t r = serverDecisions(arm, launch, props, server_->log(), decisions, &vocab_, reason);
+        r != tpsSuccess)
+      return r;
     const int prompt = std::stoi(arm.value("prompt_tokens")), decode = std::stoi(arm.value("decode_tokens"));
-    try {
-      if (prompt + decode > std::stoll(slot_ctx)) {
-        *reason = fmt::format(
-            "prompt_tokens + decode_tokens = {} does not fit the server's context per slot "
-            "({}): raise -c in flags or shorten the request",
-            prompt + decode, slot_ctx);
-        return tpsInvalidArgument;
-      }
-    } catch (const std::exception&) {
-    }
-    const json meta = props.value("tpscope_model_meta", json::object());
-    vocab_ = meta.is_object() && meta.contains("n_vocab") && meta["n_vocab"].is_number()
-                 ? meta["n_vocab"].get<int64_t>()
-                 : 32000;
     // One warm-up request (allocations, graph capture, kernel selection), not measured.
     engine::Completion warm;
     if (tpsResult_t r = server_->complete(promptIds(std::min(prompt, 64), vocab_), std::min(decode, 8), &warm, reason);
@@ -136,97 +145,19 @@ class ServerArmPhases : public ArmPhases {
     const int n_predict = decode ? std::stoi(arm_.value("decode_tokens")) : 1;
     std::map<std::string, double> before, after;
     if (tpsResult_t r = server_->metrics(&before, reason); r != tpsSuccess) return r;
-    std::string disturbed;
-    if (before["llamacpp:requests_processing"] > 0 || before["llamacpp:requests_deferred"] > 0)
-      disturbed = fmt::format(
-          "another client's request was running on the server ({:.0f} processing, {:.0f} "
-          "deferred) when the repetition began",
-          before["llamacpp:requests_processing"], before["llamacpp:requests_deferred"]);
     engine::Completion c;
     if (tpsResult_t r = server_->complete(promptIds(prompt, vocab_), n_predict, &c, reason); r != tpsSuccess) return r;
-    // The counters count the rig's request once it is released; anything beyond it was someone else's.
-    const double prompt_n = number(c.timings, "prompt_n").value_or(prompt);
+    // The counters count the rig's request once it is released: wait for them to show it.
     const double predicted_n = number(c.timings, "predicted_n").value_or(static_cast<double>(c.tokens));
     for (int i = 0; i < 5; ++i) {
       if (tpsResult_t r = server_->metrics(&after, reason); r != tpsSuccess) return r;
       if (after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"] >= predicted_n) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    const double extra_prompt =
-        after["llamacpp:prompt_tokens_total"] - before["llamacpp:prompt_tokens_total"] - prompt_n;
-    const double extra_predicted =
-        after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"] - predicted_n;
-    if (disturbed.empty() && (extra_prompt > 0 || extra_predicted > 0))
-      disturbed = fmt::format(
-          "the server processed {:.0f} prompt and {:.0f} generated tokens beyond the rig's "
-          "request: another client used it during the repetition",
-          extra_prompt, extra_predicted);
-
-    for (const std::string& p : phases) {
-      PhaseOutcome o;
-      o.phase = p;
-      o.engine = c.timings;
-      o.disturbed = disturbed;
-      if (p == "prefill") {
-        o.start_ns = c.sent_ns;
-        o.end_ns = c.first_ns;
-        o.tokens = static_cast<int64_t>(prompt_n);
-        o.steps = 1;
-        o.engine_tok_s = number(c.timings, "prompt_per_second");
-        o.engine_ms = number(c.timings, "prompt_ms");
-      } else if (p == "decode") {
-        o.start_ns = c.first_ns;
-        o.end_ns = c.last_ns;
-        o.tokens = c.tokens - c.first_tokens;
-        o.steps = std::max<int64_t>(0, c.token_events - 1);
-        o.engine_tok_s = number(c.timings, "predicted_per_second");
-        o.engine_ms = number(c.timings, "predicted_ms");
-      } else {
-        *reason = "unknown phase \"" + p + "\"";
-        return tpsInvalidArgument;
-      }
-      out->push_back(o);
-    }
-    return tpsSuccess;
+    return phasesFromRequest(arm_, phases, c, std::move(before), std::move(after), out, reason);
   }
 
  private:
-  // Why the server's log shows it is not running what the arm asked for, or "" when it is: an AllReduce
-  // fallback, no Meta device under -sm tensor, no internal AllReduce pipeline, no speculation.
-  static std::string notAsAsked(const EffectiveSettings& arm, const std::string& log, const std::string& speculative) {
-    const bool tensor = arm.value("split") == "tensor";
-    if (const std::vector<std::string> fb = engine::fallbacksInLog(log); tensor && !fb.empty())
-      return fmt::format("llama-server did not run the AllReduce asked for (allreduce = {}): its log says \"{}\"",
-                         arm.value("allreduce"), fb.front());
-    if (tensor && log.find("creating a Meta device") == std::string::npos)
-      return "llama-server did not split the model by tensor (its log has no \"creating a Meta device\" line)";
-    if (tensor && arm.value("allreduce") == "internal" &&
-        log.find("initialized AllReduce pipeline") == std::string::npos)
-      return "llama-server did not start its internal AllReduce (its log has no \"initialized AllReduce pipeline\" "
-             "line)";
-    if (tensor && arm.value("allreduce") == "tpscope" && !engine::tpscopeInLog(log))
-      return "llama-server did not start tpscope's AllReduce (its log has no \"tpscope AllReduce (tpscope ...) over "
-             "CUDA devices\" line: build it with scripts/llama/build-llama-server --with-tpscope PREFIX)";
-    const bool drafting = arm.value("draft") != "none" || arm.value("spec_type") != "none";
-    if (drafting && speculative == "none")
-      return "llama-server started without speculative decoding although the arm asks for it (draft = " +
-             arm.value("draft") + ", spec_type = " + arm.value("spec_type") + "); its log names no implementation";
-    return "";
-  }
-
-  // The speculative implementations the server says it added ("none" when it added none).
-  static std::string speculationInLog(const std::string& log) {
-    std::vector<std::string> types;
-    const std::string key = "adding speculative implementation '";
-    for (size_t i = log.find(key); i != std::string::npos; i = log.find(key, i + 1)) {
-      const size_t a = i + key.size(), b = log.find('\'', a);
-      if (b == std::string::npos) break;
-      const std::string t = log.substr(a, b - a);
-      if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
-    }
-    return types.empty() ? "none" : fmt::format("{}", fmt::join(types, ","));
-  }
-
   EngineSettings engine_;
   std::string run_dir_;
   std::vector<std::string> visible_;
@@ -349,6 +280,96 @@ bool serverLaunch(const EngineSettings& engine, const EffectiveSettings& arm, co
   else
     out->unset.push_back("TPSCOPE_ALLREDUCE");
   return true;
+}
+
+tpsResult_t serverDecisions(const EffectiveSettings& arm, const ServerLaunch& launch, const json& props,
+                            const std::string& log, std::vector<Setting>* decisions, int64_t* vocab,
+                            std::string* reason) {
+  // The availability guard at run time: what ran must be what was asked for.
+  const std::string speculative = speculationInLog(log);
+  if (const std::string no = notAsAsked(arm, log, speculative); !no.empty()) {
+    *reason = no;
+    return tpsUnavailable;
+  }
+  decisions->clear();
+  const engine::KeyValues from_props = engine::settingsFromProps(props);
+  for (const auto& [k, v] : from_props) decisions->push_back({"server_" + k, v, SettingSource::kEngine});
+  for (const auto& [k, v] : engine::settingsFromLog(log))
+    decisions->push_back({"server_" + k, v, SettingSource::kEngine});
+  decisions->push_back({"speculative_in_effect", speculative, SettingSource::kEngine});
+  decisions->push_back({"server_args", fmt::format("{}", fmt::join(launch.args, " ")), SettingSource::kEngine});
+
+  // The request must fit one slot's context (slot_n_ctx, the first of the /props settings).
+  const std::string& slot_ctx = from_props[0].second;
+  const int prompt = std::stoi(arm.value("prompt_tokens")), decode = std::stoi(arm.value("decode_tokens"));
+  try {
+    if (prompt + decode > std::stoll(slot_ctx)) {
+      *reason = fmt::format(
+          "prompt_tokens + decode_tokens = {} does not fit the server's context per slot "
+          "({}): raise -c in flags or shorten the request",
+          prompt + decode, slot_ctx);
+      return tpsInvalidArgument;
+    }
+  } catch (const std::exception&) {
+  }
+  // n_vocab as a whole number in range: a float or a huge value would not convert to an id range.
+  *vocab = 32000;
+  if (auto meta = props.find("tpscope_model_meta"); meta != props.end() && meta->is_object())
+    if (auto n = meta->find("n_vocab");
+        n != meta->end() && n->is_number_integer() && n->get<int64_t>() > 0 && n->get<int64_t>() <= INT32_MAX)
+      *vocab = n->get<int64_t>();
+  return tpsSuccess;
+}
+
+tpsResult_t phasesFromRequest(const EffectiveSettings& arm, const std::vector<std::string>& phases,
+                              const engine::Completion& c, std::map<std::string, double> before,
+                              std::map<std::string, double> after, std::vector<PhaseOutcome>* out,
+                              std::string* reason) {
+  const int prompt = std::stoi(arm.value("prompt_tokens"));
+  std::string disturbed;
+  if (before["llamacpp:requests_processing"] > 0 || before["llamacpp:requests_deferred"] > 0)
+    disturbed = fmt::format(
+        "another client's request was running on the server ({:.0f} processing, {:.0f} "
+        "deferred) when the repetition began",
+        before["llamacpp:requests_processing"], before["llamacpp:requests_deferred"]);
+  // The counters count the rig's request once it is released; anything beyond it was someone else's.
+  const double prompt_n = number(c.timings, "prompt_n").value_or(prompt);
+  const double predicted_n = number(c.timings, "predicted_n").value_or(static_cast<double>(c.tokens));
+  const double extra_prompt = after["llamacpp:prompt_tokens_total"] - before["llamacpp:prompt_tokens_total"] - prompt_n;
+  const double extra_predicted =
+      after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"] - predicted_n;
+  if (disturbed.empty() && (extra_prompt > 0 || extra_predicted > 0))
+    disturbed = fmt::format(
+        "the server processed {:.0f} prompt and {:.0f} generated tokens beyond the rig's "
+        "request: another client used it during the repetition",
+        extra_prompt, extra_predicted);
+
+  for (const std::string& p : phases) {
+    PhaseOutcome o;
+    o.phase = p;
+    o.engine = c.timings;
+    o.disturbed = disturbed;
+    if (p == "prefill") {
+      o.start_ns = c.sent_ns;
+      o.end_ns = c.first_ns;
+      o.tokens = static_cast<int64_t>(prompt_n);
+      o.steps = 1;
+      o.engine_tok_s = number(c.timings, "prompt_per_second");
+      o.engine_ms = number(c.timings, "prompt_ms");
+    } else if (p == "decode") {
+      o.start_ns = c.first_ns;
+      o.end_ns = c.last_ns;
+      o.tokens = c.tokens - c.first_tokens;
+      o.steps = std::max<int64_t>(0, c.token_events - 1);
+      o.engine_tok_s = number(c.timings, "predicted_per_second");
+      o.engine_ms = number(c.timings, "predicted_ms");
+    } else {
+      *reason = "unknown phase \"" + p + "\"";
+      return tpsInvalidArgument;
+    }
+    out->push_back(o);
+  }
+  return tpsSuccess;
 }
 
 std::unique_ptr<ArmPhases> makeServerArmPhases(const EngineSettings& engine, const std::string& run_dir,

@@ -16,10 +16,13 @@
 // windows. It reports no tokens, so its tok/s is N/A.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "engine/llama_server.h"
 #include "experiment/arm_phases.h"
 #include "experiment/guards.h"
 #include "experiment/spec.h"
@@ -42,6 +45,22 @@ struct ServerLaunch {
 };
 bool serverLaunch(const EngineSettings& engine, const EffectiveSettings& arm,
                   const std::vector<std::string>& visible_devices, ServerLaunch* out, std::string* error);
+
+// What prepare() takes from a started server: its /props (propsFromBodies) and its startup log, read
+// for an arm launched with `launch`. Fills *decisions (the engine's settings, source kEngine) and
+// *vocab (the model's vocabulary, 32000 when /props names none). tpsUnavailable when the log shows the
+// server is not running what the arm asked for (an AllReduce fallback, no tensor split, no
+// speculation), tpsInvalidArgument when the request does not fit one slot's context; *reason says why.
+tpsResult_t serverDecisions(const EffectiveSettings& arm, const ServerLaunch& launch, const nlohmann::json& props,
+                            const std::string& log, std::vector<Setting>* decisions, int64_t* vocab,
+                            std::string* reason);
+
+// One repetition's phase windows from its streamed request and the server's /metrics counters before
+// and after it (prefill: sent -> first token; decode: first -> last token), each marked disturbed when
+// the counters show another client's work. tpsInvalidArgument for a phase other than prefill and decode.
+tpsResult_t phasesFromRequest(const EffectiveSettings& arm, const std::vector<std::string>& phases,
+                              const engine::Completion& c, std::map<std::string, double> before,
+                              std::map<std::string, double> after, std::vector<PhaseOutcome>* out, std::string* reason);
 
 // A file name for an arm's logs: the name with anything but letters, digits, '-', '_', '.' and '\''
 // replaced by '_'.

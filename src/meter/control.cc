@@ -11,13 +11,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/utf8.h"
 #include "meter/source.h"
 
 namespace tpscope::detail {
 
 namespace {
 constexpr size_t kMaxName = 200;
-constexpr size_t kMaxLine = 4096;
 
 std::string_view trim(std::string_view s) {
   const char* blanks = " \t\r";
@@ -53,9 +53,43 @@ ControlLine parseControlLine(std::string_view raw) {
       return out;
     }
   }
+  if (!isUtf8(name)) {  // names are written into JSON records
+    out.error = "window name is not UTF-8";
+    return out;
+  }
   out.kind = verb == "begin" ? ControlLine::Kind::kBegin : ControlLine::Kind::kEnd;
   out.name = std::string(name);
   return out;
+}
+
+void LineSplitter::feed(std::string_view bytes, const std::function<void(const std::string&)>& each) {
+  while (!bytes.empty()) {
+    const size_t nl = bytes.find('\n');
+    const std::string_view part = bytes.substr(0, nl);
+    if (!dropping_) {
+      const size_t room = max_line_ - pending_.size();
+      pending_.append(part.substr(0, room));
+      if (part.size() > room) {  // cut: hand it over now, drop the rest up to its '\n'
+        ++cut_;
+        each(pending_);
+        pending_.clear();
+        dropping_ = true;
+      }
+    }
+    if (nl == std::string_view::npos) return;
+    if (!dropping_) each(pending_);
+    pending_.clear();
+    dropping_ = false;
+    bytes.remove_prefix(nl + 1);
+  }
+}
+
+std::optional<std::string> LineSplitter::finish() {
+  std::optional<std::string> last;
+  if (!dropping_ && !pending_.empty()) last = std::move(pending_);
+  pending_.clear();
+  dropping_ = false;
+  return last;
 }
 
 std::optional<std::string> WindowBook::begin(const std::string& name, int64_t t) {
@@ -127,7 +161,7 @@ bool ControlPipe::open(Callback cb, std::string* error) {
 }
 
 void ControlPipe::run() {
-  std::string pending;
+  LineSplitter lines;
   char buf[4096];
   bool finishing = false;
   for (;;) {
@@ -140,20 +174,11 @@ void ControlPipe::run() {
     ssize_t got = 0;
     while ((got = ::read(fd_, buf, sizeof(buf))) > 0) {
       const int64_t t = monotonicNs();
-      pending.append(buf, static_cast<size_t>(got));
-      size_t nl;
-      while ((nl = pending.find('\n')) != std::string::npos) {
-        cb_(pending.substr(0, nl), t);
-        pending.erase(0, nl + 1);
-      }
-      if (pending.size() > kMaxLine) {  // no newline in sight: hand over the cut line (malformed)
-        cb_(pending.substr(0, kMaxLine), t);
-        pending.clear();
-      }
+      lines.feed(std::string_view(buf, static_cast<size_t>(got)), [&](const std::string& line) { cb_(line, t); });
     }
     if (finishing && (n == 0 || !(fds[0].revents & POLLIN))) break;
   }
-  if (!pending.empty()) cb_(pending, monotonicNs());  // a last line without '\n'
+  if (std::optional<std::string> last = lines.finish()) cb_(*last, monotonicNs());  // a last line without '\n'
 }
 
 void ControlPipe::close() {

@@ -4,7 +4,7 @@
 // Protocol (one line each, UTF-8, '\n'-terminated, written to the FIFO named by TPSCOPE_METER_PIPE):
 //   begin NAME     opens window NAME at the moment tpscope reads the line
 //   end NAME       closes it
-// NAME is the rest of the line with surrounding blanks removed (1-200 bytes, spaces allowed).
+// NAME is the rest of the line with surrounding blanks removed (1-200 bytes of UTF-8, spaces allowed).
 // Blank lines and lines starting with '#' are ignored. Anything else is a malformed line: a
 // warning on stderr, never a crash. A writer that opens, writes one line and closes (`echo begin x
 // > "$TPSCOPE_METER_PIPE"`) is fine: tpscope holds the FIFO open itself, so it never sees EOF.
@@ -55,8 +55,32 @@ class WindowBook {
   std::map<std::string, int> repetitions_;
 };
 
-// A FIFO in a fresh private folder, read by a thread that hands each complete line to a callback
-// with the monotonic time it was read. Lines longer than 4 KiB are cut and reported as malformed.
+// The longest line the control pipe hands over whole; longer ones are cut to it (and read as malformed).
+constexpr size_t kMaxControlLine = 4096;
+
+// Bytes as lines, the same however the reads cut them: each '\n' ends a line (not part of it; empty
+// lines are lines). A line longer than `max_line` bytes is handed over cut to that length as soon as
+// it is that long, and the rest of it, up to its '\n', is dropped, so no part of an overlong line reads
+// as a line of its own. Holds at most max_line bytes between calls. The control pipe reads its FIFO
+// this way; the engines read a server's event stream this way.
+class LineSplitter {
+ public:
+  explicit LineSplitter(size_t max_line = kMaxControlLine) : max_line_(max_line) {}
+  // Hands each line that `bytes` completes (or cuts) to `each`, in order.
+  void feed(std::string_view bytes, const std::function<void(const std::string&)>& each);
+  // The last line when the bytes ended without a '\n' (nullopt when there is none); starts afresh.
+  std::optional<std::string> finish();
+  size_t cutLines() const { return cut_; }  // lines handed over cut so far
+
+ private:
+  size_t max_line_;
+  std::string pending_;
+  bool dropping_ = false;  // inside an overlong line already handed over
+  size_t cut_ = 0;
+};
+
+// A FIFO in a fresh private folder, read by a thread that hands each line (LineSplitter) to a callback
+// with the monotonic time it was read.
 class ControlPipe {
  public:
   using Callback = std::function<void(const std::string& line, int64_t t_ns)>;

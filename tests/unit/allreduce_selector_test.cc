@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "allreduce/selector.h"
@@ -39,6 +40,22 @@ TEST(Selector, UnknownEnvironmentValueIsAnErrorNotAFallback) {
   EXPECT_EQ(requestedBackend(tpsBackendAuto, nullptr, &b, &err), tpsSuccess);
   EXPECT_EQ(b, tpsBackendAuto);
   EXPECT_EQ(requestedBackend(static_cast<tpsBackend_t>(42), nullptr, &b, &err), tpsInvalidArgument);
+}
+
+// Found by scripts/sanitize asan (UBSan: load of value 17, which is not a valid value for type
+// 'tpsBackend_t', in CommInitRank.ArgumentsAreCheckedBeforeAnyJoin): a C caller's config.backend is read
+// as the int it stored, never loaded as the enum before it is checked.
+TEST(Selector, AConfigBackendOutsideTheEnumIsReadAsAnInt) {
+  tpsConfig_t cfg;
+  tpsConfigInit(&cfg);
+  for (int v : {17, -1, 1 << 30}) {
+    std::memcpy(&cfg.backend, &v, sizeof(v));  // what a C caller can store
+    EXPECT_EQ(configBackendValue(cfg), v);
+    tpsBackend_t b = tpsBackendAuto;
+    std::string err;
+    EXPECT_EQ(requestedBackend(configBackendValue(cfg), nullptr, &b, &err), tpsInvalidArgument);
+    EXPECT_NE(err.find("config.backend " + std::to_string(v) + " is not a backend"), std::string::npos) << err;
+  }
 }
 
 TEST(Selector, AutoPrefersDirectPathsThenStaging) {

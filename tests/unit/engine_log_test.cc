@@ -96,6 +96,108 @@ TEST(EngineLog, PrometheusAndProps) {
   EXPECT_EQ(p[4].second, "b1-0c1e570");
 }
 
+// Found by fuzz/engine/server_text_fuzz.cc (one input in tens of milliseconds): std::regex recursed once
+// per character, so one long log line after a known prefix overflowed the stack.
+TEST(EngineLog, AVeryLongLineIsReadWithoutRecursion) {
+  const std::string big(200000, 'x');
+  KeyValues s = settingsFromLog("llama_context: n_ctx = " + big + "\nload_tensors: offloaded " +
+                                std::string(200000, '1') + "\nllama_kv_cache: size = " + big + "K (f16) V (q8_0)\n");
+  EXPECT_EQ(s[0].second, big);
+  EXPECT_EQ(s[6].second, "K f16, V q8_0");
+  EXPECT_EQ(s[7].second, "not in the log");
+  s = settingsFromLog("failed to fit params to free device memory: " + big);
+  EXPECT_EQ(s.back().second, "failed: " + big);
+  EXPECT_FALSE(tpscopeInLog("tpscope AllReduce (tpscope " + big));
+  EXPECT_TRUE(tpscopeInLog("tpscope AllReduce (tpscope " + big + ") over CUDA devices 0,1\n"));
+}
+
+// Found by fuzz/engine/server_text_fuzz.cc: a log value that is not UTF-8 reached the manifest, whose
+// JSON writer throws on it.
+TEST(EngineLog, ValuesThatAreNotUtf8AreRepaired) {
+  const KeyValues s = settingsFromLog(
+      "llama_context: n_ctx                 = 16\xff\n"
+      "failed to fit params to free device memory: no \xc3\n");
+  EXPECT_EQ(s[0].second, "16\xef\xbf\xbd");
+  EXPECT_EQ(s.back().second, "failed: no \xef\xbf\xbd");
+  for (const auto& kv : s) EXPECT_NO_THROW((void)nlohmann::json(kv.second).dump()) << kv.first;
+}
+
+TEST(EngineLog, LogLinesAsTheServerWritesThem) {
+  const KeyValues s = settingsFromLog(
+      "llama_context: n_ctx_seq             = 16384\nllama_context: n_batch   =   2048\r\n"
+      "x llama_context: n_ubatch = 512 tail\nllama_context: flash_attn =\nllama_context: n_seq_max= 1\n"
+      "llama_kv_cache: size = 1 MiB, K (f16): 1 MiB, K (bf16): 2, V (q8_0): 1, V (q4_0): 2\n"
+      "offloaded 5/x layers to GPU offloaded 12/37 layers to GPU\n");
+  EXPECT_EQ(s[0].second, "not in the log");  // n_ctx_seq is not n_ctx
+  EXPECT_EQ(s[1].second, "2048");            // \r is a blank, not part of the value
+  EXPECT_EQ(s[2].second, "512");             // anywhere in the line
+  EXPECT_EQ(s[3].second, "not in the log");  // no '=' after blanks
+  EXPECT_EQ(s[4].second, "not in the log");  // flash_attn had no value
+  EXPECT_EQ(s[6].second, "K bf16, V q4_0");  // the last K before the last V, as the greedy pattern took them
+  EXPECT_EQ(s[7].second, "12/37");
+}
+
+TEST(EngineStream, CountsTokensAndTakesTheEdgesAndTimings) {
+  int64_t t = 0;
+  CompletionStream s([&t] { return ++t; });
+  const std::string body =
+      ": ping\n\ndata: {\"content\":\"He\",\"tokens\":[9906,1],\"stop\":false}\r\n\r\n"
+      "event: x\ndata: {\"content\":\"llo\",\"stop\":false}\n\n"
+      "data: {\"content\":\"\",\"tokens\":[],\"stop\":true,\"timings\":{\"predicted_n\":3}}\n\n";
+  for (char c : body) s.feed(std::string_view(&c, 1));  // one byte per read
+  const Completion& c = s.completion();
+  EXPECT_EQ(c.tokens, 3);
+  EXPECT_EQ(c.first_tokens, 2);
+  EXPECT_EQ(c.token_events, 2);
+  EXPECT_EQ(c.first_ns, 1);
+  EXPECT_EQ(c.last_ns, 2);
+  EXPECT_EQ(c.timings["predicted_n"], 3);
+  EXPECT_TRUE(s.stopped());
+  EXPECT_EQ(s.error(), "");
+}
+
+// Found by fuzz/engine/sse_fuzz.cc: json::value() threw on a field of another type ("content": -2), out
+// of the HTTP client's callback.
+TEST(EngineStream, FieldsOfAnotherTypeCarryNothing) {
+  int64_t t = 0;
+  CompletionStream s([&t] { return ++t; });
+  s.feed(
+      "data: {\"index\":0,\"content\":-2,\"tokens\":[],\"stop\":false}\n\ndata: 5\n\ndata: [1]\n\n"
+      "data: {\"stop\":\"yes\",\"tokens\":{}}\n\ndata: \"[DONE]\"\n\n");
+  EXPECT_EQ(s.completion().tokens, 0);
+  EXPECT_FALSE(s.stopped());
+  EXPECT_EQ(s.error(), "");
+  s.feed("data: {\"error\":{\"code\":500}}\n");
+  EXPECT_EQ(s.error(), "{\"code\":500}");
+}
+
+TEST(EngineStream, AnOverlongEventLineIsAnError) {
+  CompletionStream s([] { return int64_t{1}; });
+  s.feed("data: {\"content\":\"" + std::string(CompletionStream::kMaxEventLine, 'a'));
+  s.feed("\"}\n\n");
+  EXPECT_NE(s.error().find("longer than"), std::string::npos) << s.error();
+  EXPECT_EQ(s.completion().tokens, 0);
+}
+
+// Found by fuzz/experiment/server_answers_fuzz.cc (ASan: heap-use-after-free): /v1/models with a model
+// that has no "meta" was read through const operator[], which reads past a missing key.
+TEST(EngineLog, PropsTakeTheModelsMetaOnlyWhereThereIsOne) {
+  nlohmann::json p;
+  std::string why;
+  ASSERT_TRUE(propsFromBodies(R"({"total_slots":1})", std::string(R"({"data":[{"id":"m"}]})"), &p, &why)) << why;
+  EXPECT_FALSE(p.contains("tpscope_model_meta"));
+  for (const char* models : {"[]", "{\"data\":7}", "{\"data\":[3]}", "not json", "{\"data\":[]}"}) {
+    ASSERT_TRUE(propsFromBodies("{}", std::string(models), &p, &why)) << models;
+    EXPECT_FALSE(p.contains("tpscope_model_meta")) << models;
+  }
+  ASSERT_TRUE(propsFromBodies("{}", std::string(R"({"data":[{"meta":{"n_vocab":7}}]})"), &p, &why));
+  EXPECT_EQ(p["tpscope_model_meta"]["n_vocab"], 7);
+  EXPECT_FALSE(propsFromBodies("[1, 2]", std::nullopt, &p, &why));
+  EXPECT_NE(why.find("not an object"), std::string::npos) << why;
+  EXPECT_FALSE(propsFromBodies("{", std::nullopt, &p, &why));
+  EXPECT_NE(why.find("does not parse"), std::string::npos) << why;
+}
+
 TEST(EngineLog, TailLines) {
   EXPECT_EQ(tailLines("a\n\nb\nc\n", 2), "  b\n  c\n");
   EXPECT_EQ(tailLines("", 3), "");

@@ -199,5 +199,28 @@ TEST(EngineSpec, TpscopeAllReduceArms) {
   EXPECT_NE(e.find("'tpscope_backend' is not a setting of engine = \"synthetic\""), std::string::npos) << e;
 }
 
+// An n_vocab of 1e300 from /v1/models was converted to int64 (undefined behaviour): the vocabulary is used
+// only as a whole number in range.
+TEST(EngineSpec, TheServersVocabularyIsAWholeNumberInRange) {
+  const std::vector<EffectiveSettings> eff = effectiveSettings(parseSpec(kServer, "spec.toml"));
+  ServerLaunch launch;
+  std::string reason;
+  ASSERT_TRUE(serverLaunch(parseSpec(kServer, "spec.toml").shared.engine, eff[0], {}, &launch, &reason)) << reason;
+  for (const char* n : {"1e300", "-5", "0", "2.5", "\"32\"", "99999999999"}) {
+    const nlohmann::json props =
+        nlohmann::json::parse(std::string(R"({"tpscope_model_meta": {"n_vocab": )") + n + "}}");
+    std::vector<Setting> decisions;
+    int64_t vocab = 0;
+    ASSERT_EQ(serverDecisions(eff[0], launch, props, "", &decisions, &vocab, &reason), tpsSuccess) << reason;
+    EXPECT_EQ(vocab, 32000) << n;
+  }
+  std::vector<Setting> decisions;
+  int64_t vocab = 0;
+  ASSERT_EQ(
+      serverDecisions(eff[0], launch, {{"tpscope_model_meta", {{"n_vocab", 151936}}}}, "", &decisions, &vocab, &reason),
+      tpsSuccess);
+  EXPECT_EQ(vocab, 151936);
+}
+
 }  // namespace
 }  // namespace tpscope::experiment

@@ -7,6 +7,7 @@
 
 #include "experiment/arm_phases.h"
 #include "experiment/record.h"
+#include "experiment/report.h"
 #include "experiment_fixture.h"
 #include "meter/window.h"
 
@@ -83,6 +84,37 @@ TEST(ExperimentRecord, CorruptFolders) {
   expectReadError(dir, "results.jsonl:13: corrupt record");
   std::filesystem::remove(dir + "/results.jsonl");
   expectReadError(dir, "results.jsonl is missing");
+  std::filesystem::remove_all(dir);
+}
+
+// Found by fuzz/experiment/run_folder_fuzz.cc: a recording.txt line that is not UTF-8 went into the
+// report, and `tpscope report --format json` threw from the JSON writer.
+TEST(ExperimentRecord, ARecordingLineThatIsNotUtf8IsRepaired) {
+  const std::string manifest = R"({"format": "tpscope-run/1", "arms": ["A"], "phases": ["decode"],
+                                   "start_time": "2026-12-01T10:00:00Z"})";
+  const RunRecord run = parseRun("RUN", manifest, std::string(), std::nullopt, std::string("2x GPU \xff box\r\nmore"));
+  EXPECT_EQ(run.manifest.recording, "Recorded run: 2026-12-01 on 2x GPU \xef\xbf\xbd box");
+  EXPECT_NO_THROW((void)toJson(buildReport(run)).dump());
+}
+
+TEST(ExperimentRecord, TheFolderParsesAsItsFilesDo) {
+  const std::string dir = tempDir("record_parse");
+  const RunRecord written = writeStudyRun(dir);
+  auto file = [&](const char* name) {
+    std::ifstream f(dir + "/" + name);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const RunRecord parsed =
+      parseRun(dir, file("manifest.json"), file("results.jsonl"), file("samples.jsonl"), std::nullopt);
+  EXPECT_EQ(toJson(parsed.manifest), toJson(readRun(dir).manifest));
+  EXPECT_EQ(parsed.repetitions.size(), written.repetitions.size());
+  EXPECT_EQ(parsed.samples.size(), written.samples.size());
+  try {
+    parseRun(dir, file("manifest.json"), std::string("{}\n\n{\"arm\""), std::nullopt, std::nullopt);
+    FAIL() << "a corrupt line was read";
+  } catch (const RecordError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/results.jsonl:1: corrupt record"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 

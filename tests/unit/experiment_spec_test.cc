@@ -153,6 +153,23 @@ TEST(ExperimentSpec, BadValues) {
   expectError("[[arm]]\nname = \"X\"\nacceptance = 1.5\n", 3, "out of range");
 }
 
+// Found by fuzz/experiment/spec_fuzz.cc: toml++'s key parser asserted (without NDEBUG: abort) on a table
+// header whose key starts with a character no key starts with, before its own check could refuse it.
+TEST(ExperimentSpec, MalformedTableHeadersAreParseErrors) {
+  expectError("[\n", 1, "expected bare key starting character");
+  expectError("[[[1]]]\n", 1, "expected bare key starting character");
+  expectError("[&\n", 1, "expected bare key starting character");
+}
+
+// Found by fuzz/experiment/spec_fuzz.cc (UBSan: execution reached an unreachable program point): toml++'s
+// whitespace check had no answer for some non-ASCII characters, such as this Cyrillic letter.
+TEST(ExperimentSpec, NonAsciiWhereTomlWantsAKeyIsAParseError) {
+  expectError("\xd0\xa2", 1, "");
+  expectError("[[arm]]\nname = \"A\"\n\xd0\xa2 = 1\n", 3, "");
+  const ExperimentSpec s = parseSpec("[[arm]]\nname = \"\xd0\xa2\"  # \xd0\xa2\n");  // in a string or a comment: fine
+  EXPECT_EQ(s.arms[0].name, "\xd0\xa2");
+}
+
 TEST(ExperimentSpec, RowSplitParsesSoTheAvailabilityCheckCanRefuseIt) {
   const ExperimentSpec s = parseSpec("[[arm]]\nname = \"R\"\ndevices = [0, 1]\nsplit = \"row\"\n");
   EXPECT_EQ(*s.arms[0].delta.split, SplitMode::kRow);

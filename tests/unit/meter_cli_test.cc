@@ -29,7 +29,16 @@ std::string slurp(const std::string& path) {
 
 int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
-// Runs tpscope with `args` and extra environment entries; sends `sig` to it (alone) after `sig_ms`.
+// Whether process `pid` has a handler for `sig` (SigCgt in /proc/PID/status).
+bool catches(pid_t pid, int sig) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (sig - 1)) & 1;
+  return false;
+}
+
+// Runs tpscope with `args` and extra environment entries; sends `sig` to it (alone) `sig_ms` after it
+// installed its handler for it (a slow start, as under a sanitizer, must not turn the signal into a kill).
 Result tpscope(std::vector<std::string> args, std::vector<std::string> env = {"TPSCOPE_METER_FAKE=1"}, int sig = 0,
                int sig_ms = 0) {
   const std::string base = ::testing::TempDir() + "tpscope_meter_cli_" + std::to_string(getpid());
@@ -53,6 +62,11 @@ Result tpscope(std::vector<std::string> args, std::vector<std::string> env = {"T
   if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) != 0) return r;
   posix_spawn_file_actions_destroy(&fa);
   if (sig) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    siginfo_t done{};
+    while (!catches(pid, sig) && std::chrono::steady_clock::now() < give_up &&
+           waitid(P_PID, pid, &done, WEXITED | WNOHANG | WNOWAIT) == 0 && done.si_pid == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(sig_ms));
     kill(pid, sig);
   }

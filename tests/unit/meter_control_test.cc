@@ -121,5 +121,43 @@ TEST(MeterControl, AnOverlongLineIsCutAndReportedNotBuffered) {
   EXPECT_EQ(parseControlLine(lines[0]).kind, Kind::kMalformed);
 }
 
+// Found by fuzz/meter/control_fuzz.cc: the rest of an overlong line read as a line of its own (here it
+// opened a window nobody wrote), and whether a line was cut depended on where the reads fell.
+TEST(MeterControl, TheRestOfAnOverlongLineIsNoLineOfItsOwn) {
+  LineSplitter s;
+  std::vector<std::string> lines;
+  auto each = [&](const std::string& l) { lines.push_back(l); };
+  s.feed(std::string(4096, 'x') + std::string(4096, 'y'), each);  // two reads of the FIFO's size
+  s.feed("begin z\nend a\n", each);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], std::string(4096, 'x'));
+  EXPECT_EQ(lines[1], "end a");
+  EXPECT_FALSE(s.finish());
+  EXPECT_EQ(s.cutLines(), 1u);
+}
+
+// Found by fuzz/meter/control_fuzz.cc: a name that is not UTF-8 was accepted, and the JSON writer of
+// `tpscope meter --format json` (and of the run folder) throws on it.
+TEST(MeterControl, ANameThatIsNotUtf8IsMalformed) {
+  const ControlLine c = parseControlLine("begin pre\xfffill");
+  EXPECT_EQ(c.kind, Kind::kMalformed);
+  EXPECT_EQ(c.error, "window name is not UTF-8");
+  EXPECT_EQ(parseControlLine("begin d\xc3\xa9j\xc3\xa0").kind, Kind::kBegin);
+}
+
+TEST(MeterControl, LinesDoNotDependOnHowTheReadsFall) {
+  const std::string bytes = "begin " + std::string(4200, 'x') + "\nend x\n";  // the fuzzer's seed, its first read 4096
+  for (size_t first : {size_t{1}, size_t{4096}, bytes.size()}) {
+    LineSplitter s;
+    std::vector<std::string> lines;
+    auto each = [&](const std::string& l) { lines.push_back(l); };
+    s.feed(std::string_view(bytes).substr(0, first), each);
+    s.feed(std::string_view(bytes).substr(first), each);
+    ASSERT_EQ(lines.size(), 2u) << first;
+    EXPECT_EQ(lines[0].size(), kMaxControlLine) << first;
+    EXPECT_EQ(lines[1], "end x") << first;
+  }
+}
+
 }  // namespace
 }  // namespace tpscope::detail

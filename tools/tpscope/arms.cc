@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "allreduce/paths.h"
+#include "engine/gguf.h"
 #include "experiment/record.h"
 #include "experiment/report.h"
 #include "experiment/runner.h"
@@ -255,22 +256,10 @@ class ArmsCommand : public Command {
     return false;
   }
 
-  // True when `path` is a readable GGUF file, else false with the one-line error in *why.
+  // True when `path` is a GGUF file llama.cpp can load, else false with the one-line error in *why.
   static bool isGguf(const std::string& path, std::string* why) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-      *why = "model file " + path + " does not exist or cannot be read";
-      return false;
-    }
-    char magic[4] = {};
-    f.read(magic, 4);
-    if (f.gcount() != 4 || std::string(magic, 4) != "GGUF") {
-      *why = path +
-             " is not a GGUF file (it does not start with the bytes \"GGUF\"); scripts/llama/make-gguf "
-             "writes one";
-      return false;
-    }
-    return true;
+    engine::GgufHeader header;
+    return engine::readGgufHeader(path, &header, why);
   }
 
   int runAndReport(const experiment::ExperimentSpec& spec, experiment::RunnerConfig& c) {
