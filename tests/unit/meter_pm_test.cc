@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <thread>
 
+#include "meter/fake_source.h"
+#include "meter/meter_internal.h"
 #include "meter/pm.h"
 
 namespace tpscope::detail {
@@ -184,6 +187,108 @@ TEST(MeterPm, NvmlWrapGapsCountedPerWindow) {
   EXPECT_EQ(nvmlWrapGapsIn(series, 0, 5 * 1000000, 63015.4), 0);
   EXPECT_EQ(nvmlWrapGapsIn(series, 115 * 1000000, 120 * 1000000, 63015.4), 0);
   EXPECT_EQ(nvmlWrapGapsIn(series, 0, 200 * 1000000, std::nullopt), 0);
+}
+
+// The meter end to end on scripted GPUs with a scripted PM source.
+std::unique_ptr<Meter> startPm(const std::vector<FakeGpuScript>& scripts, MeterSource source,
+                               int64_t calibrate_ms = 200) {
+  MeterOptions o;
+  o.source = source;
+  o.calibrate = false;
+  o.pm_decode_ms = 10;
+  o.pm_calibrate_ms = calibrate_ms;
+  std::string reason;
+  EXPECT_EQ(resolveOptions(&o, &reason), tpsSuccess) << reason;
+  std::unique_ptr<Meter> m;
+  EXPECT_EQ(createMeter(o, makeFakeSources(scripts, o.method, source, o.pm_interval_us), &m, &reason), tpsSuccess)
+      << reason;
+  return m;
+}
+
+TEST(MeterPmSource, WindowsNetOfTheSamplersOwnTraffic) {
+  // A quiet start (the sampler's own 2 MB/s TX is measured), then 1 GB/s TX from 0.5 s on.
+  FakeGpuScript s;
+  s.pm_own_bytes_per_s = {2e6, 0.5e6};
+  s.bursts.push_back({0.5, 100, MeterCounter::kPcieTx, 1e9});
+  auto m = startPm({s}, MeterSource::kPm);
+  ASSERT_TRUE(m);
+  const Meter::PmStatus st0 = m->pmStatus();
+  ASSERT_EQ(st0.own_bps.size(), 1u);
+  ASSERT_TRUE(st0.own_bps[0][0]);
+  EXPECT_NEAR(*st0.own_bps[0][0], 2e6, 1e4);
+  EXPECT_NEAR(*st0.own_bps[0][1], 0.5e6, 1e4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // into the burst (start took ~0.25 s)
+  const int64_t a = Meter::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int64_t b = Meter::now();
+  ASSERT_EQ(m->addWindow("burst", a, b), tpsSuccess);
+  m->stop();
+  std::vector<MeterWindow> ws = m->windows();
+  ASSERT_EQ(ws.size(), 1u);
+  const MeterCell& tx = ws[0].cells[0][0];
+  const double dur = (b - a) * 1e-9;
+  EXPECT_TRUE(ws[0].complete);
+  EXPECT_TRUE(ws[0].pm_complete) << ws[0].pm_note;
+  EXPECT_NEAR(*tx.pm_own_bytes, 2e6 * dur, 2e6 * dur * 0.01);
+  EXPECT_NEAR(*tx.bytes, 1e9 * dur, 1e9 * dur * 0.002);  // own traffic gone, edges prorated
+  EXPECT_LE(*tx.pm_edge_bytes, 2 * (1e9 * 100e-6 + 200));  // at most one record at each edge
+  EXPECT_GE(tx.samples, 999);
+  EXPECT_FALSE(ws[0].cells[0][2].bytes);  // NVLink: N/A with PM alone
+  const Meter::PmStatus st = m->pmStatus();
+  EXPECT_EQ(st.dropped, 1);
+  EXPECT_EQ(st.holes, 0);
+  EXPECT_TRUE(st.ended.empty());
+  // Samples come back in the meter's clock, back to back.
+  std::vector<MeterPmSample> ps = m->pmSamples();
+  ASSERT_GT(ps.size(), 100u);
+  EXPECT_LT(ps.front().t_start_ns, a);
+  EXPECT_EQ(ps[1].t_start_ns, ps[0].t_end_ns);
+}
+
+TEST(MeterPmSource, OverflowMarksLaterWindowsIncomplete) {
+  FakeGpuScript s;
+  s.background_bytes_per_s = {1e8, 1e8, 0, 0, 0, 0};
+  s.pm_overflow_at_s = 0.45;
+  s.pm_gaps = {{0.30, 0.32}};
+  auto m = startPm({s}, MeterSource::kPm, 0);
+  ASSERT_TRUE(m);
+  const int64_t t0 = Meter::now();  // ~0 s of the script (no calibration wait)
+  auto at = [t0](double s_) { return t0 + static_cast<int64_t>(s_ * 1e9); };
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  ASSERT_EQ(m->addWindow("before", at(0.1), at(0.2)), tpsSuccess);
+  ASSERT_EQ(m->addWindow("gap", at(0.25), at(0.35)), tpsSuccess);
+  ASSERT_EQ(m->addWindow("after", at(0.5), at(0.55)), tpsSuccess);
+  m->stop();
+  std::vector<MeterWindow> ws = m->windows();
+  ASSERT_EQ(ws.size(), 3u);
+  EXPECT_TRUE(ws[0].pm_complete) << ws[0].pm_note;
+  EXPECT_NEAR(*ws[0].cells[0][1].bytes, 1e7, 1e7 * 0.01);
+  EXPECT_FALSE(ws[1].pm_complete);
+  EXPECT_NE(ws[1].pm_note.find("gap"), std::string::npos);
+  EXPECT_FALSE(ws[2].pm_complete);
+  EXPECT_FALSE(ws[2].complete);
+  EXPECT_NE(ws[2].pm_note.find("overflow"), std::string::npos);
+  EXPECT_NE(m->pmStatus().ended.find("overflow"), std::string::npos);
+}
+
+TEST(MeterPmSource, BothPutsPmAndTheRatioBesideNvml) {
+  FakeGpuScript s;
+  s.background_bytes_per_s = {5e8, 2e8, 0, 0, 0, 0};
+  s.supported = 0x03;
+  s.pm_own_bytes_per_s = {0, 0};
+  auto m = startPm({s}, MeterSource::kBoth);
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->begin("w"), tpsSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(m->end("w"), tpsSuccess);
+  m->stop();
+  std::vector<MeterWindow> ws = m->windows();
+  ASSERT_EQ(ws.size(), 1u);
+  const MeterCell& tx = ws[0].cells[0][0];
+  ASSERT_TRUE(tx.bytes && tx.pm_bytes && tx.pm_ratio);
+  EXPECT_NEAR(*tx.pm_ratio, 1.0, 0.01);  // the same script through both paths
+  EXPECT_NEAR(*ws[0].cells[0][1].pm_ratio, 1.0, 0.01);
+  EXPECT_FALSE(m->samples().empty());  // NVML still read
 }
 
 }  // namespace
