@@ -230,7 +230,7 @@ TEST(MeterPmSource, WindowsNetOfTheSamplersOwnTraffic) {
   EXPECT_TRUE(ws[0].complete);
   EXPECT_TRUE(ws[0].pm_complete) << ws[0].pm_note;
   EXPECT_NEAR(*tx.pm_own_bytes, 2e6 * dur, 2e6 * dur * 0.01);
-  EXPECT_NEAR(*tx.bytes, 1e9 * dur, 1e9 * dur * 0.002);  // own traffic gone, edges prorated
+  EXPECT_NEAR(*tx.bytes, 1e9 * dur, 1e9 * dur * 0.002);    // own traffic gone, edges prorated
   EXPECT_LE(*tx.pm_edge_bytes, 2 * (1e9 * 100e-6 + 200));  // at most one record at each edge
   EXPECT_GE(tx.samples, 999);
   EXPECT_FALSE(ws[0].cells[0][2].bytes);  // NVLink: N/A with PM alone
