@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 
 namespace tpscope::detail {
 
@@ -132,7 +133,8 @@ void applyPm(MeterWindow* w, const std::vector<PmSeries>& series, const std::vec
       }
       const std::optional<double> own =
           k < own_bps.size() && own_bps[k][dir] ? std::optional<double>(*own_bps[k][dir] * dur_s) : std::nullopt;
-      const double net = f.bytes - own.value_or(0);
+      double net = f.bytes - own.value_or(0);
+      if (std::abs(net) < 0.5) net = 0;  // below a byte: rounding of the own-traffic estimate
       cell.pm_counted_bytes = f.bytes;
       cell.pm_own_bytes = own;
       cell.pm_bytes = net;

@@ -432,6 +432,9 @@ class CuptiPmReader : public PmReader {
 
 tpsResult_t openCuptiPmReaders(const MeterOptions& options, const std::vector<MeterGpu>& gpus,
                                std::vector<std::unique_ptr<PmReader>>* out, std::string* reason) {
+  // The CUDA driver initialised (no context yet): CUPTI's device queries need it.
+  int count = 0;
+  (void)cudaGetDeviceCount(&count);
   std::string why;
   const Cupti* c = loadCupti(&why);
   if (!c) {
@@ -452,6 +455,8 @@ tpsResult_t openCuptiPmReaders(const MeterOptions& options, const std::vector<Me
 
 // Every counter metric PM sampling offers on CUDA device `device` (its chip), for --list-pm-metrics.
 std::vector<std::string> listCuptiPmMetrics(int device, std::string* reason) {
+  int count = 0;
+  (void)cudaGetDeviceCount(&count);
   const Cupti* c = loadCupti(reason);
   if (!c) return {};
   Host host;

@@ -47,7 +47,7 @@ const char* methodText(MeterMethod m) {
 
 // The most the true bytes can differ from the prorated figure, as a share of it.
 std::optional<double> edgePercent(const MeterCell& c) {
-  if (!c.bytes || !c.bytes_low || !c.bytes_high || *c.bytes <= 0) return std::nullopt;
+  if (!c.bytes || !c.bytes_low || !c.bytes_high || *c.bytes < 1) return std::nullopt;  // no bytes: no share
   return 100.0 * std::max(*c.bytes - *c.bytes_low, *c.bytes_high - *c.bytes) / *c.bytes;
 }
 
