@@ -52,7 +52,8 @@ struct Meter::Impl {
         });
     if (pm) {
       pm->withData([&](const std::vector<detail::PmSeries>& series) {
-        detail::applyPm(&out, series, sampler->gpus(), pm->ownBps(), options.source == MeterSource::kPm);
+        detail::applyPm(&out, series, sampler->gpus(), pm->ownBps(), options.source == MeterSource::kPm,
+                        options.peak_span_ms);
       });
       if (options.source == MeterSource::kPm) out.complete = out.pm_complete;
     }

@@ -119,8 +119,28 @@ int nvmlWrapGapsIn(const std::vector<MeterSample>& series, int64_t start_ns, int
   return gaps;
 }
 
+std::optional<double> pmPeakMBps(const PmSeries& s, int dir, int64_t start_ns, int64_t end_ns, double peak_span_ms) {
+  auto first = std::lower_bound(s.samples.begin(), s.samples.end(), start_ns,
+                                [](const MeterPmSample& m, int64_t t) { return m.t_start_ns < t; });
+  auto last = first;
+  while (last != s.samples.end() && last->t_end_ns <= end_ns) ++last;
+  const int64_t span_ns = static_cast<int64_t>(peak_span_ms * 1e6);
+  std::optional<double> peak;
+  double sum = 0;
+  auto j = first;
+  for (auto i = first; i != last; ++i) {  // two pointers: [i, j) is the shortest run from i spanning span_ns
+    while (j != last && (j == i || j[-1].t_end_ns - i->t_start_ns < span_ns)) sum += (j++)->bytes[dir];
+    const int64_t len = j[-1].t_end_ns - i->t_start_ns;
+    if (len < span_ns || len <= 0) break;
+    const double mbps = sum / (len * 1e-9) / 1e6;
+    if (!peak || mbps > *peak) peak = mbps;
+    sum -= i->bytes[dir];
+  }
+  return peak;
+}
+
 void applyPm(MeterWindow* w, const std::vector<PmSeries>& series, const std::vector<MeterGpu>& gpus,
-             const std::vector<std::array<std::optional<double>, 2>>& own_bps, bool replace) {
+             const std::vector<std::array<std::optional<double>, 2>>& own_bps, bool replace, double peak_span_ms) {
   const double dur_s = (w->end_ns - w->start_ns) * 1e-9;
   for (size_t k = 0; k < w->cells.size() && k < series.size(); ++k) {
     for (int dir = 0; dir < 2; ++dir) {
@@ -131,8 +151,11 @@ void applyPm(MeterWindow* w, const std::vector<PmSeries>& series, const std::vec
         w->pm_complete = false;
         if (w->pm_note.empty()) w->pm_note = "GPU " + std::to_string(gpus[k].index) + ": " + f.why;
       }
-      const std::optional<double> own =
+      std::optional<double> own =
           k < own_bps.size() && own_bps[k][dir] ? std::optional<double>(*own_bps[k][dir] * dur_s) : std::nullopt;
+      // Beside NVML, PM also sees NVML's reads in the window (~14 KB RX + 18 KB TX each on H200, what the
+      // NVML calibration measured them at in NVML's count, within its ~3 % difference): subtract them too.
+      if (!replace && cell.own_bytes) own = own.value_or(0) + *cell.own_bytes;
       double net = f.bytes - own.value_or(0);
       if (std::abs(net) < 0.5) net = 0;  // below a byte: rounding of the own-traffic estimate
       cell.pm_counted_bytes = f.bytes;
@@ -152,7 +175,7 @@ void applyPm(MeterWindow* w, const std::vector<PmSeries>& series, const std::vec
         cell.share_of_ceiling = cell.mean_mbps && ceiling && *ceiling > 0
                                     ? std::optional<double>(*cell.mean_mbps / *ceiling)
                                     : std::nullopt;
-        cell.peak_mbps.reset();
+        cell.peak_mbps = pmPeakMBps(series[k], dir, w->start_ns, w->end_ns, peak_span_ms);
       } else if (cell.bytes && *cell.bytes != 0) {
         cell.pm_ratio = net / *cell.bytes;
       }

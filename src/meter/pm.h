@@ -120,8 +120,13 @@ int nvmlWrapGapsIn(const std::vector<MeterSample>& series, int64_t start_ns, int
 // Fills the PM fields of a window's cells (pm_*), from figures of every GPU; own_bps[k][dir] is the
 // sampler's own rate on GPU k (nullopt: not measured, gross). When `replace`, the cell's main
 // figures (bytes, bounds, mean, share) become PM's (source pm); else PM stays beside NVML and the
-// ratio PM/NVML is filled (source both).
+// ratio PM/NVML is filled (source both), and PM is also made net of NVML's reads in the window (the
+// cell's own_bytes, which PM sees as traffic too).
 void applyPm(MeterWindow* w, const std::vector<PmSeries>& series, const std::vector<MeterGpu>& gpus,
-             const std::vector<std::array<std::optional<double>, 2>>& own_bps, bool replace);
+             const std::vector<std::array<std::optional<double>, 2>>& own_bps, bool replace, double peak_span_ms = 0);
+
+// The highest counted rate (MB/s) over any run of consecutive records inside [start, end] that spans
+// at least peak_span_ms; nullopt when no run inside is that long.
+std::optional<double> pmPeakMBps(const PmSeries& s, int dir, int64_t start_ns, int64_t end_ns, double peak_span_ms);
 
 }  // namespace tpscope::detail

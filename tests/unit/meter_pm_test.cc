@@ -134,6 +134,18 @@ TEST(MeterPm, QuietRateIsTheMedianSlice) {
   EXPECT_FALSE(pmQuietRate(s, 0, 10100 * kUs)[kPmTx]);  // not covered
 }
 
+TEST(MeterPm, PeakIsTheBusiestRunOfTheSpan) {
+  // 100 us records of 100 B (1 MB/s) with 5 records of 1000 B (10 MB/s) from 1000 us on.
+  PmBatch b = records(0, 31, 100, 100, 0);
+  for (int i = 11; i < 16; ++i) b.records[i].bytes[kPmTx] = 1000;
+  PmSeries s = build({b});
+  // Spans of at least 0.5 ms: the five busy records alone.
+  EXPECT_NEAR(*pmPeakMBps(s, kPmTx, 100 * kUs, 3100 * kUs, 0.5), 10.0, 1e-9);
+  // 1 ms spans: five busy and five quiet records at best.
+  EXPECT_NEAR(*pmPeakMBps(s, kPmTx, 100 * kUs, 3100 * kUs, 1.0), 5.5, 1e-9);
+  EXPECT_FALSE(pmPeakMBps(s, kPmTx, 100 * kUs, 400 * kUs, 1.0));  // no run that long inside
+}
+
 MeterWindow window(int64_t start_ns, int64_t end_ns) {
   MeterWindow w;
   w.start_ns = start_ns;
@@ -163,10 +175,12 @@ TEST(MeterPm, ApplySubtractsOwnTrafficAndReplacesOrSitsBeside) {
   // source both: NVML's figures stay, PM and the ratio beside them.
   MeterWindow v = window(100 * kUs, 1100 * kUs);
   v.cells[0][0].bytes = 9900;
+  v.cells[0][0].own_bytes = 500;  // NVML's reads in the window, which PM sees too
   applyPm(&v, {s}, {g}, own, false);
   EXPECT_DOUBLE_EQ(*v.cells[0][0].bytes, 9900);
-  EXPECT_DOUBLE_EQ(*v.cells[0][0].pm_bytes, 9000);
-  EXPECT_NEAR(*v.cells[0][0].pm_ratio, 9000.0 / 9900, 1e-12);
+  EXPECT_DOUBLE_EQ(*v.cells[0][0].pm_own_bytes, 1500);
+  EXPECT_DOUBLE_EQ(*v.cells[0][0].pm_bytes, 8500);
+  EXPECT_NEAR(*v.cells[0][0].pm_ratio, 8500.0 / 9900, 1e-12);
   // A window past the records: marked, with the reason.
   MeterWindow late = window(1000 * kUs, 3000 * kUs);
   applyPm(&late, {s}, {g}, own, true);
