@@ -47,6 +47,12 @@ const char* meterGroupName(MeterGroup g);  // "pcie", "nvlink"
 
 enum class MeterMethod { kCounters, kDmon, kBoth };
 
+// Where the byte counts come from: NVML's cumulative counters (read every period), CUPTI's PM
+// sampling (the GPU counts PCIe bytes itself per interval, 10 us - 1 ms, on its own clock), or both
+// side by side (PM's figure and the ratio PM / NVML beside NVML's). PM covers PCIe only.
+enum class MeterSource { kNvml, kPm, kBoth };
+const char* meterSourceName(MeterSource s);  // "nvml", "pm", "both"
+
 struct MeterOptions {
   std::vector<int> devices;  // CUDA ordinals; empty: every GPU
   // Period between reads of one GPU's counter group while its counters move (the busy period).
@@ -72,6 +78,13 @@ struct MeterOptions {
   // NVML serialises calls to a device and a PCIe read would wait behind a ~22 ms NVLink call.
   int nvlink_links_per_call = -1;
   MeterMethod method = MeterMethod::kCounters;
+  MeterSource source = MeterSource::kNvml;
+  // PM sampling: the GPU's sampling interval (10..1000000 us; 100 us: edges within ~5 us and the
+  // sampler's own traffic ~0.3 / 1.4 MB/s on H200, docs/METHOD.md), how often the records are
+  // decoded off the hardware buffer, and how long the sampler's own traffic is measured at start.
+  int64_t pm_interval_us = 100;
+  int64_t pm_decode_ms = 50;
+  int64_t pm_calibrate_ms = 500;
   int64_t dmon_period_ms = 1000;  // the dmon method's cadence (nvidia-smi dmon's default is 1 s)
   double peak_span_ms = 10;       // sub-window length for the peak rate
   // Two scripted GPUs with steady traffic instead of the hardware (tests and CI; `tpscope` sets it
@@ -109,6 +122,14 @@ struct MeterSample {
   std::array<int64_t, kMeterCounters> t_ns{};
 };
 
+// One PM-sampling record: the bytes one GPU's PCIe link carried in [t_start, t_end], in the
+// meter's monotonic clock (mapped once from the GPU's clock at start).
+struct MeterPmSample {
+  int gpu = 0;
+  int64_t t_start_ns = 0, t_end_ns = 0;
+  std::array<double, 2> bytes{};  // [0] PCIe TX (the GPU sends), [1] PCIe RX (it receives)
+};
+
 // One reading of the dmon method: PCIe throughput over the driver's ~20 ms window.
 struct MeterDmonSample {
   int gpu = 0;
@@ -135,6 +156,12 @@ struct MeterCell {
   int samples = 0;                         // reads inside [start, end]
   std::optional<double> dmon_mbps;         // dmon method: mean of its readings inside the window
   int dmon_samples = 0;
+  // PM sampling (source pm or both; PCIe only): records inside count fully, the edge records are
+  // prorated; pm_edge_bytes bounds what proration can be off by. Net of the sampler's own traffic
+  // (pm_own_bytes = its rate measured at start x the window's length) where measured.
+  std::optional<double> pm_bytes, pm_counted_bytes, pm_own_bytes, pm_edge_bytes;
+  int pm_samples = 0;
+  std::optional<double> pm_ratio;  // source both: pm_bytes / bytes (NVML)
 };
 
 struct MeterWindow {
@@ -142,6 +169,14 @@ struct MeterWindow {
   int repetition = 0;  // 0 for the first window of this name, 1 for the next, ...
   int64_t start_ns = 0, end_ns = 0;
   bool complete = false;  // every counter of every GPU has a value read after end_ns (true after stop())
+  // PM sampling: records cover the whole window on every GPU, with no gap or overflow touching it;
+  // pm_note says why not. Always true without PM.
+  bool pm_complete = true;
+  std::string pm_note;
+  // NVML's blind spot: gaps between PCIe reads inside the window long enough for a 32-bit counter
+  // to wrap unseen at the link's line rate (summed over GPUs). With PM beside it, PM's bytes are the
+  // cross-check.
+  int nvml_wrap_gaps = 0;
   std::vector<std::array<MeterCell, kMeterCounters>> cells;  // [gpu position][counter]
 };
 
@@ -260,6 +295,16 @@ class Meter {
   // time order (t_ns); the two groups' reads interleave.
   std::vector<MeterSample> samples() const;
   std::vector<MeterDmonSample> dmonSamples() const;
+  // PM-sampling records of every GPU, GPU by GPU, in time order (source pm or both; else empty).
+  std::vector<MeterPmSample> pmSamples() const;
+  // The PM sampler's state: its own traffic per GPU position and direction (bytes/s, [0] TX, [1] RX;
+  // nullopt: not measured), records dropped, and why PM ended early ("" when it did not).
+  struct PmStatus {
+    std::vector<std::array<std::optional<double>, 2>> own_bps;
+    int64_t records = 0, dropped = 0, holes = 0;
+    std::string ended;
+  };
+  PmStatus pmStatus() const;
   // The newest value of every counter of GPU position `gpu`, each with its own t_ns (the groups are
   // read at different cadences); t_before/t_after/group are those of the newest read. nullopt
   // before the first read.

@@ -80,6 +80,48 @@ class FakeDmonReader : public DmonReader {
   std::shared_ptr<ReadTally> tally_;
 };
 
+// Records of `interval_ns` up to the last whole interval before now, on a clock kFakePmClockOffsetNs
+// ahead of the monotonic one; bytes from the script, plus the sampler's own rate.
+class FakePmReader : public PmReader {
+ public:
+  FakePmReader(const FakeGpuScript& s, int64_t t0, int64_t interval_ns) : s_(s), t0_(t0), interval_ns_(interval_ns) {}
+  int64_t sourceNow() const override { return monotonicNs() + kFakePmClockOffsetNs; }
+  bool start(std::string*) override {
+    next_ = monotonicNs() - interval_ns_;  // the first record began before the start, as CUPTI's does
+    return true;
+  }
+  void decode(PmBatch* out) override {
+    if (ended_) return;
+    const int64_t now = stopped_at_ ? stopped_at_ : monotonicNs();
+    for (; next_ + interval_ns_ <= now; next_ += interval_ns_) {
+      const double a = (next_ - t0_) * 1e-9, b = (next_ + interval_ns_ - t0_) * 1e-9;
+      if (s_.pm_overflow_at_s >= 0 && b > s_.pm_overflow_at_s) {
+        out->overflow = true;
+        ended_ = true;
+        return;
+      }
+      bool dropped = false;
+      for (const auto& [from, to] : s_.pm_gaps) dropped = dropped || (a < to && b > from);
+      if (dropped) continue;
+      PmRecord r;
+      r.start_ns = next_ + kFakePmClockOffsetNs;
+      r.end_ns = next_ + interval_ns_ + kFakePmClockOffsetNs;
+      for (int dir = 0; dir < 2; ++dir) {
+        const MeterCounter c = dir == 0 ? MeterCounter::kPcieTx : MeterCounter::kPcieRx;
+        r.bytes[dir] = fakeCumulative(s_, c, b) - fakeCumulative(s_, c, a) + s_.pm_own_bytes_per_s[dir] * (b - a);
+      }
+      out->records.push_back(r);
+    }
+  }
+  void stop() override { stopped_at_ = monotonicNs(); }
+
+ private:
+  FakeGpuScript s_;
+  int64_t t0_, interval_ns_;
+  int64_t next_ = 0, stopped_at_ = 0;
+  bool ended_ = false;
+};
+
 }  // namespace
 
 double fakeCumulative(const FakeGpuScript& s, MeterCounter c, double t_s) {
@@ -90,7 +132,8 @@ double fakeCumulative(const FakeGpuScript& s, MeterCounter c, double t_s) {
   return v;
 }
 
-SourceSet makeFakeSources(const std::vector<FakeGpuScript>& scripts, MeterMethod method) {
+SourceSet makeFakeSources(const std::vector<FakeGpuScript>& scripts, MeterMethod method, MeterSource source,
+                          int64_t pm_interval_us) {
   SourceSet set;
   const int64_t t0 = monotonicNs();
   for (size_t k = 0; k < scripts.size(); ++k) {
@@ -104,7 +147,11 @@ SourceSet makeFakeSources(const std::vector<FakeGpuScript>& scripts, MeterMethod
     g.pcie_ceiling_mbps = s.pcie_ceiling_mbps;
     g.nvlink_ceiling_mbps = s.nvlink_ceiling_mbps;
     auto tally = std::make_shared<ReadTally>();
-    if (method != MeterMethod::kDmon) set.counters.push_back(std::make_unique<FakeCounterReader>(s, t0, tally));
+    if (source == MeterSource::kPm)
+      for (int c = 2; c < kMeterCounters; ++c) g.supported[c] = false;  // PM counts PCIe only
+    if (method != MeterMethod::kDmon && source != MeterSource::kPm)
+      set.counters.push_back(std::make_unique<FakeCounterReader>(s, t0, tally));
+    if (source != MeterSource::kNvml) set.pm.push_back(std::make_unique<FakePmReader>(s, t0, pm_interval_us * 1000));
     if (method != MeterMethod::kCounters) set.dmon.push_back(std::make_unique<FakeDmonReader>(s, int(k), t0, tally));
     set.gpus.push_back(g);
   }
@@ -129,7 +176,8 @@ tpsResult_t openFakeSources(const MeterOptions& options, SourceSet* out, std::st
     if (!options.nvlink) s.supported &= 0x03;
     chosen.push_back(s);
   }
-  *out = makeFakeSources(chosen, options.method);
+  for (FakeGpuScript& s : chosen) s.pm_own_bytes_per_s = {1.4e6, 0.3e6};  // what H200's sampler adds at 100 us
+  *out = makeFakeSources(chosen, options.method, options.source, options.pm_interval_us);
   for (size_t k = 0; k < ids.size(); ++k) out->gpus[k].index = ids[k];
   return tpsSuccess;
 }

@@ -34,12 +34,22 @@ struct FakeGpuScript {
   std::optional<double> pcie_ceiling_mbps = 63015.4, nvlink_ceiling_mbps = 478116;
   int nvlink_links = 18;
   std::vector<unsigned> pids;  // what the process check reports
+  // PM sampling (MeterSource pm/both): what the sampler itself adds per direction ([0] TX, [1] RX,
+  // bytes/s), spans [from, to) in seconds where the hardware drops records (a gap), and the moment
+  // its buffer overflows (the session ends); < 0: never.
+  std::array<double, 2> pm_own_bytes_per_s{};
+  std::vector<std::pair<double, double>> pm_gaps;
+  double pm_overflow_at_s = -1;
 };
 
 // Cumulative bytes of counter c after `t_s` seconds of the script (exact integral).
 double fakeCumulative(const FakeGpuScript& s, MeterCounter c, double t_s);
 
-// A SourceSet from scripts; time 0 of every script is the call to this function.
-SourceSet makeFakeSources(const std::vector<FakeGpuScript>& scripts, MeterMethod method);
+// A SourceSet from scripts; time 0 of every script is the call to this function. With source pm no
+// counter readers are made (NVML is not read); with pm or both, a PM reader per GPU whose records
+// last pm_interval_us and whose clock runs kFakePmClockOffsetNs ahead of the monotonic one.
+SourceSet makeFakeSources(const std::vector<FakeGpuScript>& scripts, MeterMethod method,
+                          MeterSource source = MeterSource::kNvml, int64_t pm_interval_us = 100);
+constexpr int64_t kFakePmClockOffsetNs = 1700000000LL * 1000000000LL;
 
 }  // namespace tpscope::detail

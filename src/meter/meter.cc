@@ -15,6 +15,7 @@
 #include "meter/calibrate.h"
 #include "meter/control.h"
 #include "meter/meter_internal.h"
+#include "meter/pm_sampler.h"
 #include "meter/sampler.h"
 
 TPS_PARAM_INT(MeterPeriodUs, "TPSCOPE_METER_PERIOD_US", tpscope::detail::kDefaultPeriodUs)
@@ -24,21 +25,39 @@ TPS_PARAM_INT(MeterNvlinkLinksPerCall, "TPSCOPE_METER_NVLINK_LINKS_PER_CALL",
 namespace tpscope {
 
 struct Meter::Impl {
-  Impl(const MeterOptions& o, detail::SourceSet src) : options(o), sampler(o, std::move(src)) {}
+  Impl(const MeterOptions& o, detail::SourceSet src) : options(o) {
+    std::vector<std::unique_ptr<detail::PmReader>> pm_readers = std::move(src.pm);
+    if (!pm_readers.empty()) pm = std::make_unique<detail::PmSampler>(o, std::move(pm_readers), src.gpus);
+    sampler = std::make_unique<detail::Sampler>(o, std::move(src));
+  }
 
   MeterOptions options;
-  detail::Sampler sampler;
-  mutable std::mutex mu;  // guards the members below
+  std::unique_ptr<detail::Sampler> sampler;
+  std::unique_ptr<detail::PmSampler> pm;  // source pm/both
+  mutable std::mutex mu;                  // guards the members below
   bool stopped = false;
   detail::WindowBook book;
   std::vector<detail::ClosedWindow> closed;
   std::vector<QuiesceRecord> quiesces;
 
   MeterWindow compute(const detail::ClosedWindow& w) const {
-    return sampler.withData([&](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>& dmon) {
-      return detail::computeWindow(w.name, w.repetition, w.start_ns, w.end_ns, series, sampler.gpus(), dmon,
-                                   options.peak_span_ms, &sampler.calibration());
-    });
+    MeterWindow out =
+        sampler->withData([&](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>& dmon) {
+          MeterWindow mw = detail::computeWindow(w.name, w.repetition, w.start_ns, w.end_ns, series, sampler->gpus(),
+                                                 dmon, options.peak_span_ms, &sampler->calibration());
+          for (size_t k = 0; k < series.size(); ++k)
+            mw.nvml_wrap_gaps +=
+                detail::nvmlWrapGapsIn(series[k], w.start_ns, w.end_ns, sampler->gpus()[k].pcie_ceiling_mbps);
+          return mw;
+        });
+    if (pm) {
+      pm->withData([&](const std::vector<detail::PmSeries>& series) {
+        detail::applyPm(&out, series, sampler->gpus(), pm->ownBps(), options.source == MeterSource::kPm,
+                        options.peak_span_ms);
+      });
+      if (options.source == MeterSource::kPm) out.complete = out.pm_complete;
+    }
+    return out;
   }
 };
 
@@ -59,6 +78,14 @@ tpsResult_t Meter::start(const MeterOptions& options, std::unique_ptr<Meter>* ou
   detail::SourceSet set;
   tpsResult_t r = o.fake_gpus ? detail::openFakeSources(o, &set, reason) : detail::openNvmlSources(o, &set, reason);
   if (r != tpsSuccess) return r;
+  if (!o.fake_gpus && o.source != MeterSource::kNvml) {
+    if (o.source == MeterSource::kPm) {  // NVML is not read: PCIe from PM only, NVLink N/A
+      set.counters.clear();
+      for (MeterGpu& g : set.gpus)
+        for (int c = 2; c < kMeterCounters; ++c) g.supported[c] = false;
+    }
+    if (tpsResult_t p = detail::openCuptiPmReaders(o, set.gpus, &set.pm, reason); p != tpsSuccess) return p;
+  }
   return detail::createMeter(o, std::move(set), out, reason);
 }
 
@@ -100,13 +127,31 @@ tpsResult_t detail::resolveOptions(MeterOptions* o, std::string* reason) {
     return tpsInvalidArgument;
   }
   if (o->nvlink_raw) o->nvlink = true;
+  if (o->pm_interval_us < 10 || o->pm_interval_us > 1000000) {
+    *reason = "PM sampling interval " + std::to_string(o->pm_interval_us) +
+              " us is out of range: use 10-1000000 us (shorter can overflow the hardware buffer)";
+    return tpsInvalidArgument;
+  }
+  if (o->pm_decode_ms < 1 || o->pm_decode_ms > 1000) {
+    *reason = "PM decode period " + std::to_string(o->pm_decode_ms) + " ms is out of range: use 1-1000 ms";
+    return tpsInvalidArgument;
+  }
+  if (o->pm_calibrate_ms < 0) {
+    *reason = "the PM calibration time must be 0 ms or more";
+    return tpsInvalidArgument;
+  }
   return tpsSuccess;
 }
 
 tpsResult_t detail::createMeter(const MeterOptions& options, SourceSet sources, std::unique_ptr<Meter>* out,
                                 std::string* reason) {
   auto impl = std::make_unique<Meter::Impl>(options, std::move(sources));
-  if (tpsResult_t r = impl->sampler.start(reason); r != tpsSuccess) return r;
+  // PM first: its configuration (~0.3 s) and the measure of its own traffic then see the NVML
+  // sampler's steady idle reads only, and the NVML calibration sees PM's steady traffic in both of
+  // its alternating intervals, where it cancels.
+  if (impl->pm)
+    if (tpsResult_t r = impl->pm->start(reason); r != tpsSuccess) return r;
+  if (tpsResult_t r = impl->sampler->start(reason); r != tpsSuccess) return r;
   *out = MeterFactory::make(std::move(impl));
   return tpsSuccess;
 }
@@ -118,7 +163,7 @@ tpsResult_t Meter::begin(const std::string& name) {
   TPS_EXPECT(!impl_->stopped, tpsInvalidUsage, "meter: begin('{}') after stop()", name);
   auto err = impl_->book.begin(name, t);
   TPS_EXPECT(!err, tpsInvalidUsage, "meter: {}", err.value_or(""));
-  impl_->sampler.wake();  // a read right after the edge (when the period adapts)
+  impl_->sampler->wake();  // a read right after the edge (when the period adapts)
   return tpsSuccess;
 }
 
@@ -129,11 +174,11 @@ tpsResult_t Meter::end(const std::string& name) {
   auto err = impl_->book.end(name, t, &w);
   TPS_EXPECT(!err, tpsInvalidUsage, "meter: {}", err.value_or(""));
   impl_->closed.push_back(w);
-  impl_->sampler.wake();
+  impl_->sampler->wake();
   return tpsSuccess;
 }
 
-void Meter::readNow() { impl_->sampler.wake(); }
+void Meter::readNow() { impl_->sampler->wake(); }
 
 tpsResult_t Meter::addWindow(const std::string& name, int64_t start_ns, int64_t end_ns) {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -148,7 +193,7 @@ tpsResult_t Meter::quiesce(const QuiesceOptions& opts, QuiesceRecord* out) {
   TPS_EXPECT(opts.idle_ms >= 0 && opts.threshold_mbps >= 0, tpsInvalidArgument, "meter: bad quiesce options");
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    TPS_EXPECT(!impl_->stopped && impl_->sampler.hasCounters(), tpsInvalidUsage,
+    TPS_EXPECT(!impl_->stopped && impl_->sampler->hasCounters(), tpsInvalidUsage,
                "meter: quiesce needs a running counter sampler");
   }
   const int64_t start = now();
@@ -161,11 +206,11 @@ tpsResult_t Meter::quiesce(const QuiesceOptions& opts, QuiesceRecord* out) {
       if (!detail::readAfter(series[k], gpus()[k], end)) return false;
     return true;
   };
-  for (int i = 0; i < 1000 && !impl_->sampler.withData(bracketed); ++i)
+  for (int i = 0; i < 1000 && !impl_->sampler->withData(bracketed); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::vector<std::optional<std::vector<unsigned>>> pids;
   if (opts.check_processes)
-    for (size_t k = 0; k < gpus().size(); ++k) pids.push_back(impl_->sampler.processes(static_cast<int>(k)));
+    for (size_t k = 0; k < gpus().size(); ++k) pids.push_back(impl_->sampler->processes(static_cast<int>(k)));
   const MeterWindow idle = impl_->compute({"quiesce", 0, start, end});
   std::vector<unsigned> own = opts.own_pids;
   own.push_back(static_cast<unsigned>(getpid()));
@@ -183,10 +228,26 @@ void Meter::stop() {
     impl_->stopped = true;
     for (const auto& w : impl_->book.closeAll(now())) impl_->closed.push_back(w);
   }
-  impl_->sampler.stop();  // its last reads come after the windows just closed
+  impl_->sampler->stop();  // its last reads come after the windows just closed
+  if (impl_->pm) impl_->pm->stop();
 }
 
-const std::vector<MeterGpu>& Meter::gpus() const { return impl_->sampler.gpus(); }
+std::vector<MeterPmSample> Meter::pmSamples() const {
+  if (!impl_->pm) return {};
+  return impl_->pm->withData([](const std::vector<detail::PmSeries>& series) {
+    std::vector<MeterPmSample> out;
+    for (const auto& s : series) out.insert(out.end(), s.samples.begin(), s.samples.end());
+    return out;
+  });
+}
+
+Meter::PmStatus Meter::pmStatus() const { return impl_->pm ? impl_->pm->status() : PmStatus{}; }
+
+const char* meterSourceName(MeterSource s) {
+  return s == MeterSource::kPm ? "pm" : s == MeterSource::kBoth ? "both" : "nvml";
+}
+
+const std::vector<MeterGpu>& Meter::gpus() const { return impl_->sampler->gpus(); }
 const MeterOptions& Meter::options() const { return impl_->options; }
 
 std::vector<MeterWindow> Meter::windows() const {
@@ -197,7 +258,7 @@ std::vector<MeterWindow> Meter::windows() const {
 }
 
 std::vector<MeterSample> Meter::samples() const {
-  return impl_->sampler.withData([](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>&) {
+  return impl_->sampler->withData([](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>&) {
     std::vector<MeterSample> out;
     for (const auto& s : series) out.insert(out.end(), s.begin(), s.end());
     return out;
@@ -205,33 +266,33 @@ std::vector<MeterSample> Meter::samples() const {
 }
 
 std::vector<MeterDmonSample> Meter::dmonSamples() const {
-  return impl_->sampler.withData(
+  return impl_->sampler->withData(
       [](const std::vector<detail::Series>&, const std::vector<MeterDmonSample>& dmon) { return dmon; });
 }
 
-std::optional<MeterSample> Meter::latest(int gpu) const { return impl_->sampler.latest(gpu); }
+std::optional<MeterSample> Meter::latest(int gpu) const { return impl_->sampler->latest(gpu); }
 std::optional<MeterSample> Meter::latestRead(int gpu, MeterGroup group) const {
-  return impl_->sampler.latestRead(gpu, group);
+  return impl_->sampler->latestRead(gpu, group);
 }
 
 std::optional<MeterDmonSample> Meter::latestDmon(int gpu, MeterCounter counter) const {
-  return impl_->sampler.withData([&](const std::vector<detail::Series>&,
-                                     const std::vector<MeterDmonSample>& dmon) -> std::optional<MeterDmonSample> {
+  return impl_->sampler->withData([&](const std::vector<detail::Series>&,
+                                      const std::vector<MeterDmonSample>& dmon) -> std::optional<MeterDmonSample> {
     for (auto it = dmon.rbegin(); it != dmon.rend(); ++it)
       if (it->gpu == gpu && it->counter == counter) return *it;
     return std::nullopt;
   });
 }
 
-std::vector<MeterCadence> Meter::cadence() const { return impl_->sampler.cadence(); }
+std::vector<MeterCadence> Meter::cadence() const { return impl_->sampler->cadence(); }
 
-const MeterCalibration& Meter::calibration() const { return impl_->sampler.calibration(); }
+const MeterCalibration& Meter::calibration() const { return impl_->sampler->calibration(); }
 
 std::optional<double> Meter::ownBytes(int gpu, MeterCounter c, int64_t start_ns, int64_t end_ns) const {
   const MeterCalibration& cal = calibration();
   if (!cal.calibrated || gpu < 0 || gpu >= static_cast<int>(cal.gpus.size())) return std::nullopt;
-  return impl_->sampler.withData([&](const std::vector<detail::Series>& series,
-                                     const std::vector<MeterDmonSample>& dmon) -> std::optional<double> {
+  return impl_->sampler->withData([&](const std::vector<detail::Series>& series,
+                                      const std::vector<MeterDmonSample>& dmon) -> std::optional<double> {
     const std::array<int64_t, kMeterReadKinds> reads =
         detail::readsInside(series[gpu], dmon, gpu, start_ns + 1, end_ns);
     return detail::ownBytes(cal.gpus[gpu], static_cast<int>(c), reads);
@@ -243,7 +304,7 @@ std::vector<std::array<std::optional<double>, kMeterCounters>> Meter::ownMBps() 
   std::vector<std::array<std::optional<double>, kMeterCounters>> out(gpus().size());
   if (!cal.calibrated) return out;
   // Over the span of each GPU's reads so far: every kind of read, at its calibrated cost.
-  return impl_->sampler.withData(
+  return impl_->sampler->withData(
       [&](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>& dmon) {
         for (size_t k = 0; k < out.size() && k < series.size(); ++k) {
           if (series[k].size() < 2) continue;

@@ -47,9 +47,29 @@ nlohmann::json countersJson(const std::array<std::optional<double>, kMeterCounte
 
 }  // namespace
 
+std::string pmLines(const MeterOptions& o, const Meter::PmStatus& st, const std::vector<MeterGpu>& gpus) {
+  if (o.source == MeterSource::kNvml) return "";
+  std::string out = fmt::format(
+      "# PM sampling (CUPTI, {}): a record every {} us on the GPU's clock, decoded every {} ms; {} records kept, "
+      "{} dropped (the session's first), {} gaps\n",
+      o.source == MeterSource::kPm ? "PCIe bytes from PM only" : "beside NVML: pm bytes and pm/nvml", o.pm_interval_us,
+      o.pm_decode_ms, st.records, st.dropped, st.holes);
+  for (size_t k = 0; k < st.own_bps.size() && k < gpus.size(); ++k) {
+    const auto& own = st.own_bps[k];
+    if (own[0] && own[1])
+      out += fmt::format(
+          "# GPU {} PM sampler's own traffic (measured at start, subtracted): tx {:.2f} MB/s, rx {:.2f} MB/s\n",
+          gpus[k].index, *own[0] / 1e6, *own[1] / 1e6);
+    else
+      out += fmt::format("# GPU {} PM sampler's own traffic not measured: PM figures include it\n", gpus[k].index);
+  }
+  if (!st.ended.empty()) out += "# warning: PM sampling ended early (" + st.ended + "): later windows are incomplete\n";
+  return out;
+}
+
 std::vector<MeterCounter> reportedCounters(const MeterOptions& o) {
   std::vector<MeterCounter> out{MeterCounter::kPcieTx, MeterCounter::kPcieRx};
-  if (o.method == MeterMethod::kDmon) return out;
+  if (o.method == MeterMethod::kDmon || o.source == MeterSource::kPm) return out;  // PM counts PCIe only
   if (o.nvlink) {
     out.push_back(MeterCounter::kNvlinkTx);
     out.push_back(MeterCounter::kNvlinkRx);
@@ -74,11 +94,23 @@ nlohmann::json toJson(const MeterGpu& g) {
 }
 
 nlohmann::json toJson(const MeterOptions& o) {
-  return {{"period_us", o.period_us},           {"idle_period_us", o.idle_period_us},
-          {"busy_mbps", o.busy_mbps},           {"calibrate", o.calibrate},
-          {"method", methodName(o.method)},     {"nvlink", o.nvlink},
-          {"nvlink_raw", o.nvlink_raw},         {"nvlink_links_per_call", o.nvlink_links_per_call},
-          {"dmon_period_ms", o.dmon_period_ms}, {"peak_span_ms", o.peak_span_ms}};
+  nlohmann::json j = {{"period_us", o.period_us},           {"idle_period_us", o.idle_period_us},
+                      {"busy_mbps", o.busy_mbps},           {"calibrate", o.calibrate},
+                      {"method", methodName(o.method)},     {"nvlink", o.nvlink},
+                      {"nvlink_raw", o.nvlink_raw},         {"nvlink_links_per_call", o.nvlink_links_per_call},
+                      {"dmon_period_ms", o.dmon_period_ms}, {"peak_span_ms", o.peak_span_ms}};
+  if (o.source != MeterSource::kNvml) {  // NVML-only records keep their earlier shape
+    j["source"] = meterSourceName(o.source);
+    j["pm_interval_us"] = o.pm_interval_us;
+    j["pm_decode_ms"] = o.pm_decode_ms;
+    j["pm_calibrate_ms"] = o.pm_calibrate_ms;
+  }
+  return j;
+}
+
+nlohmann::json toJson(const MeterPmSample& p, const std::vector<MeterGpu>& gpus) {
+  return {{"type", "pm_sample"},    {"gpu", gpus[p.gpu].index},    {"t_start_ns", p.t_start_ns},
+          {"t_end_ns", p.t_end_ns}, {"pcie_tx_bytes", p.bytes[0]}, {"pcie_rx_bytes", p.bytes[1]}};
 }
 
 nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus) {
@@ -126,12 +158,29 @@ nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus,
                                     {"samples", x.samples},
                                     {"dmon_mbps", opt(x.dmon_mbps)},
                                     {"dmon_samples", x.dmon_samples}};
+      if (x.pm_counted_bytes) {
+        nlohmann::json& j = cells[meterCounterName(c)];
+        j["pm_bytes"] = opt(x.pm_bytes);
+        j["pm_counted_bytes"] = opt(x.pm_counted_bytes);
+        j["pm_own_bytes"] = opt(x.pm_own_bytes);
+        j["pm_edge_bytes"] = opt(x.pm_edge_bytes);
+        j["pm_samples"] = x.pm_samples;
+        j["pm_ratio"] = opt(x.pm_ratio);
+      }
     }
     per_gpu.push_back({{"gpu", gpus[k].index}, {"counters", cells}});
   }
-  return {{"type", "window"},       {"name", w.name},     {"repetition", w.repetition},
-          {"start_ns", w.start_ns}, {"end_ns", w.end_ns}, {"duration_ms", (w.end_ns - w.start_ns) * 1e-6},
-          {"complete", w.complete}, {"gpus", per_gpu}};
+  nlohmann::json j = {{"type", "window"},       {"name", w.name},     {"repetition", w.repetition},
+                      {"start_ns", w.start_ns}, {"end_ns", w.end_ns}, {"duration_ms", (w.end_ns - w.start_ns) * 1e-6},
+                      {"complete", w.complete}, {"gpus", per_gpu}};
+  bool pm = false;
+  for (const auto& g : w.cells) pm = pm || g[0].pm_counted_bytes || g[1].pm_counted_bytes;
+  if (pm) {
+    j["pm_complete"] = w.pm_complete;
+    j["pm_note"] = w.pm_note;
+  }
+  if (pm || w.nvml_wrap_gaps > 0) j["nvml_wrap_gaps"] = w.nvml_wrap_gaps;
+  return j;
 }
 
 nlohmann::json toJson(const QuiesceRecord& q, const std::vector<MeterGpu>& gpus) {

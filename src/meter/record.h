@@ -19,6 +19,7 @@ nlohmann::json toJson(const MeterOptions& o);
 // "type": "sample"; the counters of the sample's group that the GPU supports (null: the read failed).
 nlohmann::json toJson(const MeterSample& s, const std::vector<MeterGpu>& gpus);
 nlohmann::json toJson(const MeterDmonSample& d, const std::vector<MeterGpu>& gpus);  // "type": "dmon"
+nlohmann::json toJson(const MeterPmSample& p, const std::vector<MeterGpu>& gpus);    // "type": "pm_sample"
 // "type": "window"; `counters` selects which cells appear (the others were not asked for).
 nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus,
                       const std::vector<MeterCounter>& counters);
@@ -33,6 +34,10 @@ MeterCalibration calibrationFromJson(const nlohmann::json& j, const std::vector<
 std::string ownTrafficLines(const MeterCalibration& c,
                             const std::vector<std::array<std::optional<double>, kMeterCounters>>& own_mbps,
                             const std::vector<MeterGpu>& gpus);
+
+// The PM sampler's lines under a report ('#' comments): its interval, its own traffic per GPU as
+// subtracted (or why not), records kept and dropped, and whether the session ended early.
+std::string pmLines(const MeterOptions& o, const Meter::PmStatus& st, const std::vector<MeterGpu>& gpus);
 
 // The counters a set of options asks for, in report order.
 std::vector<MeterCounter> reportedCounters(const MeterOptions& o);

@@ -112,7 +112,9 @@ Sampler::Sampler(const MeterOptions& options, SourceSet sources) : options_(opti
 }
 
 tpsResult_t Sampler::start(std::string* reason) {
-  if (!options_.calibrate) {
+  if (options_.source == MeterSource::kPm) {
+    calibration_.note = "NVML is not read (source pm): the PM sampler's own traffic is measured on its own";
+  } else if (!options_.calibrate) {
     calibration_.note = "not calibrated (turned off): figures include the meter's own reads";
   } else {
     CalibrationPlan plan;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "meter/pm.h"
 #include "tpscope/meter.h"
 
 namespace tpscope::detail {
@@ -67,12 +68,20 @@ struct SourceSet {
   std::vector<MeterGpu> gpus;
   std::vector<std::unique_ptr<CounterReader>> counters;  // empty when the method is dmon only
   std::vector<std::unique_ptr<DmonReader>> dmon;         // empty when the method is counters only
+  std::vector<std::unique_ptr<PmReader>> pm;             // per GPU with source pm/both; else empty
   // PIDs with a compute context on GPU position `gpu`; nullopt when the platform cannot say.
   std::function<std::optional<std::vector<unsigned>>(int gpu)> processes;
 };
 
 // The real GPUs through NVML (nvml_source.cc). Errors as Meter::start documents them.
 tpsResult_t openNvmlSources(const MeterOptions& options, SourceSet* out, std::string* reason);
+// A CUPTI PM-sampling reader per GPU of `gpus` (pm_cupti.cc): tpsUnavailable with *reason when
+// CUPTI is missing, lacks rights, or another profiler holds the device.
+tpsResult_t openCuptiPmReaders(const MeterOptions& options, const std::vector<MeterGpu>& gpus,
+                               std::vector<std::unique_ptr<PmReader>>* out, std::string* reason);
+// Every metric PM sampling offers on CUDA device `device` (first line: "# chip NAME, LIBRARY"); empty
+// with *reason when CUPTI is unavailable.
+std::vector<std::string> listCuptiPmMetrics(int device, std::string* reason);
 // Two scripted GPUs for tests and CI (fake_source.cc), chosen by MeterOptions::fake_gpus.
 tpsResult_t openFakeSources(const MeterOptions& options, SourceSet* out, std::string* reason);
 

@@ -2,11 +2,15 @@
 // phases.cc - prefill and decode timing, CUDA graph decode, AllReduce counts from tpsCommGetStats.
 #include "workload/phases.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/checks.h"
 #include "tpscope/meter.h"
@@ -34,6 +38,19 @@ void resetTraffic(const Model& m) {
   if (m.comm()) (void)tpsCommResetStats(m.comm());
 }
 
+// Marks the phase window on a meter that wraps this process (`tpscope meter -- tpscope tp ...`):
+// `begin NAME` / `end NAME` lines to the FIFO named by TPSCOPE_METER_PIPE, as any wrapped command
+// does (src/meter/control.h). Without the variable, nothing.
+void pipeMark(const char* verb, const char* name) {
+  static const int fd = [] {
+    const char* p = std::getenv("TPSCOPE_METER_PIPE");
+    return p && *p ? open(p, O_WRONLY | O_NONBLOCK | O_CLOEXEC) : -1;
+  }();
+  if (fd < 0) return;
+  const std::string line = fmt::format("{} {}\n", verb, name);
+  (void)!write(fd, line.data(), line.size());
+}
+
 tpsResult_t fail(tpsResult_t r, std::string* reason, const std::string& what) {
   if (reason->empty()) *reason = what;
   return r;
@@ -59,10 +76,12 @@ tpsResult_t runPrefill(Model& model, const PrefillOptions& o, Meter* meter, Phas
     return fail(tpsCudaError, reason, "the prefill warm-up failed (see the log)");
   resetTraffic(model);
   if (meter) (void)meter->begin("prefill");
+  pipeMark("begin", "prefill");
   const double t0 = now();
   tpsResult_t e = model.prefill(o.prompt, o.ubatch);
   if (e == tpsSuccess) e = model.synchronize();
   const double t1 = now();
+  pipeMark("end", "prefill");
   if (meter) (void)meter->end("prefill");
   if (e != tpsSuccess) return fail(e, reason, "prefill failed (see the log)");
   const Traffic t = traffic(model);
@@ -131,8 +150,10 @@ tpsResult_t runDecode(Model& model, const DecodeOptions& o, Meter* meter, PhaseR
   }
   resetTraffic(model);
   if (meter) (void)meter->begin("decode");
+  pipeMark("begin", "decode");
   double seconds = 0;
   tpsResult_t e = timeSteps(model, o, r.steps, exec, &seconds);
+  pipeMark("end", "decode");
   if (meter) (void)meter->end("decode");
   if (exec) (void)cudaGraphExecDestroy(exec);
   if (e != tpsSuccess) return fail(e, reason, "decode failed (see the log)");

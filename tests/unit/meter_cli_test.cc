@@ -105,6 +105,58 @@ TEST(MeterCli, WrappedCommandMarksWindowsAndItsExitCodeIsReturned) {
   EXPECT_NEAR(bytes, 1e9 * a["duration_ms"].get<double>() / 1000, 1e6);
 }
 
+TEST(MeterCli, PmSourceWritesPmFiguresAndATimelineOfEachWindow) {
+  const std::string path = ::testing::TempDir() + "meter_tl_" + std::to_string(getpid()) + ".jsonl";
+  Result r = tpscope({"meter", "--source", "pm", "--format", "json", "--timeline", path, "--", "sh", "-c",
+                      "echo 'begin a' > \"$TPSCOPE_METER_PIPE\"; sleep 0.1; echo 'end a' > \"$TPSCOPE_METER_PIPE\""});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["context"]["options"]["source"], "pm");
+  ASSERT_EQ(doc["windows"].size(), 2u);
+  const auto& a = doc["windows"][0];
+  EXPECT_TRUE(a["pm_complete"].get<bool>()) << a["pm_note"];
+  const auto& tx = a["gpus"][0]["counters"]["pcie_tx"];
+  EXPECT_FALSE(a["gpus"][0]["counters"].contains("nvlink_tx"));  // PM counts PCIe only
+  // The fake GPU0 sends 1000 MB/s; the sampler's own traffic, measured while it did, is not subtracted.
+  EXPECT_NEAR(tx["pm_counted_bytes"].get<double>(), 1e9 * a["duration_ms"].get<double>() / 1e3, 0.01 * 1e8);
+  EXPECT_EQ(tx["bytes"], tx["pm_bytes"]);
+  EXPECT_TRUE(doc["pm"]["ended"].get<std::string>().empty());
+  EXPECT_EQ(doc["pm"]["dropped"], 2);  // the first record of each GPU's session
+  std::ifstream f(path);
+  int n = 0, gpu0 = 0;
+  double last_us = -1e9, covered_to = 0;
+  for (std::string l; std::getline(f, l); ++n) {
+    const nlohmann::json j = nlohmann::json::parse(l);
+    EXPECT_EQ(j["type"], "timeline");
+    EXPECT_EQ(j["window"], "a") << "the whole-command window is left out when the command marks windows";
+    if (j["gpu"] != 0) continue;
+    ++gpu0;
+    EXPECT_GT(j["t_us"].get<double>(), last_us);  // time order
+    if (last_us > -1e9) EXPECT_NEAR(j["t_us"].get<double>(), covered_to, 1e-3) << "records back to back";
+    last_us = j["t_us"];
+    covered_to = last_us + j["dur_us"].get<double>();
+  }
+  std::remove(path.c_str());
+  EXPECT_GE(gpu0, static_cast<int>(a["duration_ms"].get<double>() * 10));  // 100 us records over the window
+  EXPECT_GE(covered_to, a["duration_ms"].get<double>() * 1e3);
+  EXPECT_EQ(n, 2 * gpu0);
+}
+
+TEST(MeterCli, PmOptionsAreCheckedAndAMissingCuptiSaysWhy) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"meter", "--timeline", "x.jsonl", "--", "true"},
+                                        {"meter", "--source", "pm", "--timeline", "x.jsonl"},
+                                        {"meter", "--source", "pm", "--pm-interval-us", "5", "--", "true"},
+                                        {"meter", "--source", "cupti", "--", "true"}}) {
+    Result r = tpscope(args);
+    EXPECT_EQ(r.exit_code, 2) << args[1] << ": " << r.err;
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+  }
+  Result r = tpscope({"meter", "--list-pm-metrics"}, {"TPSCOPE_CUPTI_LIBRARY=/nonexistent/libcupti.so"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("libcupti not found (tried /nonexistent/libcupti.so)"), std::string::npos) << r.err;
+}
+
 TEST(MeterCli, SummaryTableHasOneRowPerWindowGpuAndCounter) {
   Result r = tpscope({"meter", "--no-nvlink", "--", "sh", "-c", kMarks});
   EXPECT_EQ(r.exit_code, 3);

@@ -54,11 +54,17 @@ TEST(TpCli, BadSplitsAndDevicesAreUsageErrors) {
   expectUsageError("--split none --devices 0,1", "one GPU");
   expectUsageError("--split layer --devices 0", "at least 2 devices");
   expectUsageError("--preset tiny --split tensor --devices 0,1,2", "divisible by 3");
-  expectUsageError("--split tensor --devices 0,0", "appears twice");
+  expectUsageError("--split layer --devices 0,0", "appears twice");  // only tensor positions may share a GPU
   expectUsageError("--split tensor --devices 0,x", "bad GPU index");
   expectUsageError("--split layer --backend nccl", "--split tensor only");
   expectUsageError("--split tensor --backend shm", "--backend");
   expectUsageError("--preset tiny --split layer --devices 0,1,2,3,4", "at least 5 layers");
+}
+
+TEST(TpCli, TensorPositionsMayShareAGpu) {
+  CliResult r = runTpscope("tp --preset tiny --split tensor --devices 0,0 --estimate --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["config"]["devices"], nlohmann::json({0, 0}));
 }
 
 TEST(TpCli, EstimateNeedsNoGpu) {

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +25,7 @@
 
 #include "meter/control.h"
 #include "meter/record.h"
+#include "meter/source.h"
 
 extern char** environ;
 
@@ -109,6 +111,23 @@ class MeterCommand : public Command {
     sub_->add_option("--method", method_, "counters (byte counters), dmon (nvidia-smi dmon's 20 ms snapshot) or both")
         ->check(CLI::IsMember({"counters", "dmon", "both"}))
         ->capture_default_str();
+    sub_->add_option(
+            "--source", source_,
+            "Where bytes come from: nvml (cumulative counters), pm (CUPTI PM sampling: the GPU counts PCIe "
+            "bytes per interval on its own clock; needs profiling rights) or both (PM and PM/NVML beside NVML)")
+        ->check(CLI::IsMember({"nvml", "pm", "both"}))
+        ->capture_default_str();
+    sub_->add_option("--pm-interval-us", pm_interval_us_, "PM sampling interval in us (10-1000000)")
+        ->check(CLI::Range(10, 1000000))
+        ->capture_default_str();
+    sub_->add_option("--pm-decode-ms", pm_decode_ms_, "How often PM records are decoded off the GPU's buffer, ms")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
+    sub_->add_option("--timeline", timeline_,
+                     "Wrapped mode, with --source pm|both: write each PM record of each window (JSONL; the 'command' "
+                     "window only when the command marked none); scripts/plot_timeline.py draws it");
+    sub_->add_flag("--list-pm-metrics", list_pm_,
+                   "Print the PM-sampling metrics CUPTI offers on the first GPU of -i (default 0), then exit");
     sub_->add_option("--format", format_, "Output format")
         ->check(CLI::IsMember({"table", "csv", "json"}))
         ->capture_default_str();
@@ -133,7 +152,13 @@ class MeterCommand : public Command {
   CLI::App* subcommand() const override { return sub_; }
 
   int run() override {
+    if (list_pm_) return listPm();
     MeterOptions o;
+    o.source = source_ == "pm" ? MeterSource::kPm : source_ == "both" ? MeterSource::kBoth : MeterSource::kNvml;
+    o.pm_interval_us = pm_interval_us_;
+    o.pm_decode_ms = pm_decode_ms_;
+    if (!timeline_.empty() && o.source == MeterSource::kNvml) throw UsageError("--timeline needs --source pm or both");
+    if (!timeline_.empty() && command_.empty()) throw UsageError("--timeline needs a wrapped command (-- CMD)");
     o.devices = parseDeviceList(devices_, "-i");
     o.period_us = period_us_;
     o.idle_period_us = idle_period_us_;
@@ -146,8 +171,12 @@ class MeterCommand : public Command {
       throw UsageError("-o takes T, D or DT, not '" + stamp_ + "'");
     if (o.nvlink_raw && no_nvlink_) throw UsageError("--nvlink-raw and --no-nvlink contradict each other");
 
-    // Open --out before measuring anything, so a bad path costs nothing.
-    std::ofstream out, out_windows;
+    // Open --out and --timeline before measuring anything, so a bad path costs nothing.
+    std::ofstream out, out_windows, timeline;
+    if (!timeline_.empty()) {
+      timeline.open(timeline_);
+      if (!timeline) return fail(kExitRuntime, "cannot write --timeline " + timeline_ + ": " + std::strerror(errno));
+    }
     if (!out_.empty()) {
       out.open(out_);
       if (!out) return fail(kExitRuntime, "cannot write --out " + out_ + ": " + std::strerror(errno));
@@ -168,6 +197,11 @@ class MeterCommand : public Command {
     if (r == tpsInvalidArgument) return fail(kExitUsage, reason);
     if (r != tpsSuccess) return fail(kExitRuntime, reason);
     int code = command_.empty() ? runLive(*meter) : runWrapped(*meter);
+    if (timeline.is_open() && !writeTimeline(*meter, timeline)) {
+      std::fprintf(stderr, "tpscope: error: writing --timeline %s failed (%s)\n", timeline_.c_str(),
+                   std::strerror(errno));
+      if (code == kExitOk) code = kExitRuntime;
+    }
     if (!out_.empty() && !writeOut(*meter, out, out_windows)) {
       std::fprintf(stderr, "tpscope: error: writing --out %s failed (%s); the summary above is complete\n",
                    out_.c_str(), std::strerror(errno));
@@ -336,6 +370,7 @@ class MeterCommand : public Command {
     summary.quiesce = meter.quiesceRecords();
     summary.calibration = meter.calibration();
     summary.own_mbps = meter.ownMBps();
+    summary.pm = meter.pmStatus();
     if (format_ == "json")
       std::printf("%s\n", summaryJson(summary).dump(2).c_str());
     else if (format_ == "csv")
@@ -344,6 +379,48 @@ class MeterCommand : public Command {
       std::fputs(summaryTable(summary).c_str(), stdout);
     std::fflush(stdout);
     return code;
+  }
+
+  int listPm() {
+    std::vector<int> ids = parseDeviceList(devices_, "-i");
+    std::string reason;
+    std::vector<std::string> names = detail::listCuptiPmMetrics(ids.empty() ? 0 : ids[0], &reason);
+    for (const std::string& n : names) std::printf("%s\n", n.c_str());
+    if (!reason.empty()) return fail(kExitRuntime, "cannot list PM metrics: " + reason);
+    return kExitOk;
+  }
+
+  // One line per PM record per window it touches: the window, its GPU, the record's times (also
+  // relative to the window's start, us) and bytes per direction.
+  bool writeTimeline(const Meter& meter, std::ofstream& out) {
+    const std::vector<MeterWindow> windows = meter.windows();
+    const std::vector<MeterPmSample> samples = meter.pmSamples();
+    const bool marked =
+        std::any_of(windows.begin(), windows.end(), [](const MeterWindow& w) { return w.name != "command"; });
+    for (const MeterWindow& w : windows) {
+      if (marked && w.name == "command") continue;
+      auto it = std::lower_bound(samples.begin(), samples.end(), w.start_ns,
+                                 [](const MeterPmSample& p, int64_t t) { return p.t_end_ns <= t; });
+      // Samples are GPU by GPU, each GPU's in time order: search each GPU's run.
+      for (size_t k = 0; k < meter.gpus().size(); ++k) {
+        auto first =
+            std::find_if(samples.begin(), samples.end(), [k](const MeterPmSample& p) { return p.gpu == int(k); });
+        auto last = std::find_if(first, samples.end(), [k](const MeterPmSample& p) { return p.gpu != int(k); });
+        it = std::lower_bound(first, last, w.start_ns,
+                              [](const MeterPmSample& p, int64_t t) { return p.t_end_ns <= t; });
+        for (; it != last && it->t_start_ns < w.end_ns; ++it) {
+          nlohmann::json j = toJson(*it, meter.gpus());
+          j["type"] = "timeline";
+          j["window"] = w.name;
+          j["repetition"] = w.repetition;
+          j["t_us"] = (it->t_start_ns - w.start_ns) * 1e-3;
+          j["dur_us"] = (it->t_end_ns - it->t_start_ns) * 1e-3;
+          out << j.dump() << "\n";
+        }
+      }
+    }
+    out.flush();
+    return out.good();
   }
 
   // Every sample, dmon reading, window, quiescing record and cadence line.
@@ -367,6 +444,7 @@ class MeterCommand : public Command {
     out << head.dump() << "\n";
     for (const MeterSample& s : meter.samples()) out << toJson(s, gpus).dump() << "\n";
     for (const MeterDmonSample& d : meter.dmonSamples()) out << toJson(d, gpus).dump() << "\n";
+    for (const MeterPmSample& p : meter.pmSamples()) out << toJson(p, gpus).dump() << "\n";
     for (const MeterWindow& w : meter.windows()) out << toJson(w, gpus, counters).dump() << "\n";
     for (const QuiesceRecord& q : meter.quiesceRecords()) out << toJson(q, gpus).dump() << "\n";
     for (const MeterCadence& c : meter.cadence()) out << toJson(c, gpus).dump() << "\n";
@@ -375,7 +453,9 @@ class MeterCommand : public Command {
   }
 
   CLI::App* sub_ = nullptr;
-  std::string devices_, stamp_, method_ = "counters", format_ = "table", out_;
+  std::string devices_, stamp_, method_ = "counters", format_ = "table", out_, source_ = "nvml", timeline_;
+  int64_t pm_interval_us_ = 100, pm_decode_ms_ = 50;
+  bool list_pm_ = false;
   int64_t delay_ms_ = 1000, count_ = 0, period_us_ = 0, idle_period_us_ = 0, dmon_period_ms_ = 1000, quiesce_ms_ = 0;
   bool no_calibrate_ = false;
   double quiesce_mbps_ = 100;

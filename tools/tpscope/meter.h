@@ -43,6 +43,7 @@ struct MeterSummary {
   MeterCalibration calibration;
   std::vector<std::array<std::optional<double>, kMeterCounters>> own_mbps;  // [gpu position]: Meter::ownMBps()
   std::vector<std::string> command;
+  Meter::PmStatus pm;            // source pm/both: Meter::pmStatus()
   std::optional<int> exit_code;  // nullopt: the command did not run
   bool interrupted = false;
 };

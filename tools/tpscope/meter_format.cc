@@ -47,7 +47,7 @@ const char* methodText(MeterMethod m) {
 
 // The most the true bytes can differ from the prorated figure, as a share of it.
 std::optional<double> edgePercent(const MeterCell& c) {
-  if (!c.bytes || !c.bytes_low || !c.bytes_high || *c.bytes <= 0) return std::nullopt;
+  if (!c.bytes || !c.bytes_low || !c.bytes_high || *c.bytes < 1) return std::nullopt;  // no bytes: no share
   return 100.0 * std::max(*c.bytes - *c.bytes_low, *c.bytes_high - *c.bytes) / *c.bytes;
 }
 
@@ -160,7 +160,27 @@ std::string summaryTable(const MeterSummary& s) {
                            dmon ? fmt::format(" {:>10}", isPcie(c) ? num(x.dmon_mbps, "{:.1f}") : "") : "");
       }
     }
-    if (!w.complete) out += fmt::format("# warning: window '{}' has no read after its end on some GPU\n", w.name);
+    if (s.options.source == MeterSource::kBoth)
+      for (size_t k = 0; k < w.cells.size(); ++k)
+        for (MeterCounter c : {MeterCounter::kPcieTx, MeterCounter::kPcieRx}) {
+          const MeterCell& x = w.cells[k][static_cast<int>(c)];
+          out += fmt::format(
+              "   {:<19} {:>3} {:>10} {:>4}  {:<13} {:>14} {:>10} {:>10} pm/nvml {} edge {} B, {} records\n", w.name,
+              w.repetition, "", s.gpus[k].index, std::string("pm ") + meterCounterName(c), num(x.pm_bytes),
+              num(x.pm_own_bytes),
+              x.pm_bytes ? num(*x.pm_bytes / std::max(1e-9, (w.end_ns - w.start_ns) * 1e-9) / 1e6, "{:.1f}")
+                         : std::string("N/A"),
+              num(x.pm_ratio, "{:.4f}"), num(x.pm_edge_bytes), x.pm_samples);
+        }
+    if (!w.complete && s.options.source != MeterSource::kPm)
+      out += fmt::format("# warning: window '{}' has no read after its end on some GPU\n", w.name);
+    if (!w.pm_complete) out += fmt::format("# warning: window '{}' is incomplete in PM: {}\n", w.name, w.pm_note);
+    if (w.nvml_wrap_gaps > 0)
+      out += fmt::format(
+          "# warning: window '{}' holds {} NVML read gap{} long enough for a PCIe counter to wrap unseen at line "
+          "rate{}\n",
+          w.name, w.nvml_wrap_gaps, w.nvml_wrap_gaps == 1 ? "" : "s",
+          s.options.source == MeterSource::kBoth ? " (PM bytes beside it are the cross-check)" : "");
   }
   bool repeated = false;
   for (const auto& [name, ws] : by_name) repeated = repeated || ws.size() > 1;
@@ -183,7 +203,8 @@ std::string summaryTable(const MeterSummary& s) {
       }
     }
   }
-  out += ownTrafficLines(s.calibration, s.own_mbps, s.gpus);
+  if (s.options.source != MeterSource::kPm) out += ownTrafficLines(s.calibration, s.own_mbps, s.gpus);
+  out += pmLines(s.options, s.pm, s.gpus);
   for (const MeterCadence& c : s.cadence) {
     if (c.dropped)
       out += fmt::format("# warning: GPU {} lost {} {} reads (ring full)\n", s.gpus[c.gpu].index, c.dropped,
@@ -226,6 +247,20 @@ nlohmann::json summaryJson(const MeterSummary& s) {
   doc["windows"] = windows;
   doc["cadence"] = cadence;
   doc["quiesce"] = quiesce;
+  if (s.options.source != MeterSource::kNvml) {
+    nlohmann::json own = nlohmann::json::array();
+    for (size_t k = 0; k < s.pm.own_bps.size() && k < s.gpus.size(); ++k) {
+      const auto& o = s.pm.own_bps[k];
+      own.push_back({{"gpu", s.gpus[k].index},
+                     {"pcie_tx_mbps", o[0] ? nlohmann::json(*o[0] / 1e6) : nlohmann::json(nullptr)},
+                     {"pcie_rx_mbps", o[1] ? nlohmann::json(*o[1] / 1e6) : nlohmann::json(nullptr)}});
+    }
+    doc["pm"] = {{"records", s.pm.records},
+                 {"dropped", s.pm.dropped},
+                 {"holes", s.pm.holes},
+                 {"ended", s.pm.ended},
+                 {"own_traffic", own}};
+  }
   return doc;
 }
 

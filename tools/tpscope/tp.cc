@@ -111,6 +111,8 @@ class TpCommand : public Command {
     workload::ModelOptions mo;
     mo.config = o_.config, mo.split = o_.split, mo.devices = o_.devices, mo.backend = backendOf(o_.backend);
     mo.seed = o_.seed, mo.shape = shape;
+    for (size_t i = 0; i < o_.devices.size(); ++i)
+      for (size_t j = 0; j < i; ++j) mo.shared_devices = mo.shared_devices || o_.devices[i] == o_.devices[j];
     mo.prefill_attention = *workload::parsePrefillAttention(o_.prefill_attention);
     mo.kernels.reduction = *workload::parseReduction(o_.reduction);
     mo.kernels.rope = *workload::parseRopeKernel(o_.rope_kernel);
@@ -157,7 +159,9 @@ class TpCommand : public Command {
     if (std::string bad = workload::applyOverrides(dims_, &*c); !bad.empty()) throw UsageError("--dims: " + bad);
     o_.config = *c;
     o_.split = *workload::parseSplitMode(split_);
-    o_.devices = parseDeviceList(devices_, "--devices");
+    // Tensor split may repeat a GPU ("0,0"): its positions share it (tpsConfig_t.shared_devices), so
+    // the split's AllReduces can be watched on one GPU (decode then runs eagerly: no graph).
+    o_.devices = parseDeviceList(devices_, "--devices", /*repeats=*/o_.split == workload::SplitMode::kTensor);
     if (o_.devices.empty())
       o_.devices = o_.split == workload::SplitMode::kNone ? std::vector<int>{0} : std::vector<int>{0, 1};
     if (o_.decode.tokens_per_step < 1)

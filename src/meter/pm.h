@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: Apache-2.0
+// pm.h - the PM-sampling counter source: the GPU counts PCIe bytes itself, one record per sampling
+// interval (10 us - 1 ms), on its own clock.
+//
+// Pieces, each a plain function or class of recorded data (no threads, no hardware), unit-tested:
+//   PmRecord         one decoded sample as the source returns it: the source clock, bytes per
+//                    direction (CUPTI: pcie__read_bytes.sum = bytes the GPU receives = PCIe RX,
+//                    pcie__write_bytes.sum = bytes it sends = PCIe TX).
+//   ClockMap         the source clock -> the meter's monotonic clock, measured once at start.
+//   PmSeriesBuilder  maps and appends records, drops the first record of the session (it starts
+//                    before the configuration and ends at the start), and marks holes: a gap
+//                    between two records, or an overflow or failed decode, after which the session
+//                    has nothing more (the hole runs to the end of time).
+//   computePm        the bytes of a window: records inside count fully, the two edge records are
+//                    prorated by time; the truth lies between the records inside only (low) and
+//                    every record touching the window (high). A hole touching the window, or a
+//                    window not covered by records, makes the figure incomplete.
+// The sampler's own traffic (the records it writes to host memory, its decode calls) is a steady
+// rate, measured at start over quiet intervals (pmQuietRate) and subtracted per window.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpscope/meter.h"
+
+namespace tpscope::detail {
+
+// Direction index of PM bytes: [0] = PCIe TX (the GPU sends), [1] = PCIe RX (the GPU receives),
+// the order of MeterCounter::kPcieTx / kPcieRx.
+constexpr int kPmTx = 0, kPmRx = 1;
+
+struct PmRecord {
+  int64_t start_ns = 0, end_ns = 0;  // the source's clock (CUPTI: CLOCK_REALTIME nanoseconds)
+  std::array<double, 2> bytes{};     // [kPmTx], [kPmRx]
+};
+
+// What one decode returned. overflow / error: the session ended (CUPTI refuses every later decode
+// after an overflow); the records before it are still good.
+struct PmBatch {
+  std::vector<PmRecord> records;
+  bool overflow = false;
+  std::string error;  // empty: fine
+};
+
+// One GPU's PM session. decode() is called from one thread only.
+class PmReader {
+ public:
+  virtual ~PmReader() = default;
+  // The source clock now (CLOCK_REALTIME for CUPTI), read right beside monotonicNs() by ClockMap.
+  virtual int64_t sourceNow() const = 0;
+  // Starts sampling; false with *reason when it cannot.
+  virtual bool start(std::string* reason) = 0;
+  // Appends every record completed since the last call.
+  virtual void decode(PmBatch* out) = 0;
+  // Stops sampling (records completed before the call can still be decoded once more).
+  virtual void stop() = 0;
+};
+
+// source clock - monotonic clock, measured once: the tightest of `tries` bracketed readings.
+struct ClockMap {
+  int64_t offset_ns = 0;
+  int64_t toMonotonic(int64_t source_ns) const { return source_ns - offset_ns; }
+  static ClockMap measure(const std::function<int64_t()>& source_now, const std::function<int64_t()>& monotonic_now,
+                          int tries = 7);
+};
+
+// An interval without records: [from_ns, to_ns) in the monotonic clock; to_ns = INT64_MAX when
+// the session ended there (overflow, failed decode).
+struct PmHole {
+  int64_t from_ns = 0, to_ns = 0;
+  std::string why;  // "gap", "overflow", or the source's error
+};
+
+struct PmSeries {
+  std::vector<MeterPmSample> samples;  // monotonic clock, in time order
+  std::vector<PmHole> holes;
+  bool ended = false;  // an overflow or a failed decode ended the session
+};
+
+class PmSeriesBuilder {
+ public:
+  // gap_ns: a space between two records longer than this is a hole (records are back to back).
+  PmSeriesBuilder(int gpu, ClockMap map, int64_t gap_ns) : gpu_(gpu), map_(map), gap_ns_(gap_ns) {}
+  void append(const PmBatch& batch, PmSeries* out);
+  int64_t dropped() const { return dropped_; }  // records dropped (the session's first)
+
+ private:
+  int gpu_;
+  ClockMap map_;
+  int64_t gap_ns_;
+  bool first_seen_ = false;
+  int64_t dropped_ = 0;
+};
+
+// One direction of one GPU over one window.
+struct PmFigure {
+  double bytes = 0;          // prorated
+  double low = 0, high = 0;  // records inside only / every record touching the window
+  double edge_bytes = 0;     // max(bytes - low, high - bytes): the edge bound
+  int samples = 0;           // records touching the window
+  bool complete = false;     // covered by records, no hole touching it
+  std::string why;           // what made it incomplete ("" when complete)
+};
+PmFigure computePm(const PmSeries& s, int dir, int64_t start_ns, int64_t end_ns);
+
+// The median rate (bytes/s per direction) of the records over `slices` equal slices of [from, to];
+// nullopt for a direction when the slices are not covered.
+std::array<std::optional<double>, 2> pmQuietRate(const PmSeries& s, int64_t from_ns, int64_t to_ns, int slices = 5);
+
+// Wrap gaps: spaces between consecutive PCIe reads of `series` long enough for a 32-bit counter to
+// wrap unseen at `ceiling_mbps`, that overlap [start, end].
+int nvmlWrapGapsIn(const std::vector<MeterSample>& series, int64_t start_ns, int64_t end_ns,
+                   std::optional<double> ceiling_mbps);
+
+// Fills the PM fields of a window's cells (pm_*), from figures of every GPU; own_bps[k][dir] is the
+// sampler's own rate on GPU k (nullopt: not measured, gross). When `replace`, the cell's main
+// figures (bytes, bounds, mean, share) become PM's (source pm); else PM stays beside NVML and the
+// ratio PM/NVML is filled (source both), and PM is also made net of NVML's reads in the window (the
+// cell's own_bytes, which PM sees as traffic too).
+void applyPm(MeterWindow* w, const std::vector<PmSeries>& series, const std::vector<MeterGpu>& gpus,
+             const std::vector<std::array<std::optional<double>, 2>>& own_bps, bool replace, double peak_span_ms = 0);
+
+// The highest counted rate (MB/s) over any run of consecutive records inside [start, end] that spans
+// at least peak_span_ms; nullopt when no run inside is that long.
+std::optional<double> pmPeakMBps(const PmSeries& s, int dir, int64_t start_ns, int64_t end_ns, double peak_span_ms);
+
+}  // namespace tpscope::detail
