@@ -10,8 +10,10 @@
 //    the sum of one value with zeros is that value, exact (a negative zero comes back as +0). This costs
 //    world-size times the bytes of a real all-gather; it is there so that DTensor's Shard -> Replicate
 //    (a column-parallel output gathered) runs on the same communicator.
+//  * barrier on a CUDA device (barrier(device_ids=...), a group bound to a device): a one-word
+//    all-reduce the CPU waits for.
 //  * Everything else: torch's own "Backend tpscope does not support X" (with "cpu:gloo,cuda:tpscope",
-//    CPU tensors and barrier never reach this backend).
+//    CPU tensors never reach this backend).
 //
 // Streams. A call is ordered on the caller's current stream. The library refuses the legacy default
 // stream (PyTorch's default), so a call made there runs on a side stream of this backend that waits for
@@ -62,25 +64,30 @@ void check_tps(tpsResult_t r, const char* what) {
               " (the library's log line on stderr says more)");
 }
 
-// The one line each refused tensor gets.
+// The one line each refused tensor gets (dtype and layout first, so that they can be checked anywhere).
 tpsDataType_t check_tensor(const at::Tensor& t, int device, const char* op) {
-  TORCH_CHECK(t.device().is_cuda(), "tpscope: ", op, " takes CUDA tensors; got one on ", t.device().str(),
-              " (use \"cpu:gloo,cuda:tpscope\" so that CPU tensors go to gloo)");
-  TORCH_CHECK(t.device().index() == device, "tpscope: ", op, " takes tensors on this rank's device cuda:", device,
-              "; got one on ", t.device().str());
-  TORCH_CHECK(t.is_contiguous(), "tpscope: ", op, " takes contiguous tensors; got one of strides ", t.strides(),
-              " (call .contiguous() first)");
-  TORCH_CHECK(!t.is_sparse(), "tpscope: ", op, " takes dense tensors");
+  TORCH_CHECK(t.layout() == at::kStrided, "tpscope: ", op, " takes dense tensors; got a ", t.layout(), " one");
+  tpsDataType_t dtype = tpsNumDataTypes;
   switch (t.scalar_type()) {
     case at::kFloat:
-      return tpsFloat32;
+      dtype = tpsFloat32;
+      break;
     case at::kHalf:
-      return tpsFloat16;
+      dtype = tpsFloat16;
+      break;
     case at::kBFloat16:
-      return tpsBfloat16;
+      dtype = tpsBfloat16;
+      break;
     default:
       TORCH_CHECK(false, "tpscope: ", op, " takes float32, float16 or bfloat16 tensors; got ", t.scalar_type());
   }
+  TORCH_CHECK(t.is_contiguous(), "tpscope: ", op, " takes contiguous tensors; got one of strides ", t.strides(),
+              " (call .contiguous() first)");
+  TORCH_CHECK(t.device().is_cuda(), "tpscope: ", op, " takes CUDA tensors; got one on ", t.device().str(),
+              " (with \"cpu:gloo,cuda:tpscope\" CPU tensors go to gloo)");
+  TORCH_CHECK(t.device().index() == device, "tpscope: ", op, " takes tensors on this rank's device cuda:", device,
+              "; got one on ", t.device().str());
+  return dtype;
 }
 
 // Whether a stream is being captured into a CUDA graph.
@@ -295,6 +302,22 @@ class TpscopeBackend : public c10d::Backend {
     });
   }
 
+  // barrier(device_ids=[...]) and a group bound to a device land here: a one-word all-reduce that the
+  // CPU waits for, as ProcessGroupNCCL's barrier does.
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    c10::cuda::CUDAGuard guard(device_);
+    std::vector<at::Tensor> word{at::zeros({2}, at::TensorOptions().device(at::kCUDA, device_).dtype(at::kFloat))};
+    auto work = enqueue(c10d::OpType::BARRIER, word, [&](cudaStream_t s) { reduce(word[0], tpsFloat32, s); });
+    auto future = work->getFuture();
+    if (PyGILState_Check()) {  // torch's binding releases the GIL before a collective; a direct call may not
+      pybind11::gil_scoped_release nogil;
+      future->wait();  // rethrows the call's error
+    } else {
+      future->wait();
+    }
+    return work;
+  }
+
  private:
   static void check_sum(const c10d::ReduceOp& op, const char* what) {
     TORCH_CHECK(op.op_ == c10d::ReduceOp::SUM, "tpscope: ", what, " supports ReduceOp.SUM only");
@@ -414,4 +437,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(pybind11::init<int, int, const std::string&, int, const std::string&>(), pybind11::arg("rank"),
            pybind11::arg("size"), pybind11::arg("unique_id"), pybind11::arg("device"), pybind11::arg("config"));
   m.def("config_bytes", [] { return sizeof(tpsConfig_t); });
+  // The tensor checks alone, as each collective makes them (tests reach them without a GPU).
+  m.def(
+      "check_tensor",
+      [](const at::Tensor& t, int device, const std::string& op) {
+        return static_cast<int>(tpscope_torch::check_tensor(t, device, op.c_str()));
+      },
+      pybind11::arg("tensor"), pybind11::arg("device"), pybind11::arg("op") = "all_reduce");
 }
