@@ -174,6 +174,8 @@ def worker(rank, nranks, port, result):
                 check(rank, nranks, out)
             except Exception as e:
                 out[check.__name__.replace("check_", "")] = (False, "raised: %s" % str(e).splitlines()[0])
+            print("rank %d after %s: %s" % (rank, check.__name__, {k: v for k, v in out.items() if k != "notes"}),
+                  flush=True)
         check_refusals(rank, out)
         dist.barrier()
         dist.destroy_process_group()
@@ -248,7 +250,7 @@ def main():
     tt.extension()  # compile once, before the ranks start
     checks = {}
     t0 = time.monotonic()
-    res = spawn(worker, args.nranks, 240)
+    res = spawn(worker, args.nranks, 75)
     for rank in range(args.nranks):
         for name, (ok, detail) in res.get(rank, {"ranks": (False, "rank %d gave no result" % rank)}).items():
             if name == "notes":
@@ -256,10 +258,10 @@ def main():
             prev = checks.get(name)
             checks[name] = (ok and (prev is None or prev[0]), detail if not ok or prev is None else prev[1])
     checks["collectives_s"] = (True, "%.1f" % (time.monotonic() - t0))
-    cpu = spawn(cpu_only_worker, args.nranks, 60)
+    cpu = spawn(cpu_only_worker, args.nranks, 25)
     msg = cpu.get(0)
     checks["cpu-tensor"] = (bool(msg) and "cpu" in msg.lower(), str(msg))
-    dead = spawn(dead_worker, args.nranks, 60).get(0)
+    dead = spawn(dead_worker, args.nranks, 30).get(0)
     ok = bool(dead) and dead["error"] is not None and dead["elapsed_s"] < SPIN_MS / 1000 + 2
     checks["dead-rank"] = (ok, json.dumps(dead) + " (spin timeout %d ms)" % SPIN_MS)
     failed = 0
