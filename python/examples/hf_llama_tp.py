@@ -17,8 +17,11 @@ Prefill (one forward of --prompt-tokens random ids) and decode (--new-tokens gre
 cache) are timed, and marked on the meter's pipe when $TPSCOPE_METER_PIPE is set (rank 0 writes
 `begin prefill` / `end prefill` / `begin decode` / `end decode`), so `tpscope arms` with
 engine = "command" measures them. --compare: rank 0 then loads the same weights unsharded (TP=1) and
-runs the same steps: the prefill logits must agree within bf16 tolerance and the greedy tokens must be
-equal. Exit status 0 when they do (or without --compare).
+runs the same steps: the prefill logits must agree within the dtype's tolerance and the greedy tokens
+must be equal, or part where TP=1's two best logits were closer than the logits' own difference (a
+near-tie: random weights give flat logits, and the order of a sum may then pick either; --dtype
+float32 makes such ties rare enough that 32 tokens agree). Exit status 0 when they do (or without
+--compare).
 
 --launch (for `tpscope arms`): reads TPSCOPE_DEVICES ("0,1") and TPSCOPE_SPLIT; split "tensor" starts
 one rank per listed device with torchrun, anything else runs one process (TP=1, no process group).
@@ -40,6 +43,8 @@ def parse():
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                    help="the weights' and activations' type (the file holds bfloat16)")
     ap.add_argument("--compare", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--launch", action="store_true")
@@ -91,8 +96,14 @@ def local(t):
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
+def top2_gap(logits):
+    v = logits[0, -1].float().topk(2).values
+    return float(v[0] - v[1])
+
+
 def run_steps(model, ids, new_tokens, marks, sync):
-    """Prefill then greedy decode with the KV cache; the prefill logits, the tokens and the two times."""
+    """Prefill then greedy decode with the KV cache: the prefill logits, the tokens, each step's gap
+    between its two largest logits, and the two times."""
     import torch
     with torch.no_grad():
         sync()
@@ -106,6 +117,7 @@ def run_steps(model, ids, new_tokens, marks, sync):
         past = out.past_key_values
         tok = local(out.logits)[:, -1:].argmax(-1)
         tokens = [int(tok)]
+        gaps = [top2_gap(local(out.logits))]
         marks.mark("begin", "decode")
         t2 = time.perf_counter()
         for _ in range(new_tokens - 1):
@@ -113,10 +125,11 @@ def run_steps(model, ids, new_tokens, marks, sync):
             past = out.past_key_values
             tok = local(out.logits)[:, -1:].argmax(-1)
             tokens.append(int(tok))
+            gaps.append(top2_gap(local(out.logits)))
         sync()
         t3 = time.perf_counter()
         marks.mark("end", "decode")
-    return logits, tokens, t1 - t0, t3 - t2
+    return logits, tokens, gaps, t1 - t0, t3 - t2
 
 
 def main():
@@ -132,6 +145,7 @@ def main():
     device = local % torch.cuda.device_count()
     torch.cuda.set_device(device)
     sync = torch.cuda.synchronize
+    dtype = getattr(torch, args.dtype)
     tp = world > 1
     if tp:
         import torch.distributed as dist
@@ -147,16 +161,15 @@ def main():
         make_model(args.model_dir, args.layers)
     if tp:
         dist.barrier(device_ids=[device])
-        model = AutoModelForCausalLM.from_pretrained(args.model_dir, tp_plan="auto", tp_size=world,
-                                                     dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_pretrained(args.model_dir, tp_plan="auto", tp_size=world, dtype=dtype)
     else:
-        model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.bfloat16).to("cuda")
+        model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=dtype).to("cuda")
     model.eval()
     ids = torch.randint(0, model.config.vocab_size, (1, args.prompt_tokens),
                         generator=torch.Generator().manual_seed(1)).to("cuda")
     run_steps(model, ids, 2, Marks(False), sync)  # warm-up: kernels and the backend's first calls
-    logits, tokens, prefill_s, decode_s = run_steps(model, ids, args.new_tokens, Marks(rank == 0), sync)
-    result = {"tp": world, "shared_gpu": tp and torch.cuda.device_count() < world, "prompt_tokens": args.prompt_tokens,
+    logits, tokens, _, prefill_s, decode_s = run_steps(model, ids, args.new_tokens, Marks(rank == 0), sync)
+    result = {"tp": world, "dtype": args.dtype, "shared_gpu": tp and torch.cuda.device_count() < world, "prompt_tokens": args.prompt_tokens,
               "new_tokens": args.new_tokens, "prefill_ms": round(prefill_s * 1e3, 2),
               "decode_ms_per_token": round(decode_s * 1e3 / max(1, args.new_tokens - 1), 3), "tokens": tokens}
     ok = True
@@ -164,14 +177,19 @@ def main():
         del model
         torch.cuda.empty_cache()
         if rank == 0:
-            ref = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.bfloat16).to("cuda").eval()
-            ref_logits, ref_tokens, ref_prefill, ref_decode = run_steps(ref, ids, 2, Marks(False), sync)
-            ref_logits, ref_tokens, ref_prefill, ref_decode = run_steps(ref, ids, args.new_tokens, Marks(False), sync)
+            ref = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=dtype).to("cuda").eval()
+            run_steps(ref, ids, 2, Marks(False), sync)
+            ref_logits, ref_tokens, ref_gaps, ref_prefill, ref_decode = run_steps(ref, ids, args.new_tokens,
+                                                                                  Marks(False), sync)
             diff = (logits - ref_logits).abs()
             scale = ref_logits.abs().max().item()
             # bf16 keeps 8 significant bits; two layers summed in another order move a logit by a few
-            # units in its last place: the bound is 1/16 of the largest logit, and the argmax must agree.
-            logits_ok = diff.max().item() <= scale / 16
+            # units in its last place: the bound is 1/16 of the largest logit (float32: 1/4096).
+            logits_ok = diff.max().item() <= scale / (16 if args.dtype == "bfloat16" else 4096)
+            # Random weights give flat logits: where TP=1's two best tokens are closer than the logits'
+            # own difference, the sum's order may pick either (a near-tie, not a fault of the reduction).
+            diverge = next((i for i, (a, b) in enumerate(zip(tokens, ref_tokens)) if a != b), None)
+            near_tie = diverge is not None and ref_gaps[diverge] <= 2 * diff.max().item()
             argmax_agree = (logits.argmax(-1) == ref_logits.argmax(-1)).float().mean().item()
             result.update({"tp1_prefill_ms": round(ref_prefill * 1e3, 2),
                            "tp1_decode_ms_per_token": round(ref_decode * 1e3 / max(1, args.new_tokens - 1), 3),
@@ -179,8 +197,10 @@ def main():
                            "logits_mean_abs_diff": round(diff.mean().item(), 6),
                            "logits_abs_max": round(scale, 4), "argmax_agreement": argmax_agree,
                            "logits_within_tolerance": logits_ok, "tp1_tokens": ref_tokens,
-                           "tokens_equal": ref_tokens == tokens})
-            ok = logits_ok and ref_tokens == tokens
+                           "tokens_equal": ref_tokens == tokens, "first_divergence": diverge,
+                           "tp1_top2_gap_there": None if diverge is None else round(ref_gaps[diverge], 5),
+                           "divergence_is_near_tie": near_tie})
+            ok = logits_ok and (ref_tokens == tokens or near_tie)
         flag = torch.tensor([1.0 if ok else 0.0])
         dist.broadcast(flag, 0)  # CPU tensor: gloo
         ok = bool(flag.item())

@@ -177,10 +177,19 @@ def worker(rank, nranks, port, result):
             print("rank %d after %s: %s" % (rank, check.__name__, {k: v for k, v in out.items() if k != "notes"}),
                   flush=True)
         check_refusals(rank, out)
-        dist.barrier()
-        dist.destroy_process_group()
     except Exception as e:
         out["setup"] = (False, "raised: %s" % e)
+    result[rank] = out  # before the teardown, which the next lines check on their own
+    try:
+        print("rank %d: barrier" % rank, flush=True)
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+        print("rank %d: destroy_process_group" % rank, flush=True)
+        dist.destroy_process_group()
+        print("rank %d: torn down" % rank, flush=True)
+        teardown = (True, "barrier and destroy_process_group returned")
+    except Exception as e:
+        teardown = (False, "raised: %s" % str(e).splitlines()[0])
+    out["teardown"] = teardown
     result[rank] = out
 
 
@@ -238,7 +247,10 @@ def spawn(fn, nranks, timeout):
     for p in procs:
         if p.is_alive():
             p.kill()
-    return dict(result)
+            p.join()
+    out = dict(result)
+    out["exitcodes"] = [p.exitcode for p in procs]
+    return out
 
 
 def main():
@@ -252,7 +264,10 @@ def main():
     t0 = time.monotonic()
     res = spawn(worker, args.nranks, 75)
     for rank in range(args.nranks):
-        for name, (ok, detail) in res.get(rank, {"ranks": (False, "rank %d gave no result" % rank)}).items():
+        got = res.get(rank, {"ranks": (False, "rank %d gave no result (exit code %s)" % (rank, res["exitcodes"][rank]))})
+        if rank in res and "teardown" not in got:
+            got["teardown"] = (False, "rank %d ended inside the teardown (exit code %s)" % (rank, res["exitcodes"][rank]))
+        for name, (ok, detail) in got.items():
             if name == "notes":
                 continue
             prev = checks.get(name)

@@ -85,8 +85,10 @@ def _library_path():
 
 def _include_dir(lib_path):
     here = os.path.dirname(os.path.abspath(__file__))
+    lib_dir = os.path.dirname(lib_path)
     candidates = [os.environ.get("TPSCOPE_INCLUDE_DIR", ""),
-                  os.path.join(os.path.dirname(os.path.dirname(lib_path)), "include"),  # <prefix>/include
+                  os.path.join(lib_dir, "..", "include"),  # an install: <prefix>/lib, <prefix>/include
+                  os.path.join(lib_dir, "..", "..", "include"),  # a build folder in a checkout: build/lib
                   os.path.join(here, "..", "..", "..", "include")]  # this checkout: python/tpscope/torch
     for d in candidates:
         if d and os.path.exists(os.path.join(d, "tpscope", "tpscope.h")):

@@ -19,6 +19,8 @@
 // stream (PyTorch's default), so a call made there runs on a side stream of this backend that waits for
 // the current stream first; Work::wait() then makes the waiting stream wait for it (NCCL's semantics).
 // Under CUDA graph capture the current stream is never the legacy one, so the call is captured on it.
+// A call on another stream than the last one waits for the last one (the ranks' calls must reach the
+// GPU in the order they were made; two streams would let a later call overtake an earlier one).
 //
 // Completion and faults. A watcher thread polls each eager Work's end event; once the GPU is done it
 // reads the communicator's asynchronous error and completes the Work's future with the tensors or with
@@ -33,10 +35,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <pybind11/chrono.h>
-#include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/extension.h>
-
 #include <tpscope/tpscope.h>
 
 #include <atomic>
@@ -49,6 +48,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 namespace tpscope_torch {
@@ -69,17 +70,10 @@ tpsDataType_t check_tensor(const at::Tensor& t, int device, const char* op) {
   TORCH_CHECK(t.layout() == at::kStrided, "tpscope: ", op, " takes dense tensors; got a ", t.layout(), " one");
   tpsDataType_t dtype = tpsNumDataTypes;
   switch (t.scalar_type()) {
-    case at::kFloat:
-      dtype = tpsFloat32;
-      break;
-    case at::kHalf:
-      dtype = tpsFloat16;
-      break;
-    case at::kBFloat16:
-      dtype = tpsBfloat16;
-      break;
-    default:
-      TORCH_CHECK(false, "tpscope: ", op, " takes float32, float16 or bfloat16 tensors; got ", t.scalar_type());
+    case at::kFloat: dtype = tpsFloat32; break;
+    case at::kHalf: dtype = tpsFloat16; break;
+    case at::kBFloat16: dtype = tpsBfloat16; break;
+    default: TORCH_CHECK(false, "tpscope: ", op, " takes float32, float16 or bfloat16 tensors; got ", t.scalar_type());
   }
   TORCH_CHECK(t.is_contiguous(), "tpscope: ", op, " takes contiguous tensors; got one of strides ", t.strides(),
               " (call .contiguous() first)");
@@ -90,12 +84,24 @@ tpsDataType_t check_tensor(const at::Tensor& t, int device, const char* op) {
   return dtype;
 }
 
-// Whether a stream is being captured into a CUDA graph.
-bool capturing(cudaStream_t s) {
+// The id of the CUDA graph capture a stream is in; 0 when it is not being captured.
+unsigned long long capture_id(cudaStream_t s) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  check_cuda(cudaStreamIsCapturing(s, &status), "cudaStreamIsCapturing");
-  return status != cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  check_cuda(cudaStreamGetCaptureInfo(s, &status, &id), "cudaStreamGetCaptureInfo");
+  return status == cudaStreamCaptureStatusNone ? 0 : id;
 }
+
+// The last call's stream and an event recorded after it: the next call on another stream waits for
+// it, so that the communicator's calls run on the GPU in the order they were made, as the ranks must
+// see them, whichever streams the caller used (one stream per communicator would do the same, at the
+// price of a fork and a join per call).
+struct Chain {
+  cudaEvent_t event = nullptr;
+  cudaStream_t stream = nullptr;
+  unsigned long long capture = 0;  // the capture it was recorded in (0: eager)
+  bool recorded = false;
+};
 
 }  // namespace
 
@@ -104,8 +110,8 @@ class TpscopeBackend;
 // One enqueued call: its end event, the tensors it wrote, and a CPU future the watcher completes.
 class TpscopeWork : public c10d::Work {
  public:
-  TpscopeWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs, int device, cudaEvent_t end,
-              bool captured, std::shared_ptr<std::atomic<int>> comm_error)
+  TpscopeWork(int rank, c10d::OpType op, std::vector<at::Tensor> outputs, int device, cudaEvent_t end, bool captured,
+              std::shared_ptr<std::atomic<int>> comm_error)
       : c10d::Work(rank, op),
         outputs_(std::move(outputs)),
         device_(device),
@@ -143,8 +149,8 @@ class TpscopeWork : public c10d::Work {
     }
     if (future_->completed() && future_->hasError()) std::rethrow_exception(future_->exception_ptr());
     int err = comm_error_->load();
-    TORCH_CHECK(err == tpsSuccess, "tpscope: the communicator failed earlier: ",
-                tpsGetErrorString(static_cast<tpsResult_t>(err)),
+    TORCH_CHECK(err == tpsSuccess,
+                "tpscope: the communicator failed earlier: ", tpsGetErrorString(static_cast<tpsResult_t>(err)),
                 " (a peer rank died or stopped calling); destroy the process group");
     return true;
   }
@@ -179,10 +185,10 @@ class TpscopeBackend : public c10d::Backend {
   // uid: the tpsUniqueId's bytes; config: a tpsConfig_t's bytes (the ctypes binding's struct).
   TpscopeBackend(int rank, int size, const std::string& uid, int device, const std::string& config)
       : c10d::Backend(rank, size), device_(device), comm_error_(std::make_shared<std::atomic<int>>(tpsSuccess)) {
-    TORCH_CHECK(uid.size() == sizeof(tpsUniqueId), "tpscope: a unique id is ", sizeof(tpsUniqueId),
-                " bytes; got ", uid.size());
-    TORCH_CHECK(config.size() == sizeof(tpsConfig_t), "tpscope: a tpsConfig_t is ", sizeof(tpsConfig_t),
-                " bytes; got ", config.size(), " (the Python binding and the library disagree)");
+    TORCH_CHECK(uid.size() == sizeof(tpsUniqueId), "tpscope: a unique id is ", sizeof(tpsUniqueId), " bytes; got ",
+                uid.size());
+    TORCH_CHECK(config.size() == sizeof(tpsConfig_t), "tpscope: a tpsConfig_t is ", sizeof(tpsConfig_t), " bytes; got ",
+                config.size(), " (the Python binding and the library disagree)");
     tpsUniqueId id;
     std::memcpy(&id, uid.data(), sizeof id);
     tpsConfig_t cfg;
@@ -193,6 +199,8 @@ class TpscopeBackend : public c10d::Backend {
       check_tps(tpsCommInitRank(&comm_, size, id, rank, device_, &cfg), "tpsCommInitRank");
     }
     side_ = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device_);
+    check_cuda(cudaEventCreateWithFlags(&eager_chain_.event, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&capture_chain_.event, cudaEventDisableTiming), "cudaEventCreate");
     watcher_ = std::thread([this] { watch(); });
   }
 
@@ -210,9 +218,13 @@ class TpscopeBackend : public c10d::Backend {
     if (watcher_.joinable()) watcher_.join();
     if (comm_ != nullptr) {
       c10::cuda::CUDAGuard guard(device_);
-      cudaDeviceSynchronize();  // the library waits for nothing; its buffers must outlive the queued calls
+      // The library waits for nothing: its buffers must outlive the calls queued (eager ones; a
+      // captured graph replayed after the group is gone is the caller's error).
+      if (eager_chain_.recorded) cudaEventSynchronize(eager_chain_.event);
       tpsCommDestroy(comm_);
       comm_ = nullptr;
+      cudaEventDestroy(eager_chain_.event);
+      cudaEventDestroy(capture_chain_.event);
     }
   }
 
@@ -270,8 +282,7 @@ class TpscopeBackend : public c10d::Backend {
 
   // The list form: gathered into one buffer, then copied out on the same stream.
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                           std::vector<at::Tensor>& inputs,
-                                           const c10d::AllgatherOptions&) override {
+                                           std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) override {
     TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, "tpscope: all_gather takes one tensor per rank");
     TORCH_CHECK(static_cast<int>(outputs[0].size()) == size_, "tpscope: all_gather takes world-size outputs; got ",
                 outputs[0].size());
@@ -345,18 +356,22 @@ class TpscopeBackend : public c10d::Backend {
     TORCH_CHECK(comm_ != nullptr, "tpscope: the process group was shut down");
     c10::cuda::CUDAGuard guard(device_);
     c10::cuda::CUDAStream current = at::cuda::getCurrentCUDAStream(device_);
-    bool captured = capturing(current.stream());
-    bool side = current.id() == 0 && !captured;  // the legacy default stream: the library refuses it
+    unsigned long long capture = capture_id(current.stream());
+    bool captured = capture != 0;
+    // The legacy default stream (PyTorch's default, never a capture's): the library refuses it, so
+    // the call runs on the side stream, after what the current stream has queued.
+    bool side = current.stream() == nullptr && !captured;
+    c10::cuda::CUDAStream stream = side ? side_ : current;
+    // Eager calls chain to the last eager call, captured ones to the last call of the same capture
+    // (torch.cuda.graph synchronises the device before it captures).
+    Chain& chain = captured ? capture_chain_ : eager_chain_;
+    if (chain.recorded && chain.stream != stream.stream() && chain.capture == capture)
+      check_cuda(cudaStreamWaitEvent(stream.stream(), chain.event, 0), "cudaStreamWaitEvent");
     cudaEvent_t end = nullptr;
     check_cuda(cudaEventCreateWithFlags(&end, cudaEventDisableTiming), "cudaEventCreate");
-    c10::cuda::CUDAStream stream = current;
     if (side) {
-      cudaEvent_t start = nullptr;
-      check_cuda(cudaEventCreateWithFlags(&start, cudaEventDisableTiming), "cudaEventCreate");
-      check_cuda(cudaEventRecord(start, current.stream()), "cudaEventRecord");
-      check_cuda(cudaStreamWaitEvent(side_.stream(), start, 0), "cudaStreamWaitEvent");
-      cudaEventDestroy(start);
-      stream = side_;
+      check_cuda(cudaEventRecord(end, current.stream()), "cudaEventRecord");  // reused as the start mark
+      check_cuda(cudaStreamWaitEvent(side_.stream(), end, 0), "cudaStreamWaitEvent");
       for (const auto& t : outputs) c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), side_);
     }
     {
@@ -369,6 +384,10 @@ class TpscopeBackend : public c10d::Backend {
       }
     }
     check_cuda(cudaEventRecord(end, stream.stream()), "cudaEventRecord");
+    check_cuda(cudaEventRecord(chain.event, stream.stream()), "cudaEventRecord");
+    chain.stream = stream.stream();
+    chain.capture = capture;
+    chain.recorded = true;
     auto work = c10::make_intrusive<TpscopeWork>(rank_, op, outputs, device_, end, captured, comm_error_);
     if (captured) {
       work->finish(tpsSuccess);
@@ -421,6 +440,7 @@ class TpscopeBackend : public c10d::Backend {
   tpsComm_t comm_ = nullptr;
   std::shared_ptr<std::atomic<int>> comm_error_;  // the first asynchronous error seen, as a tpsResult_t
   c10::cuda::CUDAStream side_{c10::cuda::getDefaultCUDAStream()};
+  Chain eager_chain_, capture_chain_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<c10::intrusive_ptr<TpscopeWork>> pending_;
