@@ -138,7 +138,10 @@ class TpscopeWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout) override {
     c10::cuda::CUDAGuard guard(device_);
     cudaStream_t current = at::cuda::getCurrentCUDAStream(device_).stream();
-    check_cuda(cudaStreamWaitEvent(current, end_, 0), "cudaStreamWaitEvent");
+    // A captured call's event belongs to its capture: waited for there (the graph's replays are then the
+    // caller's to order), never from outside it.
+    if (!captured_ || capture_id(current) != 0)
+      check_cuda(cudaStreamWaitEvent(current, end_, 0), "cudaStreamWaitEvent");
     if (timeout != kNoTimeout && !captured_) {
       auto deadline = std::chrono::steady_clock::now() + timeout;
       while (!future_->completed()) {
