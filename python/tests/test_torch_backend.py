@@ -76,6 +76,38 @@ class TorchBackendTest(unittest.TestCase):
             err = q.get(timeout=5)
         self.assertIn("tpscope: the backend needs a CUDA device", err)
 
+    def test_unique_id_through_the_store(self):
+        """Rank 0 puts a fresh id in the group's store, every rank joins with those bytes and this
+        process's Config (the communicator itself, stubbed here, needs a GPU)."""
+        import tpscope
+        from unittest import mock
+        made = []
+
+        class Stub:
+            @staticmethod
+            def TpscopeBackend(rank, size, uid, device, config):
+                made.append((rank, size, uid, device, config))
+                return "backend"
+
+        store = dist.HashStore()
+        self.tt.set_config(tpscope.Config(shared_devices=True, spin_timeout_ms=1234))
+        try:
+            with mock.patch.object(self.tt, "extension", return_value=Stub), \
+                    mock.patch("torch.cuda.is_available", return_value=True), \
+                    mock.patch("torch.cuda.current_device", return_value=0):
+                for rank in (0, 1):
+                    self.assertEqual(self.tt.create_backend(store, rank, 2, None), "backend")
+        finally:
+            self.tt.set_config(None)
+        self.assertEqual(len(made), 2)
+        (r0, n0, uid0, d0, cfg0), (r1, n1, uid1, d1, cfg1) = made
+        self.assertEqual((r0, r1, n0, n1, d0, d1), (0, 1, 2, 2, 0, 0))
+        self.assertEqual(len(uid0), tpscope.UNIQUE_ID_BYTES)
+        self.assertEqual(uid0, uid1)
+        self.assertEqual(uid0, bytes(store.get("tpscope/unique_id")))
+        want = bytes(tpscope.Config(shared_devices=True, spin_timeout_ms=1234)._c())
+        self.assertEqual((cfg0, cfg1), (want, want))
+
     def test_refuses_bad_config(self):
         with self.assertRaises(TypeError):
             self.tt.set_config("shared")
