@@ -146,6 +146,7 @@ def main():
     torch.cuda.set_device(device)
     sync = torch.cuda.synchronize
     dtype = getattr(torch, args.dtype)
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 means float32 (PyTorch's default, said here)
     tp = world > 1
     if tp:
         import torch.distributed as dist
@@ -184,8 +185,8 @@ def main():
             diff = (logits - ref_logits).abs()
             scale = ref_logits.abs().max().item()
             # bf16 keeps 8 significant bits; two layers summed in another order move a logit by a few
-            # units in its last place: the bound is 1/16 of the largest logit (float32: 1/4096).
-            logits_ok = diff.max().item() <= scale / (16 if args.dtype == "bfloat16" else 4096)
+            # units in its last place: the bound is 1/16 of the largest logit (float32: 1/1024).
+            logits_ok = diff.max().item() <= scale / (16 if args.dtype == "bfloat16" else 1024)
             # Random weights give flat logits: where TP=1's two best tokens are closer than the logits'
             # own difference, the sum's order may pick either (a near-tie, not a fault of the reduction).
             diverge = next((i for i, (a, b) in enumerate(zip(tokens, ref_tokens)) if a != b), None)
