@@ -23,8 +23,9 @@ near-tie: random weights give flat logits, and the order of a sum may then pick 
 float32 makes such ties rare enough that 32 tokens agree). Exit status 0 when they do (or without
 --compare).
 
---launch (for `tpscope arms`): reads TPSCOPE_DEVICES ("0,1") and TPSCOPE_SPLIT; split "tensor" starts
-one rank per listed device with torchrun, anything else runs one process (TP=1, no process group).
+--launch (for `tpscope arms`): reads TPSCOPE_DEVICES ("0,1") and TPSCOPE_SPLIT, shows the program those
+GPUs alone (CUDA_VISIBLE_DEVICES); split "tensor" starts one rank per listed device with torchrun,
+anything else runs one process (TP=1, no process group).
 """
 
 import argparse
@@ -52,8 +53,16 @@ def parse():
 
 
 def launch(args):
-    devices = [d for d in os.environ.get("TPSCOPE_DEVICES", "0").replace("[", "").replace("]", "").split(",") if d.strip()]
+    listed = os.environ.get("TPSCOPE_DEVICES", "0").replace("[", "").replace("]", "")
+    devices = [d for d in listed.split(",") if d.strip()]
     rest = [a for a in sys.argv[1:] if a != "--launch"]
+    # The arm's GPUs are ordinals as tpscope sees them: through its own CUDA_VISIBLE_DEVICES, if set.
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    unique = list(dict.fromkeys(d.strip() for d in devices))
+    if seen:
+        seen = seen.split(",")
+        unique = [seen[int(d)] for d in unique]
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(unique)
     if os.environ.get("TPSCOPE_SPLIT", "none") == "tensor" and len(devices) > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(len(devices)),
                os.path.abspath(__file__)] + rest
@@ -170,7 +179,8 @@ def main():
                         generator=torch.Generator().manual_seed(1)).to("cuda")
     run_steps(model, ids, 2, Marks(False), sync)  # warm-up: kernels and the backend's first calls
     logits, tokens, _, prefill_s, decode_s = run_steps(model, ids, args.new_tokens, Marks(rank == 0), sync)
-    result = {"tp": world, "dtype": args.dtype, "shared_gpu": tp and torch.cuda.device_count() < world, "prompt_tokens": args.prompt_tokens,
+    result = {"tp": world, "dtype": args.dtype, "shared_gpu": tp and torch.cuda.device_count() < world,
+              "prompt_tokens": args.prompt_tokens,
               "new_tokens": args.new_tokens, "prefill_ms": round(prefill_s * 1e3, 2),
               "decode_ms_per_token": round(decode_s * 1e3 / max(1, args.new_tokens - 1), 3), "tokens": tokens}
     ok = True

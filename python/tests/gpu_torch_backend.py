@@ -264,9 +264,10 @@ def main():
     t0 = time.monotonic()
     res = spawn(worker, args.nranks, 75)
     for rank in range(args.nranks):
-        got = res.get(rank, {"ranks": (False, "rank %d gave no result (exit code %s)" % (rank, res["exitcodes"][rank]))})
+        code = res["exitcodes"][rank]
+        got = res.get(rank, {"ranks": (False, "rank %d gave no result (exit code %s)" % (rank, code))})
         if rank in res and "teardown" not in got:
-            got["teardown"] = (False, "rank %d ended inside the teardown (exit code %s)" % (rank, res["exitcodes"][rank]))
+            got["teardown"] = (False, "rank %d ended inside the teardown (exit code %s)" % (rank, code))
         for name, (ok, detail) in got.items():
             if name == "notes":
                 continue
