@@ -121,10 +121,9 @@ class TpscopeWork : public c10d::Work {
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
   ~TpscopeWork() override {
-    if (end_ != nullptr) {
-      c10::cuda::CUDAGuard guard(device_);
-      cudaEventDestroy(end_);  // safe while the event is pending: CUDA frees it once it completes
-    }
+    // Safe while the event is pending (CUDA frees it once it completes); no device guard, which could
+    // throw from a destructor.
+    if (end_ != nullptr) cudaEventDestroy(end_);
   }
 
   bool isCompleted() override { return future_->completed(); }
@@ -220,7 +219,10 @@ class TpscopeBackend : public c10d::Backend {
     cv_.notify_all();
     if (watcher_.joinable()) watcher_.join();
     if (comm_ != nullptr) {
-      c10::cuda::CUDAGuard guard(device_);
+      // Raw calls, errors ignored: this also runs from the destructor, where nothing may throw.
+      int previous = -1;
+      cudaGetDevice(&previous);
+      cudaSetDevice(device_);
       // The library waits for nothing: its buffers must outlive the calls queued (eager ones; a
       // captured graph replayed after the group is gone is the caller's error).
       if (eager_chain_.recorded) cudaEventSynchronize(eager_chain_.event);
@@ -228,6 +230,7 @@ class TpscopeBackend : public c10d::Backend {
       comm_ = nullptr;
       cudaEventDestroy(eager_chain_.event);
       cudaEventDestroy(capture_chain_.event);
+      if (previous >= 0) cudaSetDevice(previous);
     }
   }
 
