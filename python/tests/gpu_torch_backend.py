@@ -1,0 +1,294 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tpscope.torch on a GPU: two ranks (processes) on GPU `rank % device_count`, sharing one where there is
+only one (Config(shared_devices=True) then).
+
+    TPSCOPE_LIBRARY=build/lib/libtpscope.so python3 python/tests/gpu_torch_backend.py [--json OUT]
+
+Checks, each printed as one line "PASS|FAIL name: detail":
+  bits-DTYPE      dist.all_reduce through tpscope is bit-equal to gloo's on the same data (float32,
+                  float16, bfloat16; odd sizes), on PyTorch's default stream and on a side stream
+                  with async_op, and to the sum in float rounded once
+  funcol          torch.distributed._functional_collectives.all_reduce / all_gather_tensor agree
+  graph           a decode step (matmul, all-reduce, matmul, functional all-reduce) captured with
+                  torch.cuda.graph replays with the same bits as the step run eagerly
+  dead-rank       rank 1 exits after init; rank 0's Work raises within the spin timeout
+  refusals        bad dtype, non-contiguous and CPU-only (tpscope-only group) tensors get one line
+Exit status 0 when every check passes.
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import tpscope  # noqa: E402
+
+SIZES = [1, 3, 7, 1000, 4097, 65537, 262147, (1 << 20) + 3, (4 << 20) + 1]
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+SPIN_MS = 3000
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def data(rank, n, dtype):
+    g = torch.Generator().manual_seed(7919 * rank + n)
+    return (torch.randn(n, generator=g) * 4).to(dtype)
+
+
+def bits(t):
+    return t.detach().cpu().contiguous().view(INT_VIEW[t.dtype])
+
+
+def setup(rank, nranks, port, backend="cpu:gloo,cuda:tpscope"):
+    import tpscope.torch as tt
+    device = rank % torch.cuda.device_count()
+    torch.cuda.set_device(device)
+    tt.set_config(tpscope.Config(shared_devices=torch.cuda.device_count() < nranks, spin_timeout_ms=SPIN_MS))
+    dist.init_process_group(backend, init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=nranks)
+    return device
+
+
+def check_bits(rank, nranks, out):
+    side = torch.cuda.Stream()
+    for name, dtype in DTYPES.items():
+        bad = []
+        gloo_ok = True
+        for n in SIZES:
+            x = data(rank, n, dtype)
+            want = sum(data(r, n, dtype).float() for r in range(nranks)).to(dtype)  # float sum, rounded once
+            ref = x.clone()
+            try:
+                dist.all_reduce(ref)  # CPU tensor: gloo
+            except RuntimeError as e:
+                gloo_ok = False
+                ref = want
+                out.setdefault("notes", []).append("gloo %s: %s" % (name, str(e).splitlines()[0]))
+            y = x.cuda()
+            dist.all_reduce(y)  # default stream: the backend's side stream
+            with torch.cuda.stream(side):
+                z = x.cuda()
+                w = dist.all_reduce(z, async_op=True)
+                w.wait()
+                z2 = z * 1  # ordered after the reduction by wait()
+            torch.cuda.current_stream().wait_stream(side)
+            fut = dist.all_reduce(x.cuda(), async_op=True).get_future()
+            fut_val = fut.wait()[0]
+            for label, got in (("default-stream", y), ("side-stream", z2), ("future", fut_val)):
+                if not torch.equal(bits(got), bits(ref)):
+                    bad.append("%s n=%d vs gloo" % (label, n))
+                if not torch.equal(bits(got), bits(want)):
+                    bad.append("%s n=%d vs float-sum" % (label, n))
+        out["bits-" + name] = (not bad, ("%d sizes, gloo %s" % (len(SIZES), "compared" if gloo_ok else
+                                                               "refused: float-sum reference")) if not bad
+                               else "; ".join(bad[:4]))
+
+
+def check_funcol(rank, nranks, out):
+    import torch.distributed._functional_collectives as funcol
+    group = dist.group.WORLD
+    bad = []
+    for dtype in DTYPES.values():
+        x = data(rank, 4099, dtype).cuda()
+        eager = x.clone()
+        dist.all_reduce(eager)
+        f = funcol.all_reduce(x, "sum", group)
+        f = funcol.wait_tensor(f) if hasattr(funcol, "wait_tensor") else f
+        if not torch.equal(bits(f), bits(eager)):
+            bad.append("all_reduce %s" % dtype)
+        g = funcol.all_gather_tensor(x, 0, group)
+        want = torch.cat([data(r, 4099, dtype) for r in range(nranks)])
+        if not torch.equal(bits(g), bits(want)):
+            bad.append("all_gather %s" % dtype)
+    out["funcol"] = (not bad, "all_reduce and all_gather_tensor, 3 dtypes" if not bad else "; ".join(bad))
+
+
+def check_graph(rank, nranks, out):
+    import torch.distributed._functional_collectives as funcol
+    torch.manual_seed(100 + rank)
+    d, f = 4096, 3584  # a decode step of one rank's shard: up-projection, reduce, down-projection, reduce
+    w1 = (torch.randn(d, f, device="cuda") * 0.02).bfloat16()
+    w2 = (torch.randn(f, d, device="cuda") * 0.02).bfloat16()
+
+    def step(x):
+        h = x @ w1
+        dist.all_reduce(h)
+        y = torch.nn.functional.silu(h) @ w2
+        return funcol.wait_tensor(funcol.all_reduce(y, "sum", dist.group.WORLD))
+
+    inputs = [torch.randn(1, d, generator=torch.Generator().manual_seed(5 + i)).bfloat16().cuda() for i in range(4)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        eager = [step(x).clone() for x in inputs]
+        static_x = inputs[0].clone()
+        for _ in range(2):
+            step(static_x)  # warm-up before capture, as torch.cuda.graph asks
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = step(static_x)
+    bad = []
+    for i, x in enumerate(inputs):
+        static_x.copy_(x)
+        graph.replay()
+        torch.cuda.synchronize()
+        if not torch.equal(bits(static_y), bits(eager[i])):
+            bad.append("replay %d" % i)
+    out["graph"] = (not bad, "%d replays of a captured decode step equal eager" % len(inputs) if not bad
+                    else "; ".join(bad))
+
+
+def check_refusals(rank, out):
+    lines = {}
+    for label, t in (("dtype", torch.zeros(8, dtype=torch.int32, device="cuda")),
+                     ("non-contiguous", torch.zeros(8, 8, device="cuda").t()),
+                     ("float64", torch.zeros(8, dtype=torch.float64, device="cuda"))):
+        try:
+            dist.all_reduce(t)
+            lines[label] = None
+        except Exception as e:
+            lines[label] = str(e).splitlines()[0]
+    ok = all(v and v.startswith("tpscope: all_reduce takes") for v in lines.values())
+    out["refusals"] = (ok, json.dumps(lines))
+
+
+def worker(rank, nranks, port, result):
+    out = {}
+    try:
+        setup(rank, nranks, port)
+        for check in (check_bits, check_funcol, check_graph):
+            try:
+                check(rank, nranks, out)
+            except Exception as e:
+                out[check.__name__.replace("check_", "")] = (False, "raised: %s" % str(e).splitlines()[0])
+            print("rank %d after %s: %s" % (rank, check.__name__, {k: v for k, v in out.items() if k != "notes"}),
+                  flush=True)
+        check_refusals(rank, out)
+    except Exception as e:
+        out["setup"] = (False, "raised: %s" % e)
+    result[rank] = out  # before the teardown, which the next lines check on their own
+    try:
+        print("rank %d: barrier" % rank, flush=True)
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+        print("rank %d: destroy_process_group" % rank, flush=True)
+        dist.destroy_process_group()
+        print("rank %d: torn down" % rank, flush=True)
+        teardown = (True, "barrier and destroy_process_group returned")
+    except Exception as e:
+        teardown = (False, "raised: %s" % str(e).splitlines()[0])
+    out["teardown"] = teardown
+    result[rank] = out
+
+
+def cpu_only_worker(rank, nranks, port, result):
+    """A group whose only backend is tpscope: a CPU tensor has no backend, torch says so."""
+    setup(rank, nranks, port, backend="tpscope")
+    try:
+        dist.all_reduce(torch.zeros(4))
+        msg = None
+    except Exception as e:
+        msg = str(e).splitlines()[0]
+    result[rank] = msg
+    dist.destroy_process_group()
+
+
+def dead_worker(rank, nranks, port, result):
+    setup(rank, nranks, port)
+    x = torch.ones(4096, device="cuda")
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+    dist.barrier(device_ids=[torch.cuda.current_device()])
+    dist.all_reduce(torch.ones(1))  # gloo: both ranks got here
+    if rank == 1:
+        os._exit(0)  # dies with the communicator open
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    err = later = None
+    try:
+        work = dist.all_reduce(x, async_op=True)
+        work.get_future().wait()
+    except Exception as e:
+        err = str(e).splitlines()[0]
+    elapsed = time.monotonic() - t0
+    try:
+        torch.cuda.synchronize()
+        dist.all_reduce(x)
+    except Exception as e:
+        later = str(e).splitlines()[0]
+    result[rank] = {"error": err, "elapsed_s": round(elapsed, 3), "next_call": later}
+    sys.stdout.flush()
+    os._exit(0)  # the peer is gone: no orderly teardown
+
+
+def spawn(fn, nranks, timeout):
+    port = free_port()
+    mgr = mp.Manager()
+    result = mgr.dict()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=fn, args=(r, nranks, port, result)) for r in range(nranks)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(1, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    out = dict(result)
+    out["exitcodes"] = [p.exitcode for p in procs]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nranks", type=int, default=2)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    import tpscope.torch as tt
+    tt.extension()  # compile once, before the ranks start
+    checks = {}
+    t0 = time.monotonic()
+    res = spawn(worker, args.nranks, 75)
+    for rank in range(args.nranks):
+        code = res["exitcodes"][rank]
+        got = res.get(rank, {"ranks": (False, "rank %d gave no result (exit code %s)" % (rank, code))})
+        if rank in res and "teardown" not in got:
+            got["teardown"] = (False, "rank %d ended inside the teardown (exit code %s)" % (rank, code))
+        for name, (ok, detail) in got.items():
+            if name == "notes":
+                continue
+            prev = checks.get(name)
+            checks[name] = (ok and (prev is None or prev[0]), detail if not ok or prev is None else prev[1])
+    checks["collectives_s"] = (True, "%.1f" % (time.monotonic() - t0))
+    cpu = spawn(cpu_only_worker, args.nranks, 25)
+    msg = cpu.get(0)
+    checks["cpu-tensor"] = (bool(msg) and "cpu" in msg.lower(), str(msg))
+    dead = spawn(dead_worker, args.nranks, 30).get(0)
+    ok = bool(dead) and dead["error"] is not None and dead["elapsed_s"] < SPIN_MS / 1000 + 2
+    checks["dead-rank"] = (ok, json.dumps(dead) + " (spin timeout %d ms)" % SPIN_MS)
+    failed = 0
+    for name, (ok, detail) in checks.items():
+        print("%s %s: %s" % ("PASS" if ok else "FAIL", name, detail))
+        failed += not ok
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({k: {"ok": v[0], "detail": v[1]} for k, v in checks.items()}, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

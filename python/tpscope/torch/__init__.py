@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tpscope as a ``torch.distributed`` backend: importing this module registers ``"tpscope"``.
+
+    import tpscope.torch                                  # builds the extension once, registers "tpscope"
+    dist.init_process_group("cpu:gloo,cuda:tpscope")      # torchrun's environment, unchanged
+    dist.all_reduce(x)                                    # x: a CUDA tensor; tpscope's AllReduce
+
+Each process is one rank of a tpscope rank-per-process communicator (``tpsCommInitRank``) on its
+current CUDA device (``torch.cuda.set_device`` before ``init_process_group``). Rank 0 makes the
+unique id and torch's store (the one ``init_process_group`` was given, so ``torchrun`` works as it is)
+carries it to the others: the id's secret is then as private as the store, the same trust NCCL's own
+id gets there.
+
+What reaches tpscope, in place, ordered on the caller's current CUDA stream:
+
+* ``all_reduce`` (and its coalesced form) with ``ReduceOp.SUM`` on float32, float16 and bfloat16;
+  also through ``torch.distributed._functional_collectives`` (what DTensor and tensor-parallel
+  modules call), and inside a ``torch.cuda.graph`` capture.
+* ``all_gather_into_tensor`` / ``all_gather`` and ``broadcast`` on the same dtypes, computed as an
+  all-reduce over a zero-filled buffer (exact: one value summed with zeros; a negative zero comes
+  back as +0). They cost world-size times a real all-gather's bytes; they are there so that DTensor's
+  Shard -> Replicate (a column-parallel output gathered) stays on one communicator.
+
+What does not: other dtypes, other reductions, non-contiguous tensors, tensors on another device and
+every other collective are refused with one line naming the call and what to change (torch's own
+"Backend tpscope does not support ..." for collectives it lacks). With ``"cpu:gloo,cuda:tpscope"``,
+CPU tensors, ``barrier`` and object collectives go to gloo as torch's device map sends them.
+
+Work and streams, as torch documents for CUDA backends: ``work.wait()`` makes the current stream
+wait for the call (the CPU does not wait); ``work.get_future()`` completes once the call has finished
+on the GPU, with the tensors or with the error. Faults: a rank that dies or stops calling leaves the
+others' calls ending after the communicator's spin timeout (``Config.spin_timeout_ms``, tpscope's
+bound) with ``tpsTimeout``; the future carries it, ``wait()`` raises once it is known, and every later
+call raises: destroy the process group.
+
+``set_config(tpscope.Config(...))`` sets the configuration of the communicators made after it (for
+example ``shared_devices=True`` to let ranks share one GPU, a test setup; never for timings).
+
+The extension is compiled on first import with ``torch.utils.cpp_extension`` (g++ and ninja, the CUDA
+headers torch was built against) against the libtpscope.so that ``tpscope.library()`` loads and the
+``tpscope/tpscope.h`` beside it (``<prefix>/include``, this checkout's ``include/``, or
+``TPSCOPE_INCLUDE_DIR``); torch caches the build (``TORCH_EXTENSIONS_DIR``).
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+
+import tpscope
+
+__all__ = ["BACKEND", "extension", "set_config", "get_config", "create_backend"]
+
+BACKEND = "tpscope"
+_UID_KEY = "tpscope/unique_id"
+
+_ext = None
+_config = tpscope.Config()
+
+
+def set_config(config):
+    """The tpscope.Config of communicators made from now on (None: defaults)."""
+    global _config
+    if config is not None and not isinstance(config, tpscope.Config):
+        raise TypeError("set_config takes a tpscope.Config, not %s" % type(config).__name__)
+    _config = config if config is not None else tpscope.Config()
+
+
+def get_config():
+    return _config
+
+
+def _library_path():
+    """The file of the libtpscope.so the ctypes binding loaded (the extension links the same one)."""
+    lib = tpscope.library()
+    if os.path.sep in lib._name and os.path.exists(lib._name):
+        return os.path.realpath(lib._name)
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            if os.path.basename(path).startswith("libtpscope.so"):
+                return path
+    raise OSError("cannot tell which file libtpscope.so was loaded from; set TPSCOPE_LIBRARY to its path")
+
+
+def _include_dir(lib_path):
+    here = os.path.dirname(os.path.abspath(__file__))
+    lib_dir = os.path.dirname(lib_path)
+    candidates = [os.environ.get("TPSCOPE_INCLUDE_DIR", ""),
+                  os.path.join(lib_dir, "..", "include"),  # an install: <prefix>/lib, <prefix>/include
+                  os.path.join(lib_dir, "..", "..", "include"),  # a build folder in a checkout: build/lib
+                  os.path.join(here, "..", "..", "..", "include")]  # this checkout: python/tpscope/torch
+    for d in candidates:
+        if d and os.path.exists(os.path.join(d, "tpscope", "tpscope.h")):
+            return os.path.realpath(d)
+    raise OSError("tpscope/tpscope.h not found (looked in %s); set TPSCOPE_INCLUDE_DIR to the folder that holds "
+                  "tpscope/tpscope.h" % ", ".join(c for c in candidates if c))
+
+
+def extension():
+    """The compiled backend module (built on first call, then cached by torch)."""
+    global _ext
+    if _ext is None:
+        from torch.utils import cpp_extension
+        lib = _library_path()
+        # No CUDA sources: the arch list only has to be non-empty where no GPU is there to ask.
+        if not torch.cuda.is_available():
+            os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+        _ext = cpp_extension.load(
+            name="tpscope_c10d",
+            sources=[os.path.join(os.path.dirname(os.path.abspath(__file__)), "backend.cpp")],
+            extra_include_paths=[_include_dir(lib)],
+            extra_cflags=["-O2", "-std=c++17"],
+            extra_ldflags=[lib, "-Wl,-rpath," + os.path.dirname(lib)],
+            with_cuda=True,
+            verbose=os.environ.get("TPSCOPE_TORCH_VERBOSE_BUILD") == "1")
+        if _ext.config_bytes() != len(bytes(tpscope.Config()._c())):
+            raise RuntimeError("tpscope.torch: the library's tpsConfig_t is %d bytes, the binding's %d"
+                               % (_ext.config_bytes(), len(bytes(tpscope.Config()._c()))))
+    return _ext
+
+
+def create_backend(store, rank, size, timeout):
+    """torch.distributed's creator: joins this rank to a fresh tpscope communicator on the current
+    CUDA device, the id handed over through the group's store."""
+    ext = extension()
+    if not torch.cuda.is_available():
+        raise RuntimeError("tpscope: the backend needs a CUDA device (torch.cuda.is_available() is False)")
+    if rank == 0:
+        store.set(_UID_KEY, tpscope.get_unique_id())
+    uid = store.get(_UID_KEY)
+    return ext.TpscopeBackend(rank, size, bytes(uid), torch.cuda.current_device(), bytes(_config._c()))
+
+
+dist.Backend.register_backend(BACKEND, create_backend, devices=["cuda"])
