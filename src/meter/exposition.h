@@ -12,7 +12,9 @@
 // format is a few lines of HELP, TYPE and samples, and the HTTP side is cpp-httplib, already here.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tpscope/meter.h"

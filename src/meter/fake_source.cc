@@ -143,12 +143,14 @@ tpsResult_t parseFakeScript(const std::string& text, double now_unix_s, std::vec
       s.name = g.value("name", s.name);
       s.uuid = g.value("uuid", s.uuid);
       if (!g.value("nvlink", true)) s.supported &= 0x03;
-      for (const auto& [name, rate] : g.value("background_bytes_per_s", nlohmann::json::object()).items()) {
+      const nlohmann::json background = g.value("background_bytes_per_s", nlohmann::json::object());
+      for (const auto& [name, rate] : background.items()) {
         const std::optional<MeterCounter> c = counterNamed(name);
         if (!c) throw std::invalid_argument("unknown counter '" + name + "'");
         s.background_bytes_per_s[static_cast<int>(*c)] = rate.get<double>();
       }
-      for (const nlohmann::json& b : g.value("bursts", nlohmann::json::array())) {
+      const nlohmann::json bursts = g.value("bursts", nlohmann::json::array());
+      for (const nlohmann::json& b : bursts) {
         const std::optional<MeterCounter> c = counterNamed(b.at("counter").get<std::string>());
         if (!c) throw std::invalid_argument("unknown counter '" + b.at("counter").get<std::string>() + "'");
         FakeBurst fb{b.at("from_s").get<double>() + shift, b.at("to_s").get<double>() + shift, *c,

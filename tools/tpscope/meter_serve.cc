@@ -21,8 +21,10 @@ constexpr int kKeepAliveS = 5;        // an idle kept-alive connection is closed
 constexpr int kLinkEverySeconds = 5;  // PCIe link generation and width are read this often
 constexpr size_t kMaxBody = 4096;     // a scrape has no body; anything bigger is refused (413)
 
+// "Gen4 x16"; a part NVML cannot say is left out ("Gen4", "x8").
 std::string gen(const std::optional<int>& g, const std::optional<int>& w) {
-  return (g ? "Gen" + std::to_string(*g) : std::string("Gen?")) + " x" + (w ? std::to_string(*w) : std::string("?"));
+  const std::string a = g ? "Gen" + std::to_string(*g) : "", b = w ? "x" + std::to_string(*w) : "";
+  return a.empty() || b.empty() ? a + b : a + " " + b;
 }
 
 double unixNow() {
@@ -65,7 +67,7 @@ MetricsServer::MetricsServer() : http_(std::make_unique<httplib::Server>()) {
   http_->new_task_queue = [] { return new httplib::ThreadPool(kServeWorkers, kServeWorkers, kServeQueue); };
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second meter share the
   // port silently (the kernel would split the scrapes between the two) instead of failing to bind.
-  http_->set_socket_options([](httplib::socket_t sock) {
+  http_->set_socket_options([](int sock) {
     int one = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   });
