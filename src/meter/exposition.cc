@@ -22,7 +22,8 @@ void MetricsText::labels(const Labels& labels) {
   for (size_t i = 0; i < labels.size(); ++i) {
     if (i) text_ += ',';
     text_ += labels[i].first + "=\"";
-    for (char c : labels[i].second) text_ += c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : std::string(1, c);
+    for (char c : labels[i].second)
+      text_ += c == '\\' ? "\\\\" : c == '"' ? "\\\"" : c == '\n' ? "\\n" : std::string(1, c);
     text_ += '"';
   }
   text_ += '}';
@@ -107,7 +108,8 @@ std::string renderMetrics(const Meter& meter, const ExpositionContext& ctx) {
     }
   }
 
-  m.family("tpscope_meter_reads_total", "counter", "Counter reads the meter made, by kind (pcie_read, nvlink_read, dmon_call)");
+  m.family("tpscope_meter_reads_total", "counter",
+           "Counter reads the meter made, by kind (pcie_read, nvlink_read, dmon_call)");
   for (int k = 0; k < n; ++k)
     for (int r = 0; r < kMeterReadKinds; ++r) {
       const MeterReadKind kind = static_cast<MeterReadKind>(r);
@@ -124,19 +126,21 @@ std::string renderMetrics(const Meter& meter, const ExpositionContext& ctx) {
     for (const MeterCadence& c : cadence)
       if (c.gpu >= 0 && c.gpu < n) value(c, with(gpuLabels(gpus[c.gpu]), "group", meterGroupName(c.group)));
   };
-  perStream("tpscope_meter_failed_reads_total", "counter", "Reads that returned no value for a counter the GPU supports",
+  perStream("tpscope_meter_failed_reads_total", "counter",
+            "Reads that returned no value for a counter the GPU supports",
             [&](const MeterCadence& c, const MetricsText::Labels& l) { m.sample(l, uint64_t(c.failed_reads)); });
   perStream("tpscope_meter_wrap_gaps_total", "counter",
             "PCIe read gaps long enough for a 32-bit counter to wrap unseen at the link's ceiling (should stay 0)",
             [&](const MeterCadence& c, const MetricsText::Labels& l) {
               if (c.group == MeterGroup::kPcie) m.sample(l, uint64_t(c.wrap_gaps));
             });
-  perStream("tpscope_meter_read_period_seconds", "gauge",
-            "Configured period between reads of a counter group: state busy while the link moves, idle while it is quiet",
-            [&](const MeterCadence& c, const MetricsText::Labels& l) {
-              m.sample(with(l, "state", "busy"), c.period_target_ms * 1e-3);
-              m.sample(with(l, "state", "idle"), c.idle_period_ms * 1e-3);
-            });
+  perStream(
+      "tpscope_meter_read_period_seconds", "gauge",
+      "Configured period between reads of a counter group: state busy while the link moves, idle while it is quiet",
+      [&](const MeterCadence& c, const MetricsText::Labels& l) {
+        m.sample(with(l, "state", "busy"), c.period_target_ms * 1e-3);
+        m.sample(with(l, "state", "idle"), c.idle_period_ms * 1e-3);
+      });
   perStream("tpscope_meter_read_period_median_seconds", "gauge",
             "Median period between reads of a counter group over the meter's recent history",
             [&](const MeterCadence& c, const MetricsText::Labels& l) {
@@ -155,8 +159,9 @@ std::string renderMetrics(const Meter& meter, const ExpositionContext& ctx) {
   linkGauge(&MeterPcieLink::width_current);
   m.family("tpscope_pcie_link_width_max", "gauge", "Most PCIe lanes the GPU and its slot support");
   linkGauge(&MeterPcieLink::width_max);
-  m.family("tpscope_pcie_link_below_max", "gauge",
-           "1 when the PCIe link trained below its maximum generation or width (an idle link may train down to save power)");
+  m.family(
+      "tpscope_pcie_link_below_max", "gauge",
+      "1 when the PCIe link trained below its maximum generation or width (an idle link may train down to save power)");
   for (int k = 0; k < n && k < static_cast<int>(ctx.links.size()); ++k)
     m.sample(gpuLabels(gpus[k]), ctx.links[k].belowMax() ? 1.0 : 0.0);
 
@@ -177,7 +182,8 @@ std::string renderMetrics(const Meter& meter, const ExpositionContext& ctx) {
   m.family("tpscope_meter_calibrated", "gauge",
            "1 when the meter measured what its own reads cost (tpscope_meter_own_* exist), 0 when not");
   m.sample({}, meter.calibration().calibrated ? 1.0 : 0.0);
-  m.family("tpscope_meter_start_time_seconds", "gauge", "When the meter started, Unix time: the byte counters count from here");
+  m.family("tpscope_meter_start_time_seconds", "gauge",
+           "When the meter started, Unix time: the byte counters count from here");
   m.sample({}, ctx.start_unix_s);
   return m.text();
 }

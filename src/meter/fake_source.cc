@@ -199,8 +199,8 @@ tpsResult_t openFakeSources(const MeterOptions& options, SourceSet* out, std::st
     for (size_t k = 0; k < all.size(); ++k) ids.push_back(static_cast<int>(k));
   for (int id : ids) {
     if (id < 0 || id >= static_cast<int>(all.size())) {
-      *reason = "GPU index " + std::to_string(id) + " does not exist: this machine has " +
-                std::to_string(all.size()) + " GPUs (0-" + std::to_string(all.size() - 1) + ")";
+      *reason = "GPU index " + std::to_string(id) + " does not exist: this machine has " + std::to_string(all.size()) +
+                " GPUs (0-" + std::to_string(all.size() - 1) + ")";
       return tpsInvalidArgument;
     }
     FakeGpuScript s = all[id];

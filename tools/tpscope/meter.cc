@@ -190,11 +190,14 @@ class MeterCommand : public Command {
     if (r != tpsSuccess) return fail(kExitRuntime, reason);
     if (serving) {
       server.serve(*meter);
-      const std::string host = serve_.find(':') == std::string::npos ? "127.0.0.1" : serve_.substr(0, serve_.rfind(':'));
+      const std::string host =
+          serve_.find(':') == std::string::npos ? "127.0.0.1" : serve_.substr(0, serve_.rfind(':'));
       std::fprintf(stderr, "tpscope: serving the meter's counters at http://%s:%d/metrics\n", host.c_str(),
                    server.port());
     }
-    int code = serving && command_.empty() ? runServing(*meter) : command_.empty() ? runLive(*meter) : runWrapped(*meter);
+    int code = serving && command_.empty() ? runServing(*meter)
+               : command_.empty()          ? runLive(*meter)
+                                           : runWrapped(*meter);
     server.stop();
     if (!out_.empty() && !writeOut(*meter, out, out_windows)) {
       std::fprintf(stderr, "tpscope: error: writing --out %s failed (%s); the summary above is complete\n",

@@ -27,9 +27,7 @@ std::string gen(const std::optional<int>& g, const std::optional<int>& w) {
   return a.empty() || b.empty() ? a + b : a + " " + b;
 }
 
-double unixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -90,7 +88,8 @@ bool MetricsServer::bind(const ServeAddress& address, std::string* error) {
   if (err == EADDRINUSE)
     *error = "cannot serve on " + where + ": the port is in use (another meter or exporter?); choose another port";
   else if (err == EACCES)
-    *error = "cannot serve on " + where + ": permission denied (ports below 1024 need privileges); choose a port >= 1024";
+    *error =
+        "cannot serve on " + where + ": permission denied (ports below 1024 need privileges); choose a port >= 1024";
   else
     *error = "cannot serve on " + where + ": " + (err ? std::strerror(err) : "no such address") +
              " (name an address of this machine, e.g. 127.0.0.1 or 0.0.0.0)";
