@@ -26,7 +26,7 @@ class Server;
 namespace tpscope::cli {
 
 constexpr int kServeWorkers = 4;
-constexpr int kServeQueue = 32;
+constexpr int kServeQueue = 128;
 
 struct ServeAddress {
   std::string host = "127.0.0.1";
