@@ -293,7 +293,22 @@ def run_format():
     check("tpscope_meter_calibrated 0" in text and "# TYPE tpscope_meter_own_" not in text,
           "without calibration: tpscope_meter_calibrated 0 and no own-bytes counters")
     check(m2.term() == 0, "SIGTERM: exit 0")
-    print("format: promtool accepts the scrape; every family, label and escape as documented")
+    # Serving while a wrapped command runs: the command scrapes, the summary follows, CMD's exit code is
+    # returned, and CMD gets SIGPIPE at its default (the server ignores it for its own writes).
+    port = free_port()
+    child = (f"python3 -c \"import urllib.request; t = urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read()"
+             f"; open('{TMP}/wrapped.txt', 'wb').write(t)\"; grep SigIgn /proc/self/status > {TMP}/sigign.txt; exit 3")
+    env = dict(os.environ, TPSCOPE_METER_FAKE="1", TPSCOPE_METER_FAKE_SCRIPT=write_script(gpus))
+    r = subprocess.run([TPSCOPE, "meter", "--serve", f"127.0.0.1:{port}", "--format", "json", "--", "sh", "-c", child],
+                       env=env, capture_output=True, text=True, timeout=60)
+    check(r.returncode == 3, f"wrapped with --serve: CMD's exit code 3, got {r.returncode}: {r.stderr}")
+    check(json.loads(r.stdout)["windows"][0]["name"] == "command", "wrapped with --serve: the JSON summary follows")
+    with open(f"{TMP}/wrapped.txt") as f:
+        check("tpscope_pcie_rx_bytes_total{" in f.read(), "the wrapped command scraped the counters")
+    with open(f"{TMP}/sigign.txt") as f:
+        ignored = int(f.read().split()[1], 16)
+    check(not (ignored >> (signal.SIGPIPE - 1)) & 1, "the wrapped command starts with SIGPIPE at its default")
+    print("format: promtool accepts the scrape; every family, label and escape as documented; serving while wrapping")
 
 
 # ---- faults ------------------------------------------------------------------------------------------
