@@ -99,9 +99,12 @@ class Meter:
         except subprocess.TimeoutExpired:
             raise Fail("the meter did not exit within %d s of SIGTERM" % timeout)
 
-    def threads(self):
+    def status(self, key):  # "Threads", "VmRSS" (kB) from /proc/PID/status
         with open(f"/proc/{self.p.pid}/status") as f:
-            return int(next(l for l in f if l.startswith("Threads:")).split()[1])
+            return int(next(l for l in f if l.startswith(key + ":")).split()[1])
+
+    def threads(self):
+        return self.status("Threads")
 
 
 def scrape(port, timeout=5):
@@ -341,6 +344,8 @@ def run_faults():
     script = write_script([{"background_bytes_per_s": {"pcie_rx": 1e8}}, {}])
     m = Meter("127.0.0.1:0", script)
     port = m.wait_serving()
+    scrape(port)
+    rss_before = m.status("VmRSS")
     one_line_error(["--serve", str(port)], 1, "in use")
     one_line_error(["--serve", "192.0.2.1:9400"], 1, "cannot serve on 192.0.2.1:9400")
     one_line_error(["--serve", "99999"], 2, "0-65535")
@@ -381,6 +386,8 @@ def run_faults():
     check(answered == 64, f"all 64 concurrent scrapes answered (queued behind the stalled ones), got {answered}: "
           f"{[r for r in results if r != 2][:3]}")
     check(peak[0] <= 24, f"threads stay bounded under 64 scrapers, peak {peak[0]}")
+    rss_growth = m.status("VmRSS") - rss_before
+    check(rss_growth < 32 * 1024, f"memory stays bounded: resident size grew {rss_growth} kB under the scrapes")
     check(scrape(port)[1].count("tpscope_pcie_rx_bytes_total{") == 2, "a normal scrape still works afterwards")
     # SIGTERM while scrapes are in flight: exit 0, promptly.
     stop = threading.Event()
@@ -403,7 +410,8 @@ def run_faults():
         h.join()
     check(code == 0, f"SIGTERM during scrapes: exit {code}, want 0; stderr: {m.stderr()}")
     check(time.time() - t < 5, "SIGTERM during scrapes: exits within 5 s")
-    print(f"faults: clear lines, no crash, peak {peak[0]} threads under 64 scrapers, exit 0 on SIGTERM")
+    print(f"faults: clear lines, no crash, peak {peak[0]} threads and +{rss_growth} kB under 64 scrapers, "
+          "exit 0 on SIGTERM")
 
 
 def main():

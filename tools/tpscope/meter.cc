@@ -174,8 +174,9 @@ class MeterCommand : public Command {
       const std::optional<ServeAddress> address = parseServeAddress(serve_, &error);
       if (!address) throw UsageError(error);
       if (!server.bind(*address, &error)) return fail(kExitRuntime, error);
-      // Serving alone runs for days: keep a minute of samples (cadence), not all of them.
-      if (command_.empty()) o.history_s = 60;
+      // Serving alone runs for days: keep 10-20 s of samples (~2 MB per GPU at the busy period, for the
+      // cadence gauges), not all of them.
+      if (command_.empty()) o.history_s = 10;
     }
 
     // Signals are ours from before the meter starts: an interrupt while it calibrates ends the run
