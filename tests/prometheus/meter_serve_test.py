@@ -352,7 +352,7 @@ def run_faults():
     one_line_error(["--serve", "::1:9400"], 2, "brackets")
     one_line_error(["--serve", "host:"], 2, "[ADDR:]PORT")
     # Malformed requests: an error status or a closed connection, never a crash.
-    check(raw(port, b"\x00\xff garbage\r\n\r\n").startswith(b"HTTP/1.1 400"), "garbage: 400")
+    check(raw(port, b"\x00\xff garbage\r\n\r\n", timeout=1).startswith(b"HTTP/1.1 400"), "garbage: 400")
     check(raw(port, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n", timeout=1).startswith(b"HTTP/1.1 400"),
           "a 20 KB header: 400")
     check(raw(port, b"GET /metrics HTTP/1.1\r\n" + b"X-a: b\r\n" * 200 + b"\r\n", timeout=1).startswith(b"HTTP/1.1 400"),
@@ -361,7 +361,7 @@ def run_faults():
     check(raw(port, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n").split(b" ")[1]
           in (b"404", b"405", b"413"), "a POST with a 100 MB body is refused without reading it")
     # Slow scrapers: connections that send half a request and stall hold a worker only until the timeout.
-    stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+    stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(12)]
     for s in stalled:
         s.sendall(b"GET /metrics HTTP/1.1\r\nHost:")
     # Many concurrent scrapers: all answered or refused, the meter keeps a bounded number of threads.

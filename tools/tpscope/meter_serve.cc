@@ -16,8 +16,8 @@ namespace tpscope::cli {
 
 namespace {
 
-constexpr int kTimeoutS = 2;          // read and write timeout of one connection
-constexpr int kKeepAliveS = 2;        // a connection that sends nothing is closed after this
+constexpr int kTimeoutS = 1;          // read and write timeout of one connection (a scrape request is tiny)
+constexpr int kKeepAliveS = 1;        // a connection that sends nothing is closed after this
 constexpr int kLinkEverySeconds = 5;  // PCIe link generation and width are read this often
 constexpr size_t kMaxBody = 4096;     // a scrape has no body; anything bigger is refused (413)
 

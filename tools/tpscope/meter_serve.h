@@ -25,7 +25,7 @@ class Server;
 
 namespace tpscope::cli {
 
-constexpr int kServeWorkers = 4;
+constexpr int kServeWorkers = 8;
 constexpr int kServeQueue = 128;
 
 struct ServeAddress {
