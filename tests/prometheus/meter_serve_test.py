@@ -311,6 +311,11 @@ def run_format():
     with open(f"{TMP}/sigign.txt") as f:
         ignored = int(f.read().split()[1], 16)
     check(not (ignored >> (signal.SIGPIPE - 1)) & 1, "the wrapped command starts with SIGPIPE at its default")
+    # Not serving, nothing of the server is made: live mode still ends by SIGPIPE when its reader goes.
+    r = subprocess.run(f"'{TPSCOPE}' meter -d 20 | head -1; exit ${{PIPESTATUS[0]}}", shell=True,
+                       executable="/bin/bash", env=dict(os.environ, TPSCOPE_METER_FAKE="1"), capture_output=True,
+                       timeout=20)
+    check(r.returncode == 128 + signal.SIGPIPE, f"`tpscope meter | head -1`: killed by SIGPIPE, got {r.returncode}")
     print("format: promtool accepts the scrape; every family, label and escape as documented; serving while wrapping")
 
 

@@ -166,14 +166,16 @@ class MeterCommand : public Command {
       }
     }
 
-    // Bind before measuring anything, so a port in use costs nothing.
-    MetricsServer server;
+    // Bind before measuring anything, so a port in use costs nothing. Made only when serving: the
+    // HTTP server ignores SIGPIPE process-wide, which `tpscope meter | head` must not inherit.
+    std::unique_ptr<MetricsServer> server;
     const bool serving = !serve_.empty();
     if (serving) {
       std::string error;
       const std::optional<ServeAddress> address = parseServeAddress(serve_, &error);
       if (!address) throw UsageError(error);
-      if (!server.bind(*address, &error)) return fail(kExitRuntime, error);
+      server = std::make_unique<MetricsServer>();
+      if (!server->bind(*address, &error)) return fail(kExitRuntime, error);
       // Serving alone runs for days: keep 10-20 s of samples (~2 MB per GPU at the busy period, for the
       // cadence gauges), not all of them.
       if (command_.empty()) o.history_s = 10;
@@ -190,16 +192,16 @@ class MeterCommand : public Command {
     if (r == tpsInvalidArgument) return fail(kExitUsage, reason);
     if (r != tpsSuccess) return fail(kExitRuntime, reason);
     if (serving) {
-      server.serve(*meter);
+      server->serve(*meter);
       const std::string host =
           serve_.find(':') == std::string::npos ? "127.0.0.1" : serve_.substr(0, serve_.rfind(':'));
       std::fprintf(stderr, "tpscope: serving the meter's counters at http://%s:%d/metrics\n", host.c_str(),
-                   server.port());
+                   server->port());
     }
     int code = serving && command_.empty() ? runServing(*meter)
                : command_.empty()          ? runLive(*meter)
                                            : runWrapped(*meter);
-    server.stop();
+    if (server) server->stop();
     if (!out_.empty() && !writeOut(*meter, out, out_windows)) {
       std::fprintf(stderr, "tpscope: error: writing --out %s failed (%s); the summary above is complete\n",
                    out_.c_str(), std::strerror(errno));
