@@ -134,7 +134,7 @@ def by_gpu(parsed, name):
 
 # ---- prometheus: increase() against the scripted bytes, across a restart --------------------------
 # Two bursts of known bytes, flat (no traffic) around them; the meter restarts in the flat gap between.
-BURSTS = [(3.0, 5.0), (9.0, 11.0)]  # seconds after the epoch
+BURSTS = [(3.0, 5.0), (10.0, 12.0)]  # seconds after the epoch
 RATES = {  # per GPU: per burst, bytes/s of each counter
     "0": [{"pcie_rx": 1.0e9, "pcie_tx": 0.4e9, "nvlink_tx": 2.0e9}, {"pcie_rx": 0.5e9, "pcie_tx": 1.2e9}],
     "1": [{"pcie_rx": 0.3e9, "pcie_tx": 0.7e9, "nvlink_rx": 2.0e9}, {"pcie_rx": 0.9e9, "pcie_tx": 0.2e9}],
