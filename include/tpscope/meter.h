@@ -87,15 +87,35 @@ struct MeterOptions {
   int64_t pm_calibrate_ms = 500;
   int64_t dmon_period_ms = 1000;  // the dmon method's cadence (nvidia-smi dmon's default is 1 s)
   double peak_span_ms = 10;       // sub-window length for the peak rate
+  // Keep samples for windows only this long (seconds, 0: all of them). A meter that runs for days
+  // (`tpscope meter --serve`) keeps its memory bounded this way; windows, samples() and cadence()
+  // then see only the recent past, while latest(), reads() and ownBytesSoFar() stay exact.
+  double history_s = 0;
   // Two scripted GPUs with steady traffic instead of the hardware (tests and CI; `tpscope` sets it
   // under TPSCOPE_METER_FAKE=1).
   bool fake_gpus = false;
+  // With fake_gpus: a JSON script of the GPUs' traffic (src/meter/fake_source.h says its form)
+  // instead of the steady default; `tpscope` reads it from TPSCOPE_METER_FAKE_SCRIPT.
+  std::string fake_script;
+};
+
+// A GPU's PCIe link as it trained: generation and width now and at most (N/A where NVML cannot say).
+// A link below its maximum (a card in a narrower slot, a riser, power saving on an idle link) caps
+// what the PCIe counters can show.
+struct MeterPcieLink {
+  std::optional<int> gen_current, gen_max, width_current, width_max;
+  // True when the generation or the width is known to be below its maximum.
+  bool belowMax() const {
+    return (gen_current && gen_max && *gen_current < *gen_max) ||
+           (width_current && width_max && *width_current < *width_max);
+  }
 };
 
 // One GPU as the meter sees it.
 struct MeterGpu {
   int index = 0;  // CUDA ordinal
   std::string name, bus_id;
+  std::string uuid;                              // "GPU-8c1b..." as nvidia-smi prints it; empty when unknown
   std::array<bool, kMeterCounters> supported{};  // counter read on this GPU; false: N/A
   int nvlink_links = 0;                          // links whose counters are summed
   std::optional<double> pcie_ceiling_mbps;       // per direction
@@ -323,6 +343,14 @@ class Meter {
   // counter c, in bytes; nullopt when not calibrated. A live rate between two reads subtracts it.
   std::optional<double> ownBytes(int gpu, MeterCounter c, int64_t start_ns, int64_t end_ns) const;
   std::vector<QuiesceRecord> quiesceRecords() const;  // every quiesce() so far, in order
+  // Reads of kind k made so far on GPU position `gpu` (dmon: calls), calibration excluded.
+  int64_t reads(int gpu, MeterReadKind k) const;
+  // What every read so far on GPU position `gpu` added to counter c (reads x calibrated cost per
+  // read, a cost below zero counted as zero so that the total never decreases); nullopt when not
+  // calibrated. Exact over any history_s: it comes from the read counts, not the samples.
+  std::optional<double> ownBytesSoFar(int gpu, MeterCounter c) const;
+  // The PCIe link of GPU position `gpu` now: asks the driver (a few microseconds), so call it seldom.
+  MeterPcieLink pcieLink(int gpu) const;
 
   struct Impl;  // src/meter/meter.cc
 

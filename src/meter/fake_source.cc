@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -142,6 +145,7 @@ SourceSet makeFakeSources(const std::vector<FakeGpuScript>& scripts, MeterMethod
     g.index = static_cast<int>(k);
     g.name = s.name;
     g.bus_id = "0000:F" + std::to_string(k) + ":00.0";
+    g.uuid = !s.uuid.empty() ? s.uuid : "GPU-fa4e0000-0000-0000-0000-00000000000" + std::to_string(k % 10);
     for (int c = 0; c < kMeterCounters; ++c) g.supported[c] = s.supported & (1u << c);
     g.nvlink_links = (s.supported & 0x0c) ? s.nvlink_links : 0;
     g.pcie_ceiling_mbps = s.pcie_ceiling_mbps;
@@ -156,20 +160,94 @@ SourceSet makeFakeSources(const std::vector<FakeGpuScript>& scripts, MeterMethod
     set.gpus.push_back(g);
   }
   set.processes = [scripts](int gpu) -> std::optional<std::vector<unsigned>> { return scripts[gpu].pids; };
+  set.pcie_link = [scripts](int gpu) { return scripts[gpu].pcie_link; };
   return set;
 }
 
+namespace {
+
+std::optional<MeterCounter> counterNamed(const std::string& name) {
+  for (int c = 0; c < kMeterCounters; ++c)
+    if (name == meterCounterName(static_cast<MeterCounter>(c))) return static_cast<MeterCounter>(c);
+  return std::nullopt;
+}
+
+std::optional<int> optInt(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  return j[key].get<int>();
+}
+
+}  // namespace
+
+tpsResult_t parseFakeScript(const std::string& text, double now_unix_s, std::vector<FakeGpuScript>* out,
+                            std::string* reason) {
+  out->clear();
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    const double shift = j.contains("epoch_unix_s") ? j["epoch_unix_s"].get<double>() - now_unix_s : 0.0;
+    for (const nlohmann::json& g : j.at("gpus")) {
+      FakeGpuScript s;
+      s.name = g.value("name", s.name);
+      s.uuid = g.value("uuid", s.uuid);
+      if (!g.value("nvlink", true)) s.supported &= 0x03;
+      const nlohmann::json background = g.value("background_bytes_per_s", nlohmann::json::object());
+      for (const auto& [name, rate] : background.items()) {
+        const std::optional<MeterCounter> c = counterNamed(name);
+        if (!c) throw std::invalid_argument("unknown counter '" + name + "'");
+        s.background_bytes_per_s[static_cast<int>(*c)] = rate.get<double>();
+      }
+      const nlohmann::json bursts = g.value("bursts", nlohmann::json::array());
+      for (const nlohmann::json& b : bursts) {
+        const std::optional<MeterCounter> c = counterNamed(b.at("counter").get<std::string>());
+        if (!c) throw std::invalid_argument("unknown counter '" + b.at("counter").get<std::string>() + "'");
+        FakeBurst fb{b.at("from_s").get<double>() + shift, b.at("to_s").get<double>() + shift, *c,
+                     b.at("bytes_per_s").get<double>()};
+        if (!(fb.to_s >= fb.from_s) || !(fb.bytes_per_s >= 0))
+          throw std::invalid_argument("a burst needs to_s >= from_s and bytes_per_s >= 0");
+        s.bursts.push_back(fb);
+      }
+      if (g.contains("pcie_link")) {
+        const nlohmann::json& l = g["pcie_link"];
+        s.pcie_link = {optInt(l, "gen_current"), optInt(l, "gen_max"), optInt(l, "width_current"),
+                       optInt(l, "width_max")};
+      }
+      out->push_back(s);
+    }
+    if (out->empty()) throw std::invalid_argument("'gpus' is empty");
+  } catch (const std::exception& e) {
+    *reason = std::string("the fake meter script does not parse: ") + e.what();
+    return tpsInvalidArgument;
+  }
+  return tpsSuccess;
+}
+
 tpsResult_t openFakeSources(const MeterOptions& options, SourceSet* out, std::string* reason) {
-  // Two GPUs with steady traffic: GPU0 sends 1000 MB/s over PCIe and 2000 MB/s over NVLink to GPU1.
+  // Without a script: two GPUs with steady traffic; GPU0 sends 1000 MB/s over PCIe and 2000 MB/s over
+  // NVLink to GPU1.
   std::vector<FakeGpuScript> all(2);
   all[0].background_bytes_per_s = {1e9, 250e6, 2e9, 0, 0, 0};
   all[1].background_bytes_per_s = {10e6, 10e6, 0, 2e9, 0, 0};
+  if (!options.fake_script.empty()) {
+    std::ifstream f(options.fake_script);
+    std::stringstream text;
+    text << f.rdbuf();
+    if (!f) {
+      *reason = "cannot read the fake meter script " + options.fake_script;
+      return tpsInvalidArgument;
+    }
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (tpsResult_t r = parseFakeScript(text.str(), ts.tv_sec + ts.tv_nsec * 1e-9, &all, reason); r != tpsSuccess)
+      return r;
+  }
   std::vector<FakeGpuScript> chosen;
   std::vector<int> ids = options.devices;
-  if (ids.empty()) ids = {0, 1};
+  if (ids.empty())
+    for (size_t k = 0; k < all.size(); ++k) ids.push_back(static_cast<int>(k));
   for (int id : ids) {
     if (id < 0 || id >= static_cast<int>(all.size())) {
-      *reason = "GPU index " + std::to_string(id) + " does not exist: this machine has 2 GPUs (0-1)";
+      *reason = "GPU index " + std::to_string(id) + " does not exist: this machine has " + std::to_string(all.size()) +
+                " GPUs (0-" + std::to_string(all.size() - 1) + ")";
       return tpsInvalidArgument;
     }
     FakeGpuScript s = all[id];

@@ -4,10 +4,21 @@
 // A script gives each counter a constant background rate plus bursts [from, to) at extra rates,
 // relative to the moment the reader is created. PCIe values are returned modulo 2^32 from a start
 // just below the wrap, so every test run crosses a wrap as real H200 counters do every ~70 ms.
+//
+// `tpscope` takes a script from a JSON file (TPSCOPE_METER_FAKE_SCRIPT, with TPSCOPE_METER_FAKE=1), so
+// that a test outside the process knows the bytes to expect, across restarts of the meter too:
+//   {"epoch_unix_s": 1764650000.0,          optional: bursts count from this wall-clock time (default:
+//                                            the meter's start), so a restarted meter plays the same script
+//    "gpus": [{"name": "Fake H200", "uuid": "GPU-...", "nvlink": true,
+//              "background_bytes_per_s": {"pcie_rx": 1e6},      from the meter's start
+//              "bursts": [{"counter": "pcie_rx", "from_s": 2, "to_s": 4, "bytes_per_s": 1e9}],
+//              "pcie_link": {"gen_current": 4, "gen_max": 5, "width_current": 16, "width_max": 16}}]}
+// Counter names are meterCounterName()'s.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "meter/source.h"
@@ -40,7 +51,14 @@ struct FakeGpuScript {
   std::array<double, 2> pm_own_bytes_per_s{};
   std::vector<std::pair<double, double>> pm_gaps;
   double pm_overflow_at_s = -1;
+  std::string uuid;            // empty: one made from the GPU's position
+  MeterPcieLink pcie_link{5, 5, 16, 16};
 };
+
+// The GPUs of a JSON script (the form above), bursts shifted from its epoch to `now_unix_s`, the moment
+// the sources are made. tpsInvalidArgument with a one-sentence *reason for a script that does not parse.
+tpsResult_t parseFakeScript(const std::string& text, double now_unix_s, std::vector<FakeGpuScript>* out,
+                            std::string* reason);
 
 // Cumulative bytes of counter c after `t_s` seconds of the script (exact integral).
 double fakeCumulative(const FakeGpuScript& s, MeterCounter c, double t_s);

@@ -6,6 +6,7 @@
 // (windows()); the sampler never calls back into the Meter, so there is no opposite order.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -320,6 +321,27 @@ std::vector<std::array<std::optional<double>, kMeterCounters>> Meter::ownMBps() 
         return out;
       });
 }
+
+int64_t Meter::reads(int gpu, MeterReadKind k) const {
+  return gpu < 0 ? 0 : impl_->sampler.reads(static_cast<size_t>(gpu), k);
+}
+
+std::optional<double> Meter::ownBytesSoFar(int gpu, MeterCounter c) const {
+  const MeterCalibration& cal = calibration();
+  if (!cal.calibrated || gpu < 0 || gpu >= static_cast<int>(cal.gpus.size())) return std::nullopt;
+  double total = 0;
+  for (int k = 0; k < kMeterReadKinds; ++k) {
+    const MeterReadKind kind = static_cast<MeterReadKind>(k);
+    const int64_t n = reads(gpu, kind);
+    if (n == 0) continue;
+    const std::optional<double> one = detail::ownBytes(cal.gpus[gpu], kind, static_cast<int>(c), 1);
+    if (!one) return std::nullopt;
+    total += std::max(0.0, *one) * static_cast<double>(n);  // a noisy negative cost would make it decrease
+  }
+  return total;
+}
+
+MeterPcieLink Meter::pcieLink(int gpu) const { return impl_->sampler.pcieLink(gpu); }
 
 std::vector<QuiesceRecord> Meter::quiesceRecords() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

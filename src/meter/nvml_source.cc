@@ -188,6 +188,8 @@ tpsResult_t openNvmlSources(const MeterOptions& options, SourceSet* out, std::st
     m.index = g.index;
     m.name = g.name;
     m.bus_id = g.bus_id;
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    if (api->deviceGetUUID && api->deviceGetUUID(dev, uuid, sizeof(uuid)) == NVML_SUCCESS) m.uuid = uuid;
     m.pcie_ceiling_mbps = g.pcie_ceiling_mbps;
     m.nvlink_ceiling_mbps = g.nvlink_ceiling_mbps;
     if (counters) {
@@ -218,6 +220,18 @@ tpsResult_t openNvmlSources(const MeterOptions& options, SourceSet* out, std::st
     std::vector<unsigned> pids;
     for (unsigned i = 0; i < count; ++i) pids.push_back(infos[i].pid);
     return pids;
+  };
+  out->pcie_link = [api, handles](int gpu) {
+    MeterPcieLink l;
+    auto get = [&](decltype(api->deviceGetCurrPcieLinkWidth) f, std::optional<int>* v) {
+      unsigned x = 0;
+      if (f && f(handles[gpu], &x) == NVML_SUCCESS) *v = static_cast<int>(x);
+    };
+    get(api->deviceGetCurrPcieLinkGeneration, &l.gen_current);
+    get(api->deviceGetMaxPcieLinkGeneration, &l.gen_max);
+    get(api->deviceGetCurrPcieLinkWidth, &l.width_current);
+    get(api->deviceGetMaxPcieLinkWidth, &l.width_max);
+    return l;
   };
   return tpsSuccess;
 }

@@ -279,6 +279,25 @@ void Sampler::drainLocked() const {
   for (const Stream& st : streams_)
     st.ring->drain([&](const Reading& r) { builders_[st.gpu].append(st.group, r, &series_[st.gpu]); });
   dmon_ring_->drain([&](const MeterDmonSample& d) { dmon_.push_back(d); });
+  if (options_.history_s > 0) trimLocked();
+}
+
+void Sampler::trimLocked() const {
+  // Drops what is older than history_s, once it is twice as old: each sample is erased once, in
+  // batches, so trimming costs O(1) per sample and the series holds at most 2 x history_s.
+  const int64_t keep_ns = static_cast<int64_t>(options_.history_s * 1e9);
+  for (Series& s : series_) {
+    if (s.size() < 2 || s.back().t_after_ns - s.front().t_after_ns < 2 * keep_ns) continue;
+    const int64_t cut = s.back().t_after_ns - keep_ns;
+    auto first_kept = std::find_if(s.begin(), s.end(), [cut](const MeterSample& m) { return m.t_after_ns >= cut; });
+    s.erase(s.begin(), first_kept);
+  }
+  if (dmon_.size() >= 2 && dmon_.back().t_after_ns - dmon_.front().t_after_ns >= 2 * keep_ns) {
+    const int64_t cut = dmon_.back().t_after_ns - keep_ns;
+    auto first_kept =
+        std::find_if(dmon_.begin(), dmon_.end(), [cut](const MeterDmonSample& d) { return d.t_after_ns >= cut; });
+    dmon_.erase(dmon_.begin(), first_kept);
+  }
 }
 
 std::optional<MeterSample> Sampler::latest(int gpu) const {

@@ -91,6 +91,7 @@ class Sampler {
   std::optional<std::vector<unsigned>> processes(int k) const {
     return src_.processes ? src_.processes(k) : std::nullopt;
   }
+  MeterPcieLink pcieLink(int k) const { return src_.pcie_link ? src_.pcie_link(k) : MeterPcieLink{}; }
 
   // Calls f(series, dmon) with the lock held, after moving everything read so far into them.
   template <typename F>
@@ -113,6 +114,7 @@ class Sampler {
   void sampleDmon();
   void collect();
   void drainLocked() const;
+  void trimLocked() const;  // MeterOptions::history_s
 
   // Whether the link moved more than busy_mbps since the previous read, net of the meter's own reads
   // meanwhile (every kind, from the read counters), for the period of the next read.

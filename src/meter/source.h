@@ -71,6 +71,8 @@ struct SourceSet {
   std::vector<std::unique_ptr<PmReader>> pm;             // per GPU with source pm/both; else empty
   // PIDs with a compute context on GPU position `gpu`; nullopt when the platform cannot say.
   std::function<std::optional<std::vector<unsigned>>(int gpu)> processes;
+  // The PCIe link of GPU position `gpu` as it trained now; all N/A when the platform cannot say.
+  std::function<MeterPcieLink(int gpu)> pcie_link;
 };
 
 // The real GPUs through NVML (nvml_source.cc). Errors as Meter::start documents them.

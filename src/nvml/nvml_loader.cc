@@ -84,6 +84,7 @@ bool loadApi(const char* path, Api* api, void** handle, std::string* reason) {
       {"nvmlDeviceGetPcieThroughput", slotOf(&api->deviceGetPcieThroughput), false},
       {"nvmlDeviceGetComputeRunningProcesses_v3", slotOf(&api->deviceGetComputeRunningProcesses), false},
       {"nvmlDeviceGetMemoryInfo", slotOf(&api->deviceGetMemoryInfo), false},
+      {"nvmlDeviceGetUUID", slotOf(&api->deviceGetUUID), false},
   };
   for (const Symbol& s : symbols) {
     *s.slot = dlsym(*handle, s.name);

@@ -41,6 +41,7 @@ struct Api {
   decltype(&::nvmlDeviceGetPcieThroughput) deviceGetPcieThroughput = nullptr;
   decltype(&::nvmlDeviceGetComputeRunningProcesses_v3) deviceGetComputeRunningProcesses = nullptr;
   decltype(&::nvmlDeviceGetMemoryInfo) deviceGetMemoryInfo = nullptr;
+  decltype(&::nvmlDeviceGetUUID) deviceGetUUID = nullptr;
 };
 
 class Nvml {

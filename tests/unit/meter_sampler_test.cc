@@ -487,4 +487,67 @@ TEST(MeterSampler, WindowEdgesAreReadAtOnceWhenThePeriodAdapts) {
   }
 }
 
+// A meter that serves for days keeps history_s of samples; the counters and read counts stay whole.
+TEST(MeterSampler, HistoryBoundsTheSamplesButNotTheCounters) {
+  FakeGpuScript s;
+  s.background_bytes_per_s = {1e9, 0, 0, 0, 0, 0};
+  s.supported = 0x03;
+  MeterOptions o;
+  o.history_s = 0.1;
+  const int64_t t0 = Meter::now();
+  auto m = startFake({s}, o);
+  std::this_thread::sleep_for(milliseconds(600));
+  const std::optional<MeterSample> last = m->latest(0);
+  const std::vector<MeterSample> kept = m->samples();
+  ASSERT_TRUE(last && last->bytes[0]);
+  ASSERT_FALSE(kept.empty());
+  EXPECT_LE(kept.back().t_after_ns - kept.front().t_after_ns, 250000000) << "at most 2 x history_s (+ one drain)";
+  // Cumulative since the first read: ~1 GB/s x the time since the meter started.
+  EXPECT_NEAR(*last->bytes[0] / ((last->t_ns[0] - t0) * 1e-9), 1e9, 0.05e9);
+  EXPECT_GT(m->reads(0, MeterReadKind::kPcie), static_cast<int64_t>(kept.size()));
+}
+
+TEST(MeterCalibration, OwnBytesSoFarIsReadsTimesTheCalibratedCost) {
+  auto m = startFake({selfMeasuringGpu()}, {}, true);
+  ASSERT_TRUE(m->calibration().calibrated) << m->calibration().note;
+  std::this_thread::sleep_for(milliseconds(100));
+  m->stop();
+  const int tx = static_cast<int>(MeterCounter::kPcieTx);
+  const MeterGpuCalibration& g = m->calibration().gpus[0];
+  double want = 0;
+  for (int k = 0; k < kMeterReadKinds; ++k)
+    if (const int64_t n = m->reads(0, static_cast<MeterReadKind>(k)))
+      want += std::max(0.0, g.cost[k].bytes[tx].value_or(0)) * static_cast<double>(n);
+  const std::optional<double> own = m->ownBytesSoFar(0, MeterCounter::kPcieTx);
+  ASSERT_TRUE(own);
+  EXPECT_GT(*own, 0);
+  EXPECT_DOUBLE_EQ(*own, want);
+}
+
+TEST(MeterFakeScript, BurstsCountFromTheEpochAndBadScriptsSayWhy) {
+  std::vector<FakeGpuScript> g;
+  std::string reason;
+  const std::string text = R"({"epoch_unix_s": 1000.0, "gpus": [{"uuid": "GPU-x", "nvlink": false,
+      "background_bytes_per_s": {"pcie_rx": 5},
+      "bursts": [{"counter": "pcie_tx", "from_s": 2, "to_s": 4, "bytes_per_s": 10}],
+      "pcie_link": {"gen_current": 4, "gen_max": 5}}]})";
+  ASSERT_EQ(parseFakeScript(text, 1001.5, &g, &reason), tpsSuccess) << reason;
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].uuid, "GPU-x");
+  EXPECT_EQ(g[0].supported, 0x03u);
+  EXPECT_EQ(g[0].background_bytes_per_s[static_cast<int>(MeterCounter::kPcieRx)], 5);
+  ASSERT_EQ(g[0].bursts.size(), 1u);
+  EXPECT_DOUBLE_EQ(g[0].bursts[0].from_s, 0.5);  // 1000 + 2 is 0.5 s after 1001.5
+  EXPECT_DOUBLE_EQ(g[0].bursts[0].to_s, 2.5);
+  EXPECT_TRUE(g[0].pcie_link.belowMax());
+  EXPECT_FALSE(g[0].pcie_link.width_max);
+  for (const char* bad :
+       {"", "{}", R"({"gpus": []})", R"({"gpus": [{"bursts": [{"counter": "pcie"}]}]})",
+        R"({"gpus": [{"background_bytes_per_s": {"nope": 1}}]})",
+        R"({"gpus": [{"bursts": [{"counter": "pcie_tx", "from_s": 3, "to_s": 1, "bytes_per_s": 1}]}]})"}) {
+    EXPECT_EQ(parseFakeScript(bad, 0, &g, &reason), tpsInvalidArgument) << bad;
+    EXPECT_NE(reason.find("fake meter script"), std::string::npos) << reason;
+  }
+}
+
 }  // namespace tpscope::detail

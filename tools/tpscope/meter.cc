@@ -5,6 +5,9 @@
 // `begin NAME` / `end NAME` lines to it (src/meter/control.h). When CMD exits, tpscope prints one
 // row per window, GPU and counter, writes --out, and exits with CMD's exit code.
 //
+// Serving (--serve [ADDR:]PORT, meter_serve.h): the counters at /metrics for Prometheus, alone until
+// SIGINT/SIGTERM (exit 0), or while a wrapped command runs.
+//
 // Signals: SIGINT/SIGTERM set a flag. A terminal's Ctrl-C reaches CMD too (same process group), so
 // tpscope only forwards a signal that was sent to it alone (si_code SI_USER: `kill PID`); a second
 // one kills CMD. Either way the summary and --out are still written.
@@ -19,6 +22,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -26,6 +30,7 @@
 #include "meter/control.h"
 #include "meter/record.h"
 #include "meter/source.h"
+#include "meter_serve.h"
 
 extern char** environ;
 
@@ -147,6 +152,9 @@ class MeterCommand : public Command {
     sub_->add_option("--out", out_, "Write every sample and window: JSONL, or CSV when the name ends in .csv");
     sub_->add_option("--quiesce", quiesce_ms_, "Wrapped mode: first require this many ms of idle GPUs (0: skip)");
     sub_->add_option("--quiesce-mbps", quiesce_mbps_, "Idle threshold per counter in MB/s")->capture_default_str();
+    sub_->add_option("--serve", serve_,
+                     "Serve the counters for Prometheus at http://[ADDR:]PORT/metrics (ADDR default 127.0.0.1; "
+                     "0.0.0.0 for every interface); without a command, until SIGINT/SIGTERM");
     sub_->add_option("command", command_, "Command to run and measure, after --");
   }
   CLI::App* subcommand() const override { return sub_; }
@@ -187,16 +195,42 @@ class MeterCommand : public Command {
       }
     }
 
+    // Bind before measuring anything, so a port in use costs nothing. Made only when serving: the
+    // HTTP server ignores SIGPIPE process-wide, which `tpscope meter | head` must not inherit.
+    std::unique_ptr<MetricsServer> server;
+    const bool serving = !serve_.empty();
+    if (serving) {
+      std::string error;
+      const std::optional<ServeAddress> address = parseServeAddress(serve_, &error);
+      if (!address) throw UsageError(error);
+      server = std::make_unique<MetricsServer>();
+      if (!server->bind(*address, &error)) return fail(kExitRuntime, error);
+      // Serving alone runs for days: keep 10-20 s of samples (~2 MB per GPU at the busy period, for the
+      // cadence gauges), not all of them.
+      if (command_.empty()) o.history_s = 10;
+    }
+
     // Signals are ours from before the meter starts: an interrupt while it calibrates ends the run
     // cleanly like any other.
     SignalScope signals;
     std::unique_ptr<Meter> meter;
     std::string reason;
     o.fake_gpus = fakeMeterGpus();
+    if (const char* script = std::getenv("TPSCOPE_METER_FAKE_SCRIPT"); o.fake_gpus && script) o.fake_script = script;
     tpsResult_t r = Meter::start(o, &meter, &reason);
     if (r == tpsInvalidArgument) return fail(kExitUsage, reason);
     if (r != tpsSuccess) return fail(kExitRuntime, reason);
-    int code = command_.empty() ? runLive(*meter) : runWrapped(*meter);
+    if (serving) {
+      server->serve(*meter);
+      const std::string host =
+          serve_.find(':') == std::string::npos ? "127.0.0.1" : serve_.substr(0, serve_.rfind(':'));
+      std::fprintf(stderr, "tpscope: serving the meter's counters at http://%s:%d/metrics\n", host.c_str(),
+                   server->port());
+    }
+    int code = serving && command_.empty() ? runServing(*meter)
+               : command_.empty()          ? runLive(*meter)
+                                           : runWrapped(*meter);
+    if (server) server->stop();
     if (timeline.is_open() && !writeTimeline(*meter, timeline)) {
       std::fprintf(stderr, "tpscope: error: writing --timeline %s failed (%s)\n", timeline_.c_str(),
                    std::strerror(errno));
@@ -278,6 +312,13 @@ class MeterCommand : public Command {
     return kExitOk;
   }
 
+  // --serve without a command: the scrapes are the output; ends at SIGINT/SIGTERM, exit 0.
+  int runServing(Meter& meter) {
+    while (g_interrupts == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    meter.stop();
+    return kExitOk;
+  }
+
   int runWrapped(Meter& meter) {
     MeterSummary summary;
     summary.command = command_;
@@ -325,6 +366,7 @@ class MeterCommand : public Command {
     sigemptyset(&defaults);
     sigaddset(&defaults, SIGINT);
     sigaddset(&defaults, SIGTERM);
+    sigaddset(&defaults, SIGPIPE);  // ignored while serving (the HTTP side's writes): CMD gets it back
     posix_spawnattr_setsigdefault(&attr, &defaults);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
     pid_t pid = 0;
@@ -453,7 +495,7 @@ class MeterCommand : public Command {
   }
 
   CLI::App* sub_ = nullptr;
-  std::string devices_, stamp_, method_ = "counters", format_ = "table", out_, source_ = "nvml", timeline_;
+  std::string devices_, stamp_, method_ = "counters", format_ = "table", out_, source_ = "nvml", timeline_, serve_;
   int64_t pm_interval_us_ = 100, pm_decode_ms_ = 50;
   bool list_pm_ = false;
   int64_t delay_ms_ = 1000, count_ = 0, period_us_ = 0, idle_period_us_ = 0, dmon_period_ms_ = 1000, quiesce_ms_ = 0;
