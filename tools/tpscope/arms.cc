@@ -20,7 +20,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "allreduce/paths.h"
+#include "allreduce/media.h"
 #include "engine/gguf.h"
 #include "experiment/record.h"
 #include "experiment/report.h"
@@ -161,10 +161,10 @@ class ArmsCommand : public Command {
       Topology topo;
       if (queryTopology({}, &topo, &why) == tpsSuccess) {
         const BackendsBuilt built = backendsBuilt();
-        const std::vector<PathStatus> paths = evaluatePaths(topo, built);
-        for (const PathStatus& p : paths) {
+        const std::vector<MediumStatus> media = evaluateMedia(topo, built);
+        for (const MediumStatus& p : media) {
           const std::string backend = p.id.rfind("p2p", 0) == 0 ? "p2p" : p.id;
-          if (p.state == PathState::kAvailable) {
+          if (p.state == MediumState::kAvailable) {
             if (std::find(c.box.backends.begin(), c.box.backends.end(), backend) == c.box.backends.end())
               c.box.backends.push_back(backend);
           } else if (!c.box.backend_reasons.count(backend)) {
@@ -172,7 +172,7 @@ class ArmsCommand : public Command {
           }
         }
         for (const std::string& b : c.box.backends) c.box.backend_reasons.erase(b);
-        c.topology = topologyDocument(topo, paths, built.nccl_version ? ncclVersionString(*built.nccl_version) : "");
+        c.topology = topologyDocument(topo, media, built.nccl_version ? ncclVersionString(*built.nccl_version) : "");
         c.machine = machineRecord(&topo, "");
       } else {
         c.box.backends = {"host"};

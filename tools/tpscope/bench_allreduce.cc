@@ -22,7 +22,7 @@
 #include <limits>
 
 #include "allreduce/auto_table.h"
-#include "allreduce/paths.h"
+#include "allreduce/media.h"
 #include "bench_args.h"
 #include "bench_crossover.h"
 #include "bench_procs.h"

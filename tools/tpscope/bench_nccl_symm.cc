@@ -12,8 +12,8 @@
 #include <cstring>
 #include <set>
 
+#include "allreduce/media.h"
 #include "allreduce/nccl_types.h"
-#include "allreduce/paths.h"
 #include "bench_table.h"
 #include "common/cuda_raii.h"
 #include "common/log.h"

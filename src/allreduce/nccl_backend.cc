@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// nccl.cc - backend `nccl`. NCCL picks its own transport (NVLink, PCIe P2P, or host shared memory
+// nccl_backend.cc - backend `nccl`. NCCL picks its own transport (NVLink, PCIe P2P, or host shared memory
 // when NCCL_P2P_DISABLE=1); the library's accounting uses the ring estimate 2(N-1)/N x size per
 // direction, which is what a ring moves.
-#include "allreduce/nccl.h"
+#include "allreduce/nccl_backend.h"
 
 #include <nccl.h>
 

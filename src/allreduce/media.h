@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// paths.h - which AllReduce paths work on a set of GPUs, and why (the last block of `tpscope topo`).
+// media.h - which AllReduce media work on a set of GPUs, and why (the last block of `tpscope topo`).
 //
-// A path is a way for the bytes to travel: staged through pinned host memory, peer-to-peer over
-// NVLink, peer-to-peer over PCIe, or NCCL (which picks its own transport). Each gets a state and a
-// one-sentence reason. The evaluation is a pure function of the topology and of what this build
-// contains, so it is unit-tested without GPUs.
+// A medium is a way for the bytes to travel: staged through pinned host memory, peer-to-peer over
+// NVLink, peer-to-peer over PCIe, or NCCL (which picks its own transport); not a path, which is the
+// algorithm one backend ran (tpsPath_t in tpscope.h). Each medium gets a state and a one-sentence
+// reason. The evaluation is a pure function of the topology and of what this build contains, so it is
+// unit-tested without GPUs.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -17,16 +18,16 @@
 
 namespace tpscope {
 
-enum class PathState {
+enum class MediumState {
   kAvailable,    // hardware and backend are both there
   kUnavailable,  // the hardware (or library) cannot do it: reason says what is missing
   kNotBuilt,     // the hardware can, but this build has no backend for it yet
 };
 
-struct PathStatus {
+struct MediumStatus {
   std::string id;     // "host", "p2p_nvlink", "p2p_pcie", "nccl"
   std::string label;  // "host staging", ...
-  PathState state = PathState::kUnavailable;
+  MediumState state = MediumState::kUnavailable;
   std::string reason;
 };
 
@@ -43,9 +44,9 @@ BackendsBuilt backendsBuilt();
 // "2.28.3" from 22803.
 std::string ncclVersionString(int code);
 
-std::vector<PathStatus> evaluatePaths(const Topology& topo, const BackendsBuilt& built);
-const char* pathStateName(PathState s);  // "available", "unavailable", "not built"
-nlohmann::json toJson(const std::vector<PathStatus>& paths);
+std::vector<MediumStatus> evaluateMedia(const Topology& topo, const BackendsBuilt& built);
+const char* mediumStateName(MediumState s);  // "available", "unavailable", "not built"
+nlohmann::json toJson(const std::vector<MediumStatus>& media);
 
 // What `auto` picks for one call size, and from where.
 struct AutoPick {
@@ -67,10 +68,10 @@ struct AutoSummary {
 // The call sizes `tpscope topo` shows: 8 KiB (decode) to 1 GiB.
 const std::vector<uint64_t>& autoSizeClasses();
 
-// What `auto` picks per size class on `topo`, without a communicator: availability from `paths` (the
+// What `auto` picks per size class on `topo`, without a communicator: availability from `media` (the
 // peer-access matrix decides p2p), the choice from the selector (selector.h) with `table` (may be null,
 // already matched to this box) and `why_no_table` as the note; `host_copy_threshold` names the host path.
-AutoSummary autoPicks(const Topology& topo, const std::vector<PathStatus>& paths, const detail::AutoTable* table,
+AutoSummary autoPicks(const Topology& topo, const std::vector<MediumStatus>& media, const detail::AutoTable* table,
                       const std::string& why_no_table, size_t host_copy_threshold);
 nlohmann::json toJson(const AutoSummary& summary);
 

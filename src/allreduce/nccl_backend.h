@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// nccl.h - backend `nccl`: NCCL communicators over the same devices (ncclCommInitAll), grouped calls.
+// nccl_backend.h - backend `nccl`: NCCL communicators over the same devices (ncclCommInitAll), grouped calls.
 #pragma once
 
 #include <memory>

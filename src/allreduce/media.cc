@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// paths.cc - AllReduce path availability from topology and build.
-#include "allreduce/paths.h"
+// media.cc - AllReduce media availability from topology and build.
+#include "allreduce/media.h"
 
 #include <fmt/format.h>
 #include <nccl.h>
@@ -14,10 +14,10 @@ namespace {
 
 std::string pairName(const PairInfo& p) { return fmt::format("GPU{}-GPU{}", p.from, p.to); }
 
-PathStatus make(const char* id, const char* label, bool hardware_ok, bool built, std::string reason) {
-  PathStatus s{id, label, PathState::kUnavailable, std::move(reason)};
+MediumStatus make(const char* id, const char* label, bool hardware_ok, bool built, std::string reason) {
+  MediumStatus s{id, label, MediumState::kUnavailable, std::move(reason)};
   if (hardware_ok) {
-    s.state = built ? PathState::kAvailable : PathState::kNotBuilt;
+    s.state = built ? MediumState::kAvailable : MediumState::kNotBuilt;
     if (!built) s.reason += "; this build has no backend for it yet";
   }
   return s;
@@ -34,24 +34,24 @@ BackendsBuilt backendsBuilt() {
   BackendsBuilt b;
   b.host = true;  // src/allreduce/host_staged.cu
   b.p2p = true;   // src/allreduce/p2p.cu
-  b.nccl = true;  // src/allreduce/nccl.cc
+  b.nccl = true;  // src/allreduce/nccl_backend.cc
   int v = 0;
   if (ncclGetVersion(&v) == ncclSuccess && v > 0) b.nccl_version = v;
   return b;
 }
 
-const char* pathStateName(PathState s) {
+const char* mediumStateName(MediumState s) {
   switch (s) {
-    case PathState::kAvailable: return "available";
-    case PathState::kUnavailable: return "unavailable";
-    case PathState::kNotBuilt: return "not built";
+    case MediumState::kAvailable: return "available";
+    case MediumState::kUnavailable: return "unavailable";
+    case MediumState::kNotBuilt: return "not built";
   }
   return "?";
 }
 
-std::vector<PathStatus> evaluatePaths(const Topology& topo, const BackendsBuilt& built) {
+std::vector<MediumStatus> evaluateMedia(const Topology& topo, const BackendsBuilt& built) {
   const size_t n = topo.gpus.size();
-  std::vector<PathStatus> out;
+  std::vector<MediumStatus> out;
   if (n < 2) {
     const std::string why = fmt::format("an AllReduce needs 2 or more GPUs; this selection has {}", n);
     out.push_back(make("host", "host staging", false, built.host, why));
@@ -87,7 +87,7 @@ std::vector<PathStatus> evaluatePaths(const Topology& topo, const BackendsBuilt&
     out.push_back(make("host", "host staging", ok, built.host, why));
   }
 
-  // Peer paths: which pairs lack access, and which pairs have NVLink.
+  // Peer media: which pairs lack access, and which pairs have NVLink.
   const PairInfo* no_access = nullptr;
   const PairInfo* no_nvlink = nullptr;
   int min_links = 1 << 30;
@@ -144,13 +144,13 @@ std::vector<PathStatus> evaluatePaths(const Topology& topo, const BackendsBuilt&
   return out;
 }
 
-nlohmann::json toJson(const std::vector<PathStatus>& paths) {
+nlohmann::json toJson(const std::vector<MediumStatus>& media) {
   nlohmann::json a = nlohmann::json::array();
-  for (const PathStatus& p : paths)
+  for (const MediumStatus& p : media)
     a.push_back({{"id", p.id},
                  {"label", p.label},
-                 {"state", pathStateName(p.state)},
-                 {"available", p.state == PathState::kAvailable},
+                 {"state", mediumStateName(p.state)},
+                 {"available", p.state == MediumState::kAvailable},
                  {"reason", p.reason}});
   return a;
 }
@@ -160,15 +160,15 @@ const std::vector<uint64_t>& autoSizeClasses() {
   return kSizes;
 }
 
-AutoSummary autoPicks(const Topology& topo, const std::vector<PathStatus>& paths, const detail::AutoTable* table,
+AutoSummary autoPicks(const Topology& topo, const std::vector<MediumStatus>& media, const detail::AutoTable* table,
                       const std::string& why_no_table, size_t host_copy_threshold) {
   auto available = [&](const char* id) {
-    for (const PathStatus& p : paths)
-      if (p.id == id) return p.state == PathState::kAvailable;
+    for (const MediumStatus& p : media)
+      if (p.id == id) return p.state == MediumState::kAvailable;
     return false;
   };
   // The communicator's availability, predicted: p2p is created exactly when every pair has peer access
-  // (which the p2p paths' states already require), host and NCCL when their paths are available.
+  // (which the p2p media's states already require), host and NCCL when their media are available.
   detail::Availability a;
   a.host = available("host");
   a.p2p = available("p2p_nvlink") || available("p2p_pcie");
