@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_args_test - size sweeps, type and backend names, device sets of `tpscope bench allreduce`.
-#include "bench_args.h"
-
 #include <gtest/gtest.h>
 
 #include <climits>
 #include <stdexcept>
 
+#include "bench/args.h"
 #include "cli.h"
 
 namespace tpscope::cli {

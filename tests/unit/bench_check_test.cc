@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_check_test - the -c 1 oracle: exact inputs, a tolerance that admits correct reductions of any
 // order and rejects a missing, doubled or sign-flipped contribution, and the bit-identity check.
-#include "bench_check.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -11,6 +9,8 @@
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#include "bench/check.h"
 
 namespace tpscope::cli {
 namespace {

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_crossover_test - `bench allreduce --tune`'s pure half: measured timings -> the tune file's
 // "auto" table beside the host keys, read back as a communicator reads it; and the printed table.
-#include "bench_crossover.h"
-
 #include <gtest/gtest.h>
+
+#include "bench/crossover.h"
 
 namespace tpscope::cli {
 namespace {

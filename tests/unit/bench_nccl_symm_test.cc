@@ -2,15 +2,14 @@
 // bench_nccl_symm_test - the nccl-symm column of `tpscope bench allreduce` without a GPU: its name on the
 // command line, why it is N/A where it cannot run, its path and bytes columns, and its rows and context
 // in the table and JSON (the same keys as every other column).
-#include "bench_nccl_symm.h"
-
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 
-#include "bench_args.h"
-#include "bench_table.h"
+#include "bench/args.h"
+#include "bench/nccl_symm.h"
+#include "bench/table.h"
 #include "cli.h"
 #include "cli_runner.h"
 

@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_procs_test - `tpscope bench allreduce --procs N` without a GPU: which GPU each rank takes, the plan
 // the workers read, how the ranks' results become one row, and how procs rows sit beside threads rows.
-#include "bench_procs.h"
-
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
-#include "bench_table.h"
+#include "bench/procs.h"
+#include "bench/table.h"
 #include "cli.h"
 
 namespace tpscope::cli {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_stats_test - statistics snapshots to the path column and bytes per call per GPU by medium.
-#include "bench_stats.h"
-
 #include <gtest/gtest.h>
+
+#include "bench/stats.h"
 
 namespace tpscope::cli {
 namespace {

@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_table_test - formulas, the nccl-tests table, footer, ratios and JSON of `tpscope bench allreduce`,
 // pinned by golden files built from synthetic rows (tests/unit/golden/bench_allreduce_h200.{txt,json}).
-#include "bench_table.h"
-
 #include <gtest/gtest.h>
 
 #include <regex>
 #include <sstream>
 
+#include "bench/table.h"
 #include "fixtures.h"
 
 namespace tpscope::cli {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_cuda.h - what the benchmark's measuring code (one process, and each --procs rank) shares: a
+// bench/cuda_calls.h - what the benchmark's measuring code (one process, and each --procs rank) shares: a
 // failed CUDA or tpscope call becomes a std::runtime_error naming the call (the CLI prints one line and
 // exits 1), a graph that destroys itself, and the intervals between timing events.
 #pragma once

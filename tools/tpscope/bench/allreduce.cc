@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_allreduce.cc - `tpscope bench allreduce`: an nccl-tests-compatible AllReduce sweep over the
+// bench/allreduce.cc - `tpscope bench allreduce`: an nccl-tests-compatible AllReduce sweep over the
 // library's backends, interleaved size by size in one process so their ratios are measured side by side.
 //
 // The pieces: bench_args (options and their checks), bench_runner (GPU timing), bench_check (-c 1),
@@ -8,7 +8,7 @@
 // size, for `auto`) instead of the sweep. --procs N runs the sweep again with each rank a process of its
 // own (bench_procs: this binary re-run per rank as the hidden `bench allreduce-rank`), after the sweep
 // with every rank in this process, so that both stand in one table.
-#include "bench_allreduce.h"
+#include "bench/allreduce.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -23,12 +23,12 @@
 
 #include "allreduce/auto_table.h"
 #include "allreduce/media.h"
-#include "bench_args.h"
-#include "bench_crossover.h"
-#include "bench_procs.h"
-#include "bench_runner.h"
-#include "bench_table.h"
-#include "bench_tune.h"
+#include "bench/args.h"
+#include "bench/crossover.h"
+#include "bench/procs.h"
+#include "bench/runner.h"
+#include "bench/table.h"
+#include "bench/tune.h"
 #include "cli.h"
 #include "topology/topology.h"
 #include "tpscope/tpscope.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_crossover.cc - the crossover sweep of `tpscope bench allreduce --tune` and the tune file's "auto" table.
-#include "bench_crossover.h"
+// bench/crossover.cc - the crossover sweep of `tpscope bench allreduce --tune` and the tune file's "auto" table.
+#include "bench/crossover.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <map>
 
-#include "bench_runner.h"
+#include "bench/runner.h"
 
 namespace tpscope::cli {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_stats.cc - statistics snapshots to per-call bytes by medium.
-#include "bench_stats.h"
+// bench/stats.cc - statistics snapshots to per-call bytes by medium.
+#include "bench/stats.h"
 
 namespace tpscope::cli {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_args.h - the options of `tpscope bench allreduce` and their checks, with no GPU in sight.
+// bench/args.h - the options of `tpscope bench allreduce` and their checks, with no GPU in sight.
 //
 // Flags follow nccl-tests' all_reduce_perf where they overlap (-b -e -f -i -n -w -c -d -o -g), so a
 // command line can be moved between the two. Sizes are bytes per GPU, as in nccl-tests: a size becomes

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_args.cc - size sweeps, type and backend names, device sets for `tpscope bench allreduce`.
-#include "bench_args.h"
+// bench/args.cc - size sweeps, type and backend names, device sets for `tpscope bench allreduce`.
+#include "bench/args.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "bench_nccl_symm.h"
+#include "bench/nccl_symm.h"
 #include "cli.h"
 #include "common/param.h"
 

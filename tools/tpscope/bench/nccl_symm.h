@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_nccl_symm.h - the `nccl-symm` column of `tpscope bench allreduce`: NCCL at its best, so the
+// bench/nccl_symm.h - the `nccl-symm` column of `tpscope bench allreduce`: NCCL at its best, so the
 // library's backends are judged against NCCL's fastest path and not only its default one.
 //
 // The column runs ncclAllReduce in place on buffers from ncclMemAlloc that are registered on NCCL

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_stats.h - what the library's accounting says one benchmark step moved: the difference of two
+// bench/stats.h - what the library's accounting says one benchmark step moved: the difference of two
 // tpsCommGetStats snapshots, turned into the `path` column and bytes per call per GPU by medium.
 //
 // The library counts a call when it is enqueued, so a graph captured once and launched many times counts
@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "bench_table.h"
+#include "bench/table.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::cli {

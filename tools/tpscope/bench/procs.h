@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_procs.h - `tpscope bench allreduce --procs N`: the same sweep with every rank a process of its
+// bench/procs.h - `tpscope bench allreduce --procs N`: the same sweep with every rank a process of its
 // own (tpsCommInitRank), as engines that run a process per GPU use the library.
 //
 // The command the user ran (the parent) writes a plan: the communicator's id, each rank's GPU, the
@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "bench_args.h"
-#include "bench_table.h"
+#include "bench/args.h"
+#include "bench/table.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::cli {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_procs_rank.cc - one rank of `tpscope bench allreduce --procs N` (the hidden `bench allreduce-rank`):
-// joins the plan's communicator with tpsCommInitRank and measures every item as bench_procs.h says.
+// bench/procs_rank.cc - one rank of `tpscope bench allreduce --procs N` (the hidden `bench allreduce-rank`):
+// joins the plan's communicator with tpsCommInitRank and measures every item as bench/procs.h says.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "bench_check.h"
-#include "bench_cuda.h"
-#include "bench_procs.h"
-#include "bench_stats.h"
+#include "bench/check.h"
+#include "bench/cuda_calls.h"
+#include "bench/procs.h"
+#include "bench/stats.h"
 #include "cli.h"
 #include "common/cuda_raii.h"
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_tune.h - `tpscope bench allreduce --tune`: measures the host backend's tunables on this box
+// bench/tune.h - `tpscope bench allreduce --tune`: measures the host backend's tunables on this box
 // (copy-engine chunk, kernel-path blocks, kernel/copy-engine crossover) and writes the tuning file
 // that every communicator reads (src/allreduce/tuning.h), and the pinned copy rate it is judged by.
-// bench_crossover.h then adds the "auto" table (the fastest backend per size) to the same file.
+// bench/crossover.h then adds the "auto" table (the fastest backend per size) to the same file.
 #pragma once
 
 #include <cstdio>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_check.cc - inputs from (seed, rank, index) and the host reference check, spread over CPU threads.
-#include "bench_check.h"
+// bench/check.cc - inputs from (seed, rank, index) and the host reference check, spread over CPU threads.
+#include "bench/check.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

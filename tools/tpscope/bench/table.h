@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_table.h - what `tpscope bench allreduce` prints: the nccl-tests table, footer, ratios, JSON.
+// bench/table.h - what `tpscope bench allreduce` prints: the nccl-tests table, footer, ratios, JSON.
 //
 // Pure functions of measured rows, so the formats are pinned by golden tests without a GPU.
 //
@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "bench_args.h"
-#include "bench_nccl_symm.h"
+#include "bench/args.h"
+#include "bench/nccl_symm.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::cli {

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_tune.cc - measuring the host backend's tunables on the box.
+// bench/tune.cc - measuring the host backend's tunables on the box.
 //
 // Each candidate is timed the same way: K back-to-back calls on all GPUs between two host clock reads
 // with every stream synchronised, after warm-ups; the median of three such blocks. The host clock is
 // right here because the question is the throughput of back-to-back calls, launch cost included.
-#include "bench_tune.h"
+#include "bench/tune.h"
 
 #include <cuda_runtime_api.h>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_nccl_symm.cc - the `nccl-symm` column: NCCL communicators, ncclMemAlloc buffers registered as
+// bench/nccl_symm.cc - the `nccl-symm` column: NCCL communicators, ncclMemAlloc buffers registered as
 // symmetric windows, grouped in-place ncclAllReduce.
-#include "bench_nccl_symm.h"
+#include "bench/nccl_symm.h"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -14,7 +14,7 @@
 
 #include "allreduce/media.h"
 #include "allreduce/nccl_types.h"
-#include "bench_table.h"
+#include "bench/table.h"
 #include "common/cuda_raii.h"
 #include "common/log.h"
 
@@ -154,7 +154,7 @@ std::unique_ptr<NcclSymm> NcclSymm::create(const std::vector<int>& devices, size
     DeviceGuard guard(devices[r]);
     if (ncclResult_t e = ncclMemAlloc(&out->buffers_[r], bytes); e != ncclSuccess)
       return failed(fmt::format("ncclMemAlloc of {} bytes on GPU {}", bytes, devices[r]), e);
-    // Timing runs on zeros, as for the other columns (bench_runner.h says why). The memset runs on the
+    // Timing runs on zeros, as for the other columns (bench/runner.h says why). The memset runs on the
     // legacy stream, which the bench's non-blocking streams do not wait for: synchronise here.
     cudaError_t e = cudaMemset(out->buffers_[r], 0, bytes);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_allreduce.h - `tpscope bench allreduce` (docs/cli.md describes flags, columns and formulas).
+// bench/allreduce.h - `tpscope bench allreduce` (docs/cli.md describes flags, columns and formulas).
 #pragma once
 
 #include <memory>
@@ -9,7 +9,7 @@
 namespace tpscope::cli {
 
 std::unique_ptr<Command> makeBenchAllReduceCommand(CLI::App& app);
-// The hidden `tpscope bench allreduce-rank`: one rank of `bench allreduce --procs` (bench_procs.h).
+// The hidden `tpscope bench allreduce-rank`: one rank of `bench allreduce --procs` (bench/procs.h).
 std::unique_ptr<Command> makeBenchAllReduceRankCommand(CLI::App& app);
 
 }  // namespace tpscope::cli

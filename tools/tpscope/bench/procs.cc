@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_procs.cc - the plan, the rank-to-GPU mapping and the rows of `tpscope bench allreduce --procs N`,
-// and the parent's start of its workers. No GPU call here: the workers' measuring is bench_procs_rank.cc.
-#include "bench_procs.h"
+// bench/procs.cc - the plan, the rank-to-GPU mapping and the rows of `tpscope bench allreduce --procs N`,
+// and the parent's start of its workers. No GPU call here: the workers' measuring is bench/procs_rank.cc.
+#include "bench/procs.h"
 
 #include <fmt/format.h>
 #include <signal.h>

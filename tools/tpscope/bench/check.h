@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_check.h - deterministic inputs and the double-precision host check behind `-c 1`.
+// bench/check.h - deterministic inputs and the double-precision host check behind `-c 1`.
 //
 // Input element i of rank r is +-k/64 with k in [64, 255] drawn from a hash of (seed, r, i): exact in
 // every dtype (8 significant bits fit bfloat16), and any sum of <= 8 of them is exact in float, so the
@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "bench_table.h"
+#include "bench/table.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::cli {

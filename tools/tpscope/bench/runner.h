@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_runner.h - the measuring half of `tpscope bench allreduce`: one communicator over the GPUs, one
+// bench/runner.h - the measuring half of `tpscope bench allreduce`: one communicator over the GPUs, one
 // buffer and one non-blocking stream per GPU, and the timed loops. Errors throw std::runtime_error
 // (the CLI prints one line and exits 1).
 //
@@ -29,9 +29,9 @@
 #include <optional>
 #include <vector>
 
-#include "bench_args.h"
-#include "bench_nccl_symm.h"
-#include "bench_table.h"
+#include "bench/args.h"
+#include "bench/nccl_symm.h"
+#include "bench/table.h"
 #include "common/cuda_raii.h"
 #include "tpscope/meter.h"
 #include "tpscope/tpscope.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_table.cc - formulas, the nccl-tests table, footer, ratio section and JSON of the AllReduce benchmark.
-#include "bench_table.h"
+// bench/table.cc - formulas, the nccl-tests table, footer, ratio section and JSON of the AllReduce benchmark.
+#include "bench/table.h"
 
 #include <fmt/format.h>
 
