@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -219,6 +220,27 @@ TEST(EngineProcess, StartsStopsAndReportsHowItEnded) {
   EXPECT_EQ(p->exitDescription(), "exited with status 3");
   EXPECT_FALSE(ChildProcess::spawn({{"/nonexistent/llama-server"}, {}, {}, ""}, &p, &error));
   EXPECT_NE(error.find("is not an executable file"), std::string::npos) << error;
+}
+
+// What `tpscope meter -- CMD` reads back: a blocking wait, the shell's exit code, and why a start failed.
+TEST(EngineProcess, WaitsAndSaysHowItEndedAsAShellWould) {
+  std::unique_ptr<ChildProcess> p;
+  std::string error;
+  SpawnOptions o{{"sh", "-c", "exit 3"}, {}, {}, ""};
+  o.inherit_stdio = true;
+  o.die_with_parent = false;
+  ASSERT_TRUE(ChildProcess::spawn(o, &p, &error)) << error;
+  EXPECT_EQ(p->exitCode(), -1);
+  EXPECT_TRUE(p->wait());
+  EXPECT_EQ(p->exitCode(), 3);
+  ASSERT_TRUE(ChildProcess::spawn({{"sh", "-c", "kill -TERM $$"}, {}, {}, ""}, &p, &error)) << error;
+  EXPECT_TRUE(p->wait());
+  EXPECT_EQ(p->exitCode(), 128 + SIGTERM);
+  int e = 0;
+  EXPECT_FALSE(ChildProcess::spawn({{"tpscope-no-such-program"}, {}, {}, ""}, &p, &error, &e));
+  EXPECT_EQ(e, ENOENT) << error;
+  EXPECT_FALSE(ChildProcess::spawn({{"/tmp"}, {}, {}, ""}, &p, &error, &e));
+  EXPECT_EQ(e, EACCES) << error;
 }
 
 TEST(EngineProcess, EnvironmentIsSetAndUnset) {
