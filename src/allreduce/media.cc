@@ -14,8 +14,9 @@ namespace {
 
 std::string pairName(const PairInfo& p) { return fmt::format("GPU{}-GPU{}", p.from, p.to); }
 
-MediumStatus make(const char* id, const char* label, bool hardware_ok, bool built, std::string reason) {
-  MediumStatus s{id, label, MediumState::kUnavailable, std::move(reason)};
+MediumStatus make(const char* id, const char* label, tpsBackend_t backend, bool hardware_ok, bool built,
+                  std::string reason) {
+  MediumStatus s{id, label, MediumState::kUnavailable, std::move(reason), backend};
   if (hardware_ok) {
     s.state = built ? MediumState::kAvailable : MediumState::kNotBuilt;
     if (!built) s.reason += "; this build has no backend for it yet";
@@ -54,10 +55,10 @@ std::vector<MediumStatus> evaluateMedia(const Topology& topo, const BackendsBuil
   std::vector<MediumStatus> out;
   if (n < 2) {
     const std::string why = fmt::format("an AllReduce needs 2 or more GPUs; this selection has {}", n);
-    out.push_back(make("host", "host staging", false, built.host, why));
-    out.push_back(make("p2p_nvlink", "p2p over NVLink", false, built.p2p, why));
-    out.push_back(make("p2p_pcie", "p2p over PCIe", false, built.p2p, why));
-    out.push_back(make("nccl", "NCCL", false, built.nccl, why));
+    out.push_back(make("host", "host staging", tpsBackendHost, false, built.host, why));
+    out.push_back(make("p2p_nvlink", "p2p over NVLink", tpsBackendP2p, false, built.p2p, why));
+    out.push_back(make("p2p_pcie", "p2p over PCIe", tpsBackendP2p, false, built.p2p, why));
+    out.push_back(make("nccl", "NCCL", tpsBackendNccl, false, built.nccl, why));
     return out;
   }
 
@@ -84,7 +85,7 @@ std::vector<MediumStatus> evaluateMedia(const Topology& topo, const BackendsBuil
       why = fmt::format("pinned, mapped host memory on all {} GPUs; host-native atomics {}", n,
                         atomics ? "yes" : "no, so flags are plain release stores, not atomics");
     }
-    out.push_back(make("host", "host staging", ok, built.host, why));
+    out.push_back(make("host", "host staging", tpsBackendHost, ok, built.host, why));
   }
 
   // Peer media: which pairs lack access, and which pairs have NVLink.
@@ -114,7 +115,7 @@ std::vector<MediumStatus> evaluateMedia(const Topology& topo, const BackendsBuil
       why = fmt::format("NVLink is there but CUDA reports no peer access for {}", pairName(*no_access));
     else
       why = fmt::format("NV{} or more between every pair, peer access both ways", min_links);
-    out.push_back(make("p2p_nvlink", "p2p over NVLink", all_nvlink && all_access, built.p2p, why));
+    out.push_back(make("p2p_nvlink", "p2p over NVLink", tpsBackendP2p, all_nvlink && all_access, built.p2p, why));
   }
   {
     std::string why;
@@ -129,7 +130,7 @@ std::vector<MediumStatus> evaluateMedia(const Topology& topo, const BackendsBuil
       why = any_nvlink ? "peer access over PCIe for the pairs without NVLink"
                        : "peer access over PCIe between every pair";
     }
-    out.push_back(make("p2p_pcie", "p2p over PCIe", ok, built.p2p, why));
+    out.push_back(make("p2p_pcie", "p2p over PCIe", tpsBackendP2p, ok, built.p2p, why));
   }
   {
     std::string why;
@@ -139,7 +140,7 @@ std::vector<MediumStatus> evaluateMedia(const Topology& topo, const BackendsBuil
       const char* transport = all_access ? (all_nvlink ? "NVLink (P2P)" : "PCIe P2P") : "host shared memory (SHM)";
       why = fmt::format("NCCL {}; expected transport {}", ncclVersionString(*built.nccl_version), transport);
     }
-    out.push_back(make("nccl", "NCCL", built.nccl_version.has_value(), built.nccl, why));
+    out.push_back(make("nccl", "NCCL", tpsBackendNccl, built.nccl_version.has_value(), built.nccl, why));
   }
   return out;
 }
@@ -153,6 +154,15 @@ nlohmann::json toJson(const std::vector<MediumStatus>& media) {
                  {"available", p.state == MediumState::kAvailable},
                  {"reason", p.reason}});
   return a;
+}
+
+nlohmann::json topologyDocument(const Topology& topo, const std::vector<MediumStatus>& media,
+                                const std::string& nccl_version) {
+  nlohmann::json doc = toJson(topo);
+  doc["tpscope_version"] = tpsGetVersion();
+  doc["nccl_version"] = nccl_version.empty() ? nlohmann::json(nullptr) : nlohmann::json(nccl_version);
+  doc["allreduce_paths"] = toJson(media);
+  return doc;
 }
 
 const std::vector<uint64_t>& autoSizeClasses() {

@@ -29,6 +29,7 @@ struct MediumStatus {
   std::string label;  // "host staging", ...
   MediumState state = MediumState::kUnavailable;
   std::string reason;
+  tpsBackend_t backend = tpsBackendAuto;  // the backend that moves bytes over it
 };
 
 // What this build contains.
@@ -47,6 +48,10 @@ std::string ncclVersionString(int code);
 std::vector<MediumStatus> evaluateMedia(const Topology& topo, const BackendsBuilt& built);
 const char* mediumStateName(MediumState s);  // "available", "unavailable", "not built"
 nlohmann::json toJson(const std::vector<MediumStatus>& media);
+// The topology as `tpscope topo --format json` writes it, with this build's version, NCCL's ("" when it
+// does not load: null) and the media.
+nlohmann::json topologyDocument(const Topology& topo, const std::vector<MediumStatus>& media,
+                                const std::string& nccl_version);
 
 // What `auto` picks for one call size, and from where.
 struct AutoPick {

@@ -86,17 +86,8 @@ class TopoCommand : public Command {
 std::unique_ptr<Command> makeTopoCommand(CLI::App& app) { return std::make_unique<TopoCommand>(app); }
 
 nlohmann::json topologyDocument(const Topology& topo, const std::vector<MediumStatus>& media,
-                                const std::string& nccl_version) {
-  nlohmann::json doc = toJson(topo);
-  doc["tpscope_version"] = tpsGetVersion();
-  doc["nccl_version"] = nccl_version.empty() ? nlohmann::json(nullptr) : nlohmann::json(nccl_version);
-  doc["allreduce_paths"] = toJson(media);
-  return doc;
-}
-
-nlohmann::json topologyDocument(const Topology& topo, const std::vector<MediumStatus>& media,
                                 const std::string& nccl_version, const AutoSummary& autos) {
-  nlohmann::json doc = topologyDocument(topo, media, nccl_version);
+  nlohmann::json doc = tpscope::topologyDocument(topo, media, nccl_version);
   doc["allreduce_auto"] = toJson(autos);
   return doc;
 }

@@ -18,10 +18,8 @@ std::unique_ptr<Command> makeTopoCommand(CLI::App& app);
 // is what `auto` picks per size class (allreduce/media.h: autoPicks()).
 std::string formatTopologyTable(const Topology& topo, const std::vector<MediumStatus>& media,
                                 const std::string& nccl_version, const AutoSummary& autos);
-// The JSON document printed by `tpscope topo --format json`; without `autos` (run records) it has no
-// "allreduce_auto" key.
-nlohmann::json topologyDocument(const Topology& topo, const std::vector<MediumStatus>& media,
-                                const std::string& nccl_version);
+// The JSON document printed by `tpscope topo --format json`: allreduce/media.h's topologyDocument (what
+// a run record keeps) and what `auto` picks, under "allreduce_auto".
 nlohmann::json topologyDocument(const Topology& topo, const std::vector<MediumStatus>& media,
                                 const std::string& nccl_version, const AutoSummary& autos);
 

@@ -47,6 +47,11 @@ TEST(Media, H200PairUsesNvlinkNotPcieP2p) {
   EXPECT_NE(find(media, "p2p_pcie").reason.find("NVLink joins every pair"), std::string::npos);
   EXPECT_EQ(find(media, "nccl").state, MediumState::kAvailable);
   EXPECT_NE(find(media, "nccl").reason.find("2.28.3"), std::string::npos);
+  // Each medium names the backend that uses it.
+  EXPECT_EQ(find(media, "host").backend, tpsBackendHost);
+  EXPECT_EQ(find(media, "p2p_nvlink").backend, tpsBackendP2p);
+  EXPECT_EQ(find(media, "p2p_pcie").backend, tpsBackendP2p);
+  EXPECT_EQ(find(media, "nccl").backend, tpsBackendNccl);
   EXPECT_NE(find(media, "nccl").reason.find("NVLink"), std::string::npos);
 }
 

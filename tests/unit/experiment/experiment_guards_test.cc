@@ -14,7 +14,7 @@ ExperimentSpec fourArms() { return loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/
 Availability h200Box() {
   Availability a;
   a.gpu_count = 2;
-  a.backends = {"host", "p2p", "nccl"};
+  a.backends = {tpsBackendHost, tpsBackendP2p, tpsBackendNccl};
   a.split_modes = {"none", "layer", "tensor"};
   return a;
 }
@@ -139,8 +139,8 @@ TEST(ExperimentGuards, SplitModeNotImplementedIsRefusedUpFront) {
 
 TEST(ExperimentGuards, UnavailableBackendAndMissingGpusAreRefused) {
   Availability box = h200Box();
-  box.backends = {"host"};
-  box.backend_reasons["p2p"] = "GPU 0 cannot access GPU 1 as a peer (PHB)";
+  box.backends = {tpsBackendHost};
+  box.backend_reasons[tpsBackendP2p] = "GPU 0 cannot access GPU 1 as a peer (PHB)";
   const auto spec = loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/backends.toml");
   const auto refused = checkAvailability(effectiveSettings(spec), box);
   ASSERT_EQ(refused.size(), 2u);

@@ -55,8 +55,8 @@ class Runner : public ::testing::Test {
     };
     c_.spec = parseSpec(kSpec, "tiny-two.toml");
     c_.box.gpu_count = 2;
-    c_.box.backends = {"host"};
-    c_.box.backend_reasons = {{"nccl", "NCCL did not load (libnccl.so.2 not found)"}};
+    c_.box.backends = {tpsBackendHost};
+    c_.box.backend_reasons = {{tpsBackendNccl, "NCCL did not load (libnccl.so.2 not found)"}};
     c_.box.split_modes = {"none", "layer", "tensor"};
     c_.check_processes = false;
     c_.out_dir = dir_;
