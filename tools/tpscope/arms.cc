@@ -17,7 +17,7 @@
 
 #include "experiment/configure.h"
 #include "experiment/record.h"
-#include "experiment/report.h"
+#include "experiment/report_render.h"
 #include "experiment/spec.h"
 #include "report.h"
 

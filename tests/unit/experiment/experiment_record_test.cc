@@ -7,7 +7,7 @@
 
 #include "experiment/arm_phases.h"
 #include "experiment/record.h"
-#include "experiment/report.h"
+#include "experiment/report_render.h"
 #include "experiment_fixture.h"
 #include "meter/window.h"
 

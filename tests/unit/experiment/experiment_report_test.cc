@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "experiment/report.h"
+#include "experiment/report_render.h"
 #include "experiment_fixture.h"
 #include "fixtures.h"
 

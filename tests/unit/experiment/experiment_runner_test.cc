@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "experiment/report.h"
+#include "experiment/report_render.h"
 #include "experiment/runner.h"
 #include "experiment_fixture.h"
 #include "meter/fake_source.h"
