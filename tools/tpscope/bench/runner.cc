@@ -222,7 +222,7 @@ void AllReduceBench::giveUp(size_t g, MeterGroup group, int limit_ms) {
 // `limit_ms`) and returns the earliest of those reads' times (t_ns), or nullopt when one has none by
 // then; that group is then given up (a group whose reads fail would otherwise cost the limit three
 // times per row) and its columns show N/A. A read must *begin* after the moment, not merely be
-// stamped after it: an NVLink read takes 15-30 ms on H200 (one field per link, the links one after
+// stamped after it: an NVLink read takes tens of milliseconds (one field per link, the links one after
 // another), and a read that spans the calls sums links read before them with links read after.
 std::optional<int64_t> AllReduceBench::readSince(int64_t after_ns, int limit_ms) {
   const size_t ngpu = meter_->gpus().size();
@@ -255,9 +255,9 @@ std::optional<int64_t> AllReduceBench::readSince(int64_t after_ns, int limit_ms)
 }
 
 // Waits (at most `limit_ms`) until every GPU's NVLink counters read the same in two good reads in a
-// row. Measured on 2xH200: NVML's NVLink values trail the traffic by tens of ms, so bytes of calls
-// made before an edge can land after it (in the idle window they inflated the background that is
-// subtracted, down to 0 bytes per call at 256 MiB). PCIe does not trail this way.
+// row. NVML's NVLink values trail the traffic by tens of ms, so bytes of calls made before an edge can
+// land after it (in the idle window they would inflate the background that is subtracted, until a
+// large call's bytes read as none). PCIe does not trail this way.
 bool AllReduceBench::nvlinkSettled(int limit_ms) {
   const size_t ngpu = meter_->gpus().size();
   constexpr int kTx = static_cast<int>(MeterCounter::kNvlinkTx), kRx = static_cast<int>(MeterCounter::kNvlinkRx);
@@ -291,9 +291,8 @@ bool AllReduceBench::nvlinkSettled(int limit_ms) {
 MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, size_t count, double us_per_call) {
   // The window is [idle guard, calls, idle guard], and each guard holds a whole read of every
   // counter: each edge then lies between two reads taken in idle time, where prorating is exact
-  // however slowly a counter is read. (Fixed 60 ms guards were not enough: with NVLink reads of
-  // 15-30 ms, the read bracketing an edge could span the calls and move part of them out of the
-  // window; the bench saw 0.5-0.75 x the bytes an outside meter saw.) Before the window opens and
+  // however slowly a counter is read. (A guard of fixed length is not enough: an NVLink read as long as
+  // the guard brackets an edge across the calls and moves part of them out of the window.) Before the window opens and
   // before it closes, the NVLink counters must have stopped moving (nvlinkSettled: their values
   // trail the traffic). The idle background is taken out with the rate of the leading guard, up to
   // its reads.
