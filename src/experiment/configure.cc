@@ -16,6 +16,7 @@
 #include "experiment/server_phases.h"
 #include "experiment/workload_phases.h"
 #include "topology/topology.h"
+#include "workload/model_config.h"
 
 namespace tpscope::experiment {
 
@@ -204,7 +205,7 @@ Configuration configure(const ExperimentSpec& spec, const ConfigureOptions& o) {
   c.invocation = o.invocation;
   c.machine = machineRecord(nullptr, "GPUs not read");
   c.box.split_modes = {"none", "layer", "tensor"};
-  c.box.presets = {"tiny", "8b", "32b"};
+  c.box.presets = workload::presetNames();
   if (spec.shared.engine.engine == Engine::kSynthetic) return configureWorkload(std::move(out), o);
   return configureEngine(std::move(out), o);
 }
