@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)ex::formatDifferences(ex::undeclaredDifferences(arms));
   ex::Availability box;
   box.gpu_count = 8;
-  box.backends = {"host", "p2p", "nccl"};
+  box.backends = {tpsBackendHost, tpsBackendP2p, tpsBackendNccl};
   box.split_modes = {"none", "layer", "tensor"};
   (void)ex::checkAvailability(arms, box);
   return 0;

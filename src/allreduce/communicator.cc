@@ -18,7 +18,7 @@
 #include "allreduce/backend.h"
 #include "allreduce/host_shm.h"
 #include "allreduce/host_staged.h"
-#include "allreduce/nccl.h"
+#include "allreduce/nccl_backend.h"
 #include "allreduce/p2p.h"
 #include "allreduce/p2p_ipc.h"
 #include "allreduce/push.h"

@@ -58,7 +58,7 @@ size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 // held-back rank's side streams run through their (now meaningless) copies and every event another
 // GPU waits on completes: each GPU's call ends within the timeout plus its own copy time, with the
 // error reported. The waits and polls of host memory stay on the gate stream, where no copy queues
-// behind them (on a copy stream they slowed the copies by up to a third: docs/PERFORMANCE.md). The
+// behind them (on a copy stream they would hold the copies back). The
 // calls of all ranks enqueue every gate write before any gate wait, and every rendezvous before any
 // copy, so streams that share a hardware queue never stall a signal behind its wait. A captured call
 // starts the side streams from an event on the caller's stream instead: a graph takes side streams only

@@ -23,16 +23,17 @@ constexpr size_t kP2pOneShotMax = 1u << 20;     // one-shot receive slot per (sl
 constexpr size_t kP2pTwoShotPiece = 64u << 20;  // bytes per GPU per two-shot launch
 
 // The launch geometry both p2p backends use (p2p.cu in one process, p2p_ipc.cu across processes), each
-// grid from a sweep on 2xH200 under CUDA graphs (docs/PERFORMANCE.md, "The p2p backend"):
-// - flag one-shot: 64 blocks (from 16 to 128, best or within 0.1 us of it from 256 KiB to 1 MiB);
+// grid the best of a sweep of grid sizes under CUDA graphs (`tpscope bench allreduce`; docs/PERFORMANCE.md,
+// "AllReduce"):
+// - flag one-shot: 64 blocks (of 16 to 128, the best or as good as it from 256 KiB to 1 MiB);
 constexpr int kP2pOneShotBlocks = 64;
 // - LL one-shot: 64 blocks, fixed per communicator (each block keeps its own sequence number); many
 //   small blocks spread the stores and polls over 64 SMs. Threads per block grow with the message, one
 //   per 8-byte word of the block's share, from kP2pLLThreads to kP2pLLThreadsMax: only the loops'
 //   stride changes, never the block count;
 constexpr int kP2pLLBlocks = 64, kP2pLLThreads = 128, kP2pLLThreadsMax = 512;
-// - two-shot: 128 blocks, enough to keep NVLink busy while some blocks wait on flags (busbw at 64 MiB
-//   to 1 GiB: 32 blocks 238 GB/s, 64 blocks 295, 128 blocks 341-344).
+// - two-shot: 128 blocks, enough to keep NVLink busy while some blocks wait on flags (busbw from 64 MiB
+//   to 1 GiB grows with the blocks up to 128).
 constexpr int kP2pTwoShotBlocks = 128;
 static_assert(kP2pLLThreads % 32 == 0 && kP2pLLThreadsMax % 32 == 0 && kP2pLLThreads <= kP2pLLThreadsMax);
 // The limits tpscope.h publishes: a fused call's rows are the LL grid's blocks, its bytes an LL call's.

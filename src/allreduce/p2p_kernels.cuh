@@ -196,7 +196,7 @@ struct P2pLLHandle {
   LLLine* recv[TPS_MAX_DEVICES];  // each rank's lines: [2 slots][nranks][lines]
   // recv[rank], for the receiving side: recv[] indexed by a runtime rank makes the compiler copy the
   // handle to the stack (ptxas -v: a 104-byte frame; none with this), while recv[q] with q from an
-  // unrolled loop stays in parameter space. Timed the same on 2xH200 either way.
+  // unrolled loop stays in parameter space. Both forms run equally fast; this one needs no stack.
   LLLine* own;
   unsigned long long* counters;  // this rank's sequence per block
   unsigned* status;              // mapped host: [nranks]
@@ -480,14 +480,14 @@ static __global__ void __launch_bounds__(kFusedThreads)
 // pass over memory and no other block: no counter, no fence, no last-block tail. Blocks from `rows` on
 // only advance their sequence number, so every LL counter stays in step with the other LL kernels
 // (launched on the whole LL grid). (A grid of `rows` blocks, block 0 advancing the others' numbers at
-// its end, measured slower: docs/PERFORMANCE.md, "The synthetic transformer".) Results as
+// its end, is slower.) Results as
 // p2pOneShotLLAddNorm: the new residual bit for bit the unfused one, the same scale on every GPU (the
 // block's reduction order is fixed). residual_out may be residual_in or partial (each word is read
 // before it is written, by the thread that writes it).
 // kPushed: the call's words were sent by the kernel that made the partial (allreduce/push.cuh), and
 // this one only waits for the peers' lines and sums (allReducePushedAddRmsNorm).
-// 512 x 4: the fastest block shape for 8b tensor decode with pushed reductions, from a sweep of 256 x 8,
-// 512 x 4 and 1024 x 2 (docs/PERFORMANCE.md, "The synthetic transformer").
+// 512 x 4: the fastest block shape for 8b tensor decode with pushed reductions, against 256 x 8 and
+// 1024 x 2 (docs/PERFORMANCE.md, "Workload (tp)").
 constexpr int kRowThreads = 512, kRowWords = 4;  // rows of up to 8192 bf16
 
 template <bool kPushed>

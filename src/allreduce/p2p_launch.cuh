@@ -48,8 +48,8 @@ cudaError_t p2pLaunchLL(bool pdl, const P2pLLHandle& h, T* buf, size_t count, cu
 }
 
 // One rank's fused add + norm (the call already fits: p2pFusedFits). With a norm, one block per row
-// where a row fits one block (faster than the row spread over the LL grid: docs/PERFORMANCE.md, "The
-// synthetic transformer"); the add alone, or a wider row, takes the spread kernel (without a norm it is
+// where a row fits one block (faster than the row spread over the LL grid: docs/PERFORMANCE.md,
+// "Workload (tp)"); the add alone, or a wider row, takes the spread kernel (without a norm it is
 // the LL kernel plus the add). A pushed call always takes the by-row kernel, on the whole LL grid so
 // that every block's sequence number advances as in the other LL kernels.
 template <bool kPushed>

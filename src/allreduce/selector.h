@@ -7,10 +7,9 @@
 //   2. `auto` picks per call: the backend the tune file's "auto" table names for the call's size
 //      (auto_table.h: measured on this box by `tpscope bench allreduce --tune`), when there is such a
 //      table for this box and that backend is available on the communicator;
-//   3. otherwise the built-in default: p2p where it is built and every pair has peer access (measured
-//      on 2xH200 NVLink, graph replay: 3.8 vs 6.9 us at 8 KiB against NCCL, 341-345 vs 272-328 GB/s busbw
-//      from 64 MiB to 1 GiB; docs/PERFORMANCE.md), else NCCL where every pair has peer access (its
-//      NVLink/P2P transport beats staging), else host staging, else NCCL over host memory.
+//   3. otherwise the built-in default: p2p where it is built and every pair has peer access (faster
+//      than NCCL over NVLink from 8 KiB to 1 GiB: docs/PERFORMANCE.md, "AllReduce"), else NCCL where every pair has
+//      peer access (its NVLink/P2P transport beats staging), else host staging, else NCCL over host memory.
 #pragma once
 
 #include <cstddef>

@@ -13,8 +13,8 @@
 
 namespace tpscope::detail {
 
-// Built-in defaults, measured on the 2xH200 machine (docs/PERFORMANCE.md has the sweep that chose
-// them); a tuning file written on the user's box replaces them.
+// Built-in defaults, the best of `tpscope bench allreduce --tune` on an NVLink box (docs/PERFORMANCE.md,
+// "AllReduce"); a tuning file written on the user's box replaces them.
 constexpr size_t kDefaultCopyThreshold = 4u << 20;
 constexpr size_t kDefaultChunkBytes = 4u << 20;
 constexpr int kDefaultBlocks = 32;

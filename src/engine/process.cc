@@ -59,53 +59,78 @@ std::vector<char*> pointers(std::vector<std::string>& v) {
 
 }  // namespace
 
-bool ChildProcess::spawn(const SpawnOptions& o, std::unique_ptr<ChildProcess>* out, std::string* error) {
-  if (o.argv.empty()) {
-    *error = "no program to start";
+bool ChildProcess::spawn(const SpawnOptions& o, std::unique_ptr<ChildProcess>* out, std::string* error,
+                         int* error_number) {
+  auto failed = [&](int e, std::string message) {
+    *error = std::move(message);
+    if (error_number) *error_number = e;
     return false;
-  }
+  };
+  if (o.argv.empty()) return failed(EINVAL, "no program to start");
   const std::string path = resolve(o.argv[0]);
   struct stat st {};
-  if (path.empty() || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || access(path.c_str(), X_OK) != 0) {
-    *error = "'" + o.argv[0] + "' is not an executable file" + (path.empty() ? " (not found in PATH)" : "");
-    return false;
-  }
+  int unusable = 0;  // why the file cannot be run, as an errno
+  if (path.empty())
+    unusable = ENOENT;
+  else if (stat(path.c_str(), &st) != 0)
+    unusable = errno;
+  else if (!S_ISREG(st.st_mode))
+    unusable = EACCES;
+  else if (access(path.c_str(), X_OK) != 0)
+    unusable = errno;
+  if (unusable != 0)
+    return failed(unusable,
+                  "'" + o.argv[0] + "' is not an executable file" + (path.empty() ? " (not found in PATH)" : ""));
   std::vector<std::string> args = o.argv, env = environment(o);
   std::vector<char*> argv = pointers(args), envp = pointers(env);
-  const int log =
-      open(o.log_path.empty() ? "/dev/null" : o.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log < 0) {
-    *error = "cannot open the log " + o.log_path + ": " + std::strerror(errno);
-    return false;
+  int log = -1;
+  if (!o.inherit_stdio) {
+    log = open(o.log_path.empty() ? "/dev/null" : o.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log < 0) {
+      const int e = errno;
+      return failed(e, "cannot open the log " + o.log_path + ": " + std::strerror(e));
+    }
   }
+  auto closeLog = [&] {
+    if (log >= 0) close(log);
+  };
   // exec's failure comes back through a close-on-exec pipe: EOF means the exec succeeded.
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) {
-    close(log);
-    *error = std::string("pipe: ") + std::strerror(errno);
-    return false;
+    const int e = errno;
+    closeLog();
+    return failed(e, std::string("pipe: ") + std::strerror(e));
   }
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
-    *error = std::string("fork: ") + std::strerror(errno);
-    close(log), close(report[0]), close(report[1]);
-    return false;
+    const int e = errno;
+    closeLog(), close(report[0]), close(report[1]);
+    return failed(e, std::string("fork: ") + std::strerror(e));
   }
   if (pid == 0) {
     // The child: async-signal-safe calls only.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);  // the parent died before the line above took effect
-    const int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    dup2(log, STDOUT_FILENO);
-    dup2(log, STDERR_FILENO);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGINT, &dfl, nullptr);
+    sigaction(SIGTERM, &dfl, nullptr);
+    sigaction(SIGPIPE, &dfl, nullptr);  // ignored in tpscope while it serves HTTP (`meter --serve`)
+    if (o.die_with_parent) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);  // the parent died before the line above took effect
+    }
+    if (log >= 0) {
+      const int devnull = open("/dev/null", O_RDONLY);
+      if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+      dup2(log, STDOUT_FILENO);
+      dup2(log, STDERR_FILENO);
+    }
     execve(path.c_str(), argv.data(), envp.data());
     const int e = errno;
     (void)!write(report[1], &e, sizeof(e));
     _exit(127);
   }
-  close(log);
+  closeLog();
   close(report[1]);
   int child_errno = 0;
   ssize_t n;
@@ -114,8 +139,7 @@ bool ChildProcess::spawn(const SpawnOptions& o, std::unique_ptr<ChildProcess>* o
   close(report[0]);
   if (n == sizeof(child_errno)) {
     waitpid(pid, nullptr, 0);
-    *error = "cannot start " + path + ": " + std::strerror(child_errno);
-    return false;
+    return failed(child_errno, "cannot start " + path + ": " + std::strerror(child_errno));
   }
   out->reset(new ChildProcess(pid));
   return true;
@@ -133,6 +157,25 @@ bool ChildProcess::running() {
     return false;
   }
   return true;
+}
+
+bool ChildProcess::wait() {
+  if (reaped_) return true;
+  int status = 0;
+  const pid_t r = waitpid(pid_, &status, 0);
+  if (r == pid_ || (r < 0 && errno == ECHILD)) {
+    reaped_ = true;
+    status_ = status;
+    return true;
+  }
+  return false;  // EINTR
+}
+
+int ChildProcess::exitCode() const {
+  if (!reaped_) return -1;
+  if (WIFEXITED(status_)) return WEXITSTATUS(status_);
+  if (WIFSIGNALED(status_)) return 128 + WTERMSIG(status_);
+  return 1;
 }
 
 std::string ChildProcess::exitDescription() const {

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "allreduce/selector.h"
+
 namespace tpscope::experiment {
 
 const char* settingSourceName(SettingSource s) {
@@ -280,8 +282,11 @@ std::vector<Refusal> checkAvailability(const std::vector<EffectiveSettings>& arm
     // A server's AllReduce is its own; the server's log says which ran (engine/llama_server.h).
     if (e.value("engine") == "llama-server" || e.value("engine") == "command") continue;
     const std::string ar = e.value("allreduce_backend");
-    if (ar != "none" && ar != "auto" && !has(box.backends, ar)) {
-      const auto why = box.backend_reasons.find(ar);
+    tpsBackend_t backend = tpsBackendAuto;
+    const bool named = ar != "none" && ar != "auto";
+    if (named && (!detail::parseBackendName(ar, &backend) ||
+                  std::find(box.backends.begin(), box.backends.end(), backend) == box.backends.end())) {
+      const auto why = box.backend_reasons.find(backend);
       out.push_back({e.arm, fmt::format("AllReduce backend \"{}\" is not available here{}", ar,
                                         why != box.backend_reasons.end() ? ": " + why->second : "")});
       continue;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "experiment/spec.h"
+#include "tpscope/tpscope.h"
 
 namespace tpscope::experiment {
 
@@ -73,10 +74,10 @@ std::string formatDifferences(const std::vector<Difference>& diffs);
 // What this build and box offer.
 struct Availability {
   int gpu_count = 0;
-  std::vector<std::string> backends;                   // usable AllReduce backends: "host", "p2p", "nccl"
-  std::map<std::string, std::string> backend_reasons;  // why a backend is missing (from topo)
-  std::vector<std::string> split_modes;                // implemented by the workload: "none", "layer", "tensor"
-  std::vector<std::string> presets;                    // empty: not checked
+  std::vector<tpsBackend_t> backends;                   // usable AllReduce backends (never tpsBackendAuto)
+  std::map<tpsBackend_t, std::string> backend_reasons;  // why a backend is missing (from topo's media)
+  std::vector<std::string> split_modes;                 // implemented by the engine: "none", "layer", "tensor"
+  std::vector<std::string> presets;                     // empty: not checked
 };
 
 struct Refusal {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// report.cc - statistics across repetitions, the study's tables, "what this means".
+// report.cc - statistics across repetitions, the study's tables, "what this means" (the renderers are
+// report_markdown.cc and report_json.cc).
 #include "experiment/report.h"
 
 #include <fmt/format.h>
@@ -8,6 +9,8 @@
 #include <cmath>
 #include <map>
 
+#include "experiment/report_text.h"
+
 namespace tpscope::experiment {
 
 using nlohmann::json;
@@ -15,6 +18,11 @@ using nlohmann::json;
 namespace {
 
 using Values = std::vector<std::optional<double>>;
+using detail::armPhase;
+using detail::describe;
+using detail::mbps;
+using detail::pct;
+using detail::tok;
 
 const PhaseResult* findPhase(const RepetitionResult& r, const std::string& phase) {
   for (const PhaseResult& p : r.phases)
@@ -28,50 +36,11 @@ const GpuTraffic* findGpu(const PhaseResult& p, int gpu) {
   return nullptr;
 }
 
-// 1045.2 -> "1,045"; below 10 one decimal, so small rates do not all read 0.
-std::string mbps(double v) {
-  if (std::fabs(v) < 9.95) return fmt::format("{:.1f}", v);
-  std::string d = fmt::format("{:.0f}", std::fabs(v));
-  for (int i = static_cast<int>(d.size()) - 3; i > 0; i -= 3) d.insert(static_cast<size_t>(i), ",");
-  return (v < 0 ? "-" : "") + d;
-}
-std::string mbps(const std::optional<double>& v) { return v ? mbps(*v) : "N/A"; }
-std::string spread(const std::optional<MeterSpread>& s, std::string (*f)(double)) {
-  if (!s) return "N/A";
-  if (s->n == 1) return f(s->median);
-  return fmt::format("{} ({}–{})", f(s->median), f(s->min), f(s->max));
-}
-std::string tok(double v) { return fmt::format("{:.1f}", v); }
-std::string pct(double share) { return fmt::format("{:.1f}%", share * 100); }
-
-json spreadJson(const std::optional<MeterSpread>& s) {
-  if (!s) return nullptr;
-  return {{"median", s->median}, {"min", s->min}, {"max", s->max}, {"n", s->n}};
-}
-template <typename T>
-json opt(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
-
 const ReportArm* armNamed(const Report& r, const std::string& name) {
   for (const ReportArm& a : r.arms)
     if (a.name == name) return &a;
   return nullptr;
 }
-const ReportArmPhase* armPhase(const Report& r, const std::string& arm, const std::string& phase) {
-  for (const ReportArmPhase& a : r.arm_phases)
-    if (a.arm == arm && a.phase == phase) return &a;
-  return nullptr;
-}
-
-std::string describe(const ReportArm& a) {
-  std::string s = a.gpu_count == 1 ? "single GPU" : fmt::format("{} GPUs, {}", a.gpu_count, a.split);
-  if (a.backend != "none") s += ", " + a.backend;
-  if (a.tokens_per_step > 1) s += fmt::format(", {} tokens/step", a.tokens_per_step);
-  if (!a.speculative.empty()) s += ", " + a.speculative;
-  return s;
-}
-
 // The fastest arm of `split` (tokens_per_step 1 unless none has it) in `phase`.
 const ReportArmPhase* fastest(const Report& r, const std::string& split, const std::string& phase, bool single_token) {
   const ReportArmPhase* best = nullptr;
@@ -434,211 +403,6 @@ Report buildReport(const RunRecord& run) {
   ownTraffic(run, &r);
   explain(&r);
   return r;
-}
-
-std::string formatMarkdown(const Report& r) {
-  std::string s = fmt::format("# Experiment {}\n\n", r.experiment);
-  if (!r.recording.empty()) s += fmt::format("> {}\n\n", r.recording);
-  if (!r.engine.empty()) s += r.engine + "\n\n";
-  s += fmt::format(
-      "Started {}{}. Per repetition: mean inside the phase window (bytes / duration). Across "
-      "repetitions: median (min–max). MB/s = 10^6 bytes/s, PCIe counters, per card.\n\n",
-      r.start_time, r.machine.empty() ? "" : " on " + r.machine);
-  // Summary.
-  s += "## Per arm\n\n| arm | setup |";
-  for (const std::string& p : r.phases) s += fmt::format(" {} tok/s | {} rx MB/s |", p, p);
-  s += "\n| --- | --- |";
-  for (size_t i = 0; i < r.phases.size(); ++i) s += " ---: | ---: |";
-  s += "\n";
-  for (const ReportArm& a : r.arms) {
-    s += fmt::format("| {} | {} |", a.name, describe(a));
-    for (const std::string& p : r.phases) {
-      const ReportArmPhase* ap = armPhase(r, a.name, p);
-      s += fmt::format(" {} | {} |", ap && ap->tok_s ? tok(ap->tok_s->median) : "N/A",
-                       ap ? mbps(ap->rx_per_card_mbps) : "N/A");
-    }
-    s += "\n";
-  }
-  s += "\nrx MB/s per card: the mean of the arm's GPUs.";
-  bool engine_figures = false;
-  for (const ReportArmPhase& ap : r.arm_phases) engine_figures |= ap.client_tok_s.has_value();
-  if (engine_figures)
-    s += " tok/s: the engine's own timings (the study's figure); the client's clock is beside them below.";
-  s += "\n";
-  if (engine_figures) {
-    s += "\n## The engine's timings beside the client's clock\n\n"
-         "| arm | phase | engine tok/s | client tok/s | engine ms | window ms | drafts accepted |\n"
-         "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n";
-    for (const ReportArmPhase& ap : r.arm_phases) {
-      if (!ap.client_tok_s) continue;
-      auto num = [](const std::optional<MeterSpread>& v, int digits) {
-        return v ? fmt::format("{:.{}f}", v->median, digits) : std::string("N/A");
-      };
-      s += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", ap.arm, ap.phase, num(ap.tok_s, 1),
-                       num(ap.client_tok_s, 1), num(ap.engine_ms, 1), num(ap.window_ms, 1),
-                       ap.draft_acceptance ? pct(ap.draft_acceptance->median) : "-");
-    }
-    s += "\nprefill window: request sent → first token; decode window: first → last token (the client's clock, "
-         "which the meter's windows use).\n";
-  }
-  // Net cost.
-  if (!r.net.empty()) {
-    s += "\n## Net AllReduce cost (tensor − layer, rx per card)\n\n| phase | tensor arm | layer arm | tensor rx | "
-         "layer rx | net MB/s | ratio |\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n";
-    for (const NetCost& n : r.net)
-      s += fmt::format("| {} | {} | {} | {} | {} | {} | {:.1f}× |\n", n.phase, n.tensor_arm, n.layer_arm,
-                       mbps(n.tensor_rx_mbps), mbps(n.layer_rx_mbps), mbps(n.net_rx_mbps), n.ratio);
-  }
-  // Full table.
-  s += "\n## Per arm, phase and GPU\n\n| arm | phase | GPU | rx MB/s | tx MB/s | samples per rep | share of ceiling |\n"
-       "| --- | --- | ---: | --- | --- | --- | ---: |\n";
-  for (const ReportCell& c : r.cells) {
-    std::string samples;
-    for (size_t i = 0; i < c.samples.size(); ++i) samples += (i ? ", " : "") + std::to_string(c.samples[i]);
-    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu, spread(c.rx_mbps, mbps),
-                     spread(c.tx_mbps, mbps), samples, c.share_of_ceiling ? pct(*c.share_of_ceiling) : "N/A");
-  }
-  if (!r.own.empty()) {
-    s += "\nEvery figure is net of the meter's own counter reads (each NVML read adds PCIe traffic; calibrated at "
-         "each meter start, docs/METHOD.md):";
-    for (const std::string& line : r.own) s += "\n- " + line;
-    s += "\n";
-  }
-  if (!r.own_note.empty()) s += "\n" + r.own_note + "\n";
-  if (r.busiest)
-    s += fmt::format("\nBusiest cell: arm {} {} GPU {} {} {} MB/s = {} of the {} MB/s ceiling per direction.\n",
-                     r.busiest->arm, r.busiest->phase, r.busiest->gpu, r.busiest->direction, mbps(r.busiest->mbps),
-                     pct(r.busiest->share), mbps(r.busiest->ceiling_mbps));
-  // Library vs counters.
-  bool any_lib = false;
-  for (const ReportArmPhase& ap : r.arm_phases) any_lib |= ap.allreduce_calls && ap.allreduce_calls->median > 0;
-  if (any_lib) {
-    s += "\n## AllReduce: the library's bytes beside the counters\n\n| arm | phase | GPU | calls per rep | bytes per "
-         "call | paths | library rx MB/s | counter rx MB/s | other rx MB/s |\n"
-         "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n";
-    for (const ReportCell& c : r.cells) {
-      const ReportArmPhase* ap = armPhase(r, c.arm, c.phase);
-      if (!ap || !ap->allreduce_calls || ap->allreduce_calls->median == 0) continue;
-      const std::optional<double> lib =
-          c.library_rx_mbps ? std::optional<double>(c.library_rx_mbps->median) : std::nullopt;
-      const std::optional<double> cnt = c.rx_mbps ? std::optional<double>(c.rx_mbps->median) : std::nullopt;
-      s += fmt::format(
-          "| {} | {} | {} | {:.0f} | {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu, ap->allreduce_calls->median,
-          ap->allreduce_bytes_per_call ? fmt::format("{:.0f}", *ap->allreduce_bytes_per_call) : "N/A",
-          fmt::format("{}", fmt::join(ap->paths, ", ")), mbps(lib), mbps(cnt), lib && cnt ? mbps(*cnt - *lib) : "N/A");
-    }
-    s += "\nother = counters − library: the traffic that is not AllReduce payload (activations, copies, protocol "
-         "overhead, 8–17% on PCIe).\n";
-  }
-  // dmon beside counters.
-  s += "\n## Counters beside the dmon method (rx MB/s)\n\n| arm | phase | GPU | counters | dmon | dmon samples per rep "
-       "|\n"
-       "| --- | --- | ---: | --- | --- | --- |\n";
-  bool blind = false;
-  for (const ReportCell& c : r.cells) {
-    std::string n;
-    for (size_t i = 0; i < c.dmon_samples.size(); ++i) n += (i ? ", " : "") + std::to_string(c.dmon_samples[i]);
-    const bool none = !c.dmon_rx_mbps;
-    blind = blind || none;
-    s += fmt::format("| {} | {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu, spread(c.rx_mbps, mbps),
-                     none ? std::string("no sample") : spread(c.dmon_rx_mbps, mbps), n.empty() ? "-" : n);
-  }
-  s += "\nThe dmon method takes the driver's 20 ms throughput snapshot once per second, as `nvidia-smi dmon` does, "
-       "and averages the snapshots that fall inside the window; the counters give exact bytes.";
-  if (blind)
-    s += " \"no sample\": the window is shorter than the 1 s cadence and no reading fell inside it, so that method "
-         "cannot see the phase at all.";
-  s += "\n";
-  s += "\n## What this means\n\n";
-  for (const std::string& m : r.meaning) s += "- " + m + "\n";
-  if (!r.failed.empty()) {
-    s += "\n## Repetitions that failed their baseline\n\n";
-    for (const std::string& f : r.failed) s += "- " + f + "\n";
-  }
-  return s;
-}
-
-json toJson(const Report& r) {
-  json arms = json::array();
-  for (const ReportArm& a : r.arms) {
-    json phases = json::object();
-    for (const std::string& p : r.phases) {
-      const ReportArmPhase* ap = armPhase(r, a.name, p);
-      if (!ap) continue;
-      phases[p] = {{"tok_s", spreadJson(ap->tok_s)},
-                   {"step_ms", spreadJson(ap->step_ms)},
-                   {"rx_per_card_mbps", opt(ap->rx_per_card_mbps)},
-                   {"tx_per_card_mbps", opt(ap->tx_per_card_mbps)},
-                   {"allreduce_calls", spreadJson(ap->allreduce_calls)},
-                   {"allreduce_bytes_per_call", opt(ap->allreduce_bytes_per_call)},
-                   {"allreduce_calls_per_token", opt(ap->allreduce_calls_per_token)},
-                   {"allreduce_paths", ap->paths}};
-      if (ap->client_tok_s) {  // an engine that reports its own timings
-        phases[p]["client_tok_s"] = spreadJson(ap->client_tok_s);
-        phases[p]["engine_ms"] = spreadJson(ap->engine_ms);
-        phases[p]["window_ms"] = spreadJson(ap->window_ms);
-      }
-    }
-    arms.push_back({{"arm", a.name},
-                    {"setup", describe(a)},
-                    {"split", a.split},
-                    {"devices", a.devices},
-                    {"gpu_count", a.gpu_count},
-                    {"allreduce_backend", a.backend},
-                    {"tokens_per_step", a.tokens_per_step},
-                    {"acceptance", a.acceptance},
-                    {"valid_repetitions", a.valid_repetitions},
-                    {"attempts", a.attempts},
-                    {"phases", phases}});
-  }
-  json cells = json::array();
-  for (const ReportCell& c : r.cells)
-    cells.push_back({{"arm", c.arm},
-                     {"phase", c.phase},
-                     {"gpu", c.gpu},
-                     {"rx_mbps", spreadJson(c.rx_mbps)},
-                     {"tx_mbps", spreadJson(c.tx_mbps)},
-                     {"dmon_rx_mbps", spreadJson(c.dmon_rx_mbps)},
-                     {"dmon_tx_mbps", spreadJson(c.dmon_tx_mbps)},
-                     {"nvlink_rx_mbps", spreadJson(c.nvlink_rx_mbps)},
-                     {"nvlink_tx_mbps", spreadJson(c.nvlink_tx_mbps)},
-                     {"library_rx_mbps", spreadJson(c.library_rx_mbps)},
-                     {"library_tx_mbps", spreadJson(c.library_tx_mbps)},
-                     {"samples_per_repetition", c.samples},
-                     {"pcie_ceiling_mbps", opt(c.ceiling_mbps)},
-                     {"share_of_ceiling", opt(c.share_of_ceiling)}});
-  json net = json::array();
-  for (const NetCost& n : r.net)
-    net.push_back({{"phase", n.phase},
-                   {"tensor_arm", n.tensor_arm},
-                   {"layer_arm", n.layer_arm},
-                   {"tensor_rx_mbps", n.tensor_rx_mbps},
-                   {"layer_rx_mbps", n.layer_rx_mbps},
-                   {"net_rx_mbps", n.net_rx_mbps},
-                   {"ratio", n.ratio}});
-  json busiest = nullptr;
-  if (r.busiest)
-    busiest = {{"arm", r.busiest->arm},
-               {"phase", r.busiest->phase},
-               {"gpu", r.busiest->gpu},
-               {"direction", r.busiest->direction},
-               {"mbps", r.busiest->mbps},
-               {"share_of_ceiling", r.busiest->share},
-               {"ceiling_mbps", r.busiest->ceiling_mbps}};
-  json out = {{"experiment", r.experiment},
-              {"start_time", r.start_time},
-              {"recording", r.recording},
-              {"machine", r.machine},
-              {"phases", r.phases},
-              {"arms", arms},
-              {"cells", cells},
-              {"net_allreduce", net},
-              {"busiest", busiest},
-              {"failed_baselines", r.failed},
-              {"meaning", r.meaning},
-              {"windows", r.windows}};
-  if (!r.engine.empty()) out["engine"] = r.engine;
-  return out;
 }
 
 }  // namespace tpscope::experiment

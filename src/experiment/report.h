@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// report.h - the study's tables from a run folder, as markdown and JSON.
+// report.h - the study's tables from a run folder: the figures (report_render.h renders them).
 //
 // Statistics (docs/METHOD.md): per repetition the mean inside the phase window (bytes over time; never
 // a median of samples, which throws the bursts away, as the seed study's medians did); across
@@ -87,8 +87,7 @@ struct Report {
   nlohmann::json windows = nlohmann::json::array();  // {arm, repetition, phase, start_ns, end_ns} for plots
 };
 
+// The statistics of a run folder; report_render.h writes them out.
 Report buildReport(const RunRecord& run);
-std::string formatMarkdown(const Report& r);
-nlohmann::json toJson(const Report& r);
 
 }  // namespace tpscope::experiment

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "experiment/report.h"
+#include "experiment/report_render.h"
 #include "meter/record.h"
 
 namespace tpscope::experiment {

@@ -11,7 +11,7 @@
 
 namespace tpscope::detail {
 
-// Field ids (nvml.h; measured on H200 in ../shared/docs/H200-FACTS.md).
+// Field ids (nvml.h; each read back on H200 with the widths and units noted here).
 constexpr unsigned kFieldPcieTx = 197;       // NVML_FI_DEV_PCIE_COUNT_TX_BYTES: bytes, 32-bit, wraps
 constexpr unsigned kFieldPcieRx = 198;       // NVML_FI_DEV_PCIE_COUNT_RX_BYTES
 constexpr unsigned kFieldNvlinkTx = 138;     // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: KiB per link

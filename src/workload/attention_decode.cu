@@ -5,10 +5,10 @@
 // memory with 16-byte loads, so each K/V row is read from memory once for all the query heads that
 // share it (the GQA group) and every token of the step, instead of once per query head. A thread's
 // rows (query heads x tokens) are a compile-time count, so their dot products and output sums run as
-// independent chains over one load of each K / V element (32b decode on 2xH200: 16.83 -> 16.61
-// ms/step on one GPU, 9.76 -> 9.55 tensor; 8b 4.275 -> 4.262, 2.750 -> 2.718). Scores go
-// through an online softmax per query row; the block leaves (max, sum, unnormalised output) per row
-// for attnCombineKernel, as the general kernel does. Rows = tokens x group <= kDecodeRows.
+// independent chains over one load of each K / V element, which keeps more loads in flight than one
+// chain per row would (docs/PERFORMANCE.md, "Workload (tp)", has the step times). Scores go through an online softmax
+// per query row; the block leaves (max, sum, unnormalised output) per row for attnCombineKernel, as the general kernel
+// does. Rows = tokens x group <= kDecodeRows.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -37,9 +37,8 @@ __device__ __forceinline__ float roundBf16(float v) { return __bfloat162float(__
 // accumulations interleave (independent chains, each K / V element loaded once for all of them).
 // Blocks per SM the register budget is cut for: 4 (what the shared memory allows at D = 128; <= 128
 // registers) where that does not spill, else 3 (<= 168 registers). ptxas at 4: D = 128, R = 4 spills
-// 48 bytes, D = 64, R = 16 spills 16. Measured on 2xH200 (8b decode, ms/step, one GPU / tensor p2p,
-// two runs each): R = 4 at 4 blocks 4.423 / 2.792; at 3 blocks 4.262 / 2.718; the R = 8 kernel for
-// these 4 rows 4.302 / 2.726; before the rows were interleaved 4.275 / 2.750.
+// 48 bytes, D = 64, R = 16 spills 16, and a spilling kernel is slower at 4 blocks than the same kernel
+// at 3 without the spill (and than the R = 8 kernel for those rows).
 constexpr int attnMinBlocks(int d, int r) { return (d == 128 && r == 4) || (d == 64 && r == 16) ? 3 : 4; }
 
 // The kernel's shapes for head size D and a bound of R rows.

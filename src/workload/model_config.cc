@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "common/param.h"
 #include "workload/kernels.h"
+#include "workload/presets_json.h"
 
 namespace tpscope::workload {
 
@@ -91,23 +93,38 @@ AttentionPdl resolveAttentionPdl(AttentionPdl a, const ModelConfig& config, Spli
   return slice && big_groups ? AttentionPdl::kOff : AttentionPdl::kOn;
 }
 
-std::vector<std::string> presetNames() { return {"tiny", "8b", "32b"}; }
+// The presets in src/workload/presets.json's order (its "about" says where each shape comes from),
+// parsed once from the copy the build embedded.
+const std::vector<ModelConfig>& presets() {
+  static const std::vector<ModelConfig> all = [] {
+    std::vector<ModelConfig> out;
+    const nlohmann::json doc = nlohmann::json::parse(detail::kPresetsJson);
+    for (const nlohmann::json& p : doc.at("presets")) {
+      ModelConfig c;
+      c.preset = p.at("name").get<std::string>();
+      c.hidden = p.at("hidden").get<int>();
+      c.ffn = p.at("ffn").get<int>();
+      c.layers = p.at("layers").get<int>();
+      c.q_heads = p.at("q_heads").get<int>();
+      c.kv_heads = p.at("kv_heads").get<int>();
+      c.head_dim = p.at("head_dim").get<int>();
+      out.push_back(c);
+    }
+    return out;
+  }();
+  return all;
+}
+
+std::vector<std::string> presetNames() {
+  std::vector<std::string> names;
+  for (const ModelConfig& c : presets()) names.push_back(c.preset);
+  return names;
+}
 
 std::optional<ModelConfig> presetConfig(const std::string& name) {
-  ModelConfig c;
-  c.preset = name;
-  // 8b and 32b follow the public dense models of those sizes (Llama-3-8B-like and Qwen-32B-like
-  // shapes); tiny is small enough for a test to compare every split in milliseconds.
-  if (name == "tiny") {
-    c.hidden = 256, c.ffn = 768, c.layers = 4, c.q_heads = 8, c.kv_heads = 2, c.head_dim = 32;
-  } else if (name == "8b") {
-    c.hidden = 4096, c.ffn = 12288, c.layers = 36, c.q_heads = 32, c.kv_heads = 8, c.head_dim = 128;
-  } else if (name == "32b") {
-    c.hidden = 5120, c.ffn = 25600, c.layers = 64, c.q_heads = 64, c.kv_heads = 8, c.head_dim = 128;
-  } else {
-    return std::nullopt;
-  }
-  return c;
+  for (const ModelConfig& c : presets())
+    if (c.preset == name) return c;
+  return std::nullopt;
 }
 
 std::string validateConfig(const ModelConfig& c, SplitMode mode, int ngpu) {

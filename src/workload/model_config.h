@@ -37,7 +37,7 @@ std::optional<PrefillAttention> parsePrefillAttention(const std::string& name);
 //   kPushed  the projections that make the partials send them to the peers as they finish (p2p push
 //            channels, allreduce/push.h), and the reduction only waits and sums, fused with the add and
 //            norm; where a forward cannot push (not p2p, or a shape the channel does not take): kPlain.
-//            The default: the fastest for tensor decode (docs/PERFORMANCE.md, "The synthetic transformer").
+//            The default: the fastest for tensor decode (docs/PERFORMANCE.md, "Workload (tp)").
 //   kFused   tpsAllReduceAddRmsNorm, one library kernel for the reduction, add and norm, where the
 //            library has it (p2p LL sizes); elsewhere kPlain.
 //   kPlain   tpsAllReduce, then the add + norm kernel.
@@ -53,7 +53,7 @@ std::optional<RopeKernel> parseRopeKernel(const std::string& name);
 
 // Whether the decode attention kernel is launched as a programmatic dependent of the kernel before it.
 // kAuto: on, except for a tensor-parallel slice with GQA groups of 8 or more, where it measured slower
-// (docs/PERFORMANCE.md, "The synthetic transformer"); resolveAttentionPdl says which.
+// (docs/PERFORMANCE.md, "Workload (tp)"); resolveAttentionPdl says which.
 enum class AttentionPdl { kAuto, kOn, kOff };
 const char* attentionPdlName(AttentionPdl a);  // "auto", "on", "off"
 std::optional<AttentionPdl> parseAttentionPdl(const std::string& name);

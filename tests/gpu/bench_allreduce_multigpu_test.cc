@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "../unit/cli_runner.h"
+#include "../unit/tools/cli_runner.h"
 #include "gpu_test_util.h"
 
 namespace tpscope::testing {

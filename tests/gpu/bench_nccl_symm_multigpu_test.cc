@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "../unit/cli_runner.h"
+#include "../unit/tools/cli_runner.h"
 #include "gpu_test_util.h"
 
 namespace tpscope::testing {

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "allreduce/paths.h"
+#include "allreduce/media.h"
 #include "gpu_test_util.h"
 #include "topology/topology.h"
 
@@ -68,14 +68,14 @@ TEST(TopologyMultiGpu, PathsOnThisBoxAreConsistentWithThePairs) {
   Topology t;
   std::string reason;
   ASSERT_EQ(queryTopology({}, &t, &reason), tpsSuccess) << reason;
-  auto paths = evaluatePaths(t, backendsBuilt());
-  ASSERT_EQ(paths.size(), 4u);
+  auto media = evaluateMedia(t, backendsBuilt());
+  ASSERT_EQ(media.size(), 4u);
   bool all_nvlink = true;
   for (const auto& row : t.pairs)
     for (const PairInfo& p : row)
       if (p.from != p.to) all_nvlink = all_nvlink && p.kind == LinkKind::kNvlink && p.p2p_access;
-  EXPECT_EQ(paths[1].state != PathState::kUnavailable, all_nvlink) << paths[1].reason;
-  EXPECT_NE(paths[3].state, PathState::kUnavailable) << "NCCL should load on a GPU machine: " << paths[3].reason;
+  EXPECT_EQ(media[1].state != MediumState::kUnavailable, all_nvlink) << media[1].reason;
+  EXPECT_NE(media[3].state, MediumState::kUnavailable) << "NCCL should load on a GPU machine: " << media[3].reason;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // experiment_fixture.h - a synthetic run folder whose numbers follow the seed study's full data table
-// (../shared/seed/dual-gpu-allreduce-pcie-article.txt, "Full data, all four arms"): per cell the three
+// (the published article's "Full data, all four arms"): per cell the three
 // repetitions are the study's min, median and max, so the report must print the study's figures back.
 #pragma once
 

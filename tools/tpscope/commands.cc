@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // commands.cc - the list of subcommands, in the order `tpscope --help` shows them.
 #include "arms.h"
-#include "bench_allreduce.h"
+#include "bench/allreduce.h"
 #include "cli.h"
 #include "meter.h"
 #include "report.h"

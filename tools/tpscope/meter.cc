@@ -14,8 +14,6 @@
 #include "meter.h"
 
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,12 +25,11 @@
 #include <fstream>
 #include <thread>
 
+#include "engine/process.h"
 #include "meter/control.h"
 #include "meter/record.h"
 #include "meter/source.h"
 #include "meter_serve.h"
-
-extern char** environ;
 
 namespace tpscope::cli {
 
@@ -348,61 +345,48 @@ class MeterCommand : public Command {
           if (err) warn("control pipe: " + *err + " (line '" + line.substr(0, 80) + "'); ignored");
         },
         &error);
+    engine::SpawnOptions sp;
+    sp.argv = command_;
+    sp.inherit_stdio = true;     // CMD is on tpscope's terminal
+    sp.die_with_parent = false;  // and outlives it, as a command run by a shell does
     if (piped)
-      setenv("TPSCOPE_METER_PIPE", pipe.path().c_str(), 1);
+      sp.env.emplace_back("TPSCOPE_METER_PIPE", pipe.path());
     else
       warn(error + "; the command runs without window marks");
 
-    std::vector<char*> argv;
-    for (std::string& a : command_) argv.push_back(a.data());
-    argv.push_back(nullptr);
     const int64_t t_start = Meter::now();
     meter.readNow();  // the command window's start, read at once
-    // CMD starts with SIGINT/SIGTERM at their defaults even where our caller ignored them (a
-    // background job of a non-interactive shell): tpscope forwards them and CMD must be able to stop.
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGTERM);
-    sigaddset(&defaults, SIGPIPE);  // ignored while serving (the HTTP side's writes): CMD gets it back
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
-    pid_t pid = 0;
     // Interrupted while quiescing: the user wants out, so CMD does not start.
     const bool run_cmd = g_interrupts == 0;
-    const int spawn_err = run_cmd ? posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ) : ECANCELED;
-    posix_spawnattr_destroy(&attr);
+    std::unique_ptr<engine::ChildProcess> child;
+    std::string spawn_error;
+    int spawn_err = ECANCELED;
+    const bool started = run_cmd && engine::ChildProcess::spawn(sp, &child, &spawn_error, &spawn_err);
     int code = 0;
     if (!run_cmd) {
       code = 128 + SIGINT;
-    } else if (spawn_err != 0) {
+    } else if (!started) {
       fail(kExitRuntime, "cannot run '" + command_[0] + "': " + std::strerror(spawn_err));
       code = spawn_err == ENOENT ? 127 : 126;  // what shells return for "not found" / "cannot execute"
     } else {
-      g_child = pid;
-      int status = 0;
+      g_child = child->pid();
       int seen = 0;
-      for (;;) {
-        if (waitpid(pid, &status, 0) == pid) break;
-        if (errno != EINTR) break;
-        if (g_interrupts >= 2 && seen < 2) kill(pid, SIGKILL);  // a second interrupt: stop for real
+      while (!child->wait()) {                                           // false: a signal interrupted the wait
+        if (g_interrupts >= 2 && seen < 2) kill(child->pid(), SIGKILL);  // a second interrupt: stop for real
         seen = g_interrupts;
       }
       g_child = 0;
-      code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+      code = child->exitCode();
       summary.exit_code = code;
     }
     const int64_t t_end = Meter::now();
     meter.readNow();
     pipe.close();  // reads what CMD wrote last
-    unsetenv("TPSCOPE_METER_PIPE");
     for (const detail::ClosedWindow& w : book.closeAll(t_end)) {
       warn("window '" + w.name + "' was still open when the command ended; closed at its exit");
       meter.addWindow(w.name, w.start_ns, w.end_ns);
     }
-    if (spawn_err == 0) meter.addWindow("command", t_start, t_end);
+    if (started) meter.addWindow("command", t_start, t_end);
     meter.stop();
     summary.interrupted = g_interrupts > 0;
     summary.gpus = meter.gpus();

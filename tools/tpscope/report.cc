@@ -11,7 +11,7 @@
 #include <iostream>
 
 #include "experiment/record.h"
-#include "experiment/report.h"
+#include "experiment/report_render.h"
 
 namespace tpscope::cli {
 

@@ -36,14 +36,14 @@ std::string pcieText(const std::optional<int>& gen, const std::optional<int>& wi
 }
 
 // What `auto` would pick here, from the same tune file and host tunables a communicator would read.
-AutoSummary autoSummary(const Topology& topo, const std::vector<PathStatus>& paths) {
+AutoSummary autoSummary(const Topology& topo, const std::vector<MediumStatus>& media) {
   tpsConfig_t cfg;
   tpsConfigInit(&cfg);
   detail::HostTuning host;
   const size_t threshold = detail::resolveHostTuning(cfg, &host) == tpsSuccess ? host.copy_threshold : SIZE_MAX;
   detail::AutoTableLoad load =
       detail::loadAutoTable(detail::tuneFilePath(), [&] { return detail::boxFingerprint(topo); });
-  return autoPicks(topo, paths, load.table ? &*load.table : nullptr, load.why, threshold);
+  return autoPicks(topo, media, load.table ? &*load.table : nullptr, load.why, threshold);
 }
 
 class TopoCommand : public Command {
@@ -65,13 +65,13 @@ class TopoCommand : public Command {
     if (r == tpsInvalidArgument) return fail(kExitUsage, reason);
     if (r != tpsSuccess) return fail(kExitRuntime, "cannot read the topology: " + reason);
     BackendsBuilt built = backendsBuilt();
-    std::vector<PathStatus> paths = evaluatePaths(topo, built);
+    std::vector<MediumStatus> media = evaluateMedia(topo, built);
     std::string nccl = built.nccl_version ? ncclVersionString(*built.nccl_version) : "";
-    const AutoSummary autos = autoSummary(topo, paths);
+    const AutoSummary autos = autoSummary(topo, media);
     if (format_ == "json")
-      std::printf("%s\n", topologyDocument(topo, paths, nccl, autos).dump(2).c_str());
+      std::printf("%s\n", topologyDocument(topo, media, nccl, autos).dump(2).c_str());
     else
-      std::fputs(formatTopologyTable(topo, paths, nccl, autos).c_str(), stdout);
+      std::fputs(formatTopologyTable(topo, media, nccl, autos).c_str(), stdout);
     return kExitOk;
   }
 
@@ -85,23 +85,14 @@ class TopoCommand : public Command {
 
 std::unique_ptr<Command> makeTopoCommand(CLI::App& app) { return std::make_unique<TopoCommand>(app); }
 
-nlohmann::json topologyDocument(const Topology& topo, const std::vector<PathStatus>& paths,
-                                const std::string& nccl_version) {
-  nlohmann::json doc = toJson(topo);
-  doc["tpscope_version"] = tpsGetVersion();
-  doc["nccl_version"] = nccl_version.empty() ? nlohmann::json(nullptr) : nlohmann::json(nccl_version);
-  doc["allreduce_paths"] = toJson(paths);
-  return doc;
-}
-
-nlohmann::json topologyDocument(const Topology& topo, const std::vector<PathStatus>& paths,
+nlohmann::json topologyDocument(const Topology& topo, const std::vector<MediumStatus>& media,
                                 const std::string& nccl_version, const AutoSummary& autos) {
-  nlohmann::json doc = topologyDocument(topo, paths, nccl_version);
+  nlohmann::json doc = tpscope::topologyDocument(topo, media, nccl_version);
   doc["allreduce_auto"] = toJson(autos);
   return doc;
 }
 
-std::string formatTopologyTable(const Topology& topo, const std::vector<PathStatus>& paths,
+std::string formatTopologyTable(const Topology& topo, const std::vector<MediumStatus>& media,
                                 const std::string& nccl_version, const AutoSummary& autos) {
   std::string s;
   auto cudaVer = [](int v) { return v ? fmt::format("{}.{}", v / 1000, (v % 1000) / 10) : std::string("N/A"); };
@@ -141,7 +132,8 @@ std::string formatTopologyTable(const Topology& topo, const std::vector<PathStat
     s += "# bridges / NUMA nodes. The pair of OK/-- reads: P2P access / P2P atomics.\n";
   }
   s += "\n# AllReduce paths\n";
-  for (const PathStatus& p : paths) s += fmt::format("  {:<16} {:<12} {}\n", p.label, pathStateName(p.state), p.reason);
+  for (const MediumStatus& p : media)
+    s += fmt::format("  {:<16} {:<12} {}\n", p.label, mediumStateName(p.state), p.reason);
   s += fmt::format("# auto: what tpsAllReduce picks per call size (bytes per GPU) on this box, \"{}\"\n",
                    autos.fingerprint);
   if (!autos.note.empty()) s += fmt::format("# built-in defaults: {}\n", autos.note);

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "allreduce/paths.h"
+#include "allreduce/media.h"
 #include "cli.h"
 #include "topology/topology.h"
 
@@ -15,14 +15,12 @@ namespace tpscope::cli {
 std::unique_ptr<Command> makeTopoCommand(CLI::App& app);
 
 // The table printed by `tpscope topo` (one screen). `nccl_version` is empty when NCCL is missing; `autos`
-// is what `auto` picks per size class (allreduce/paths.h: autoPicks()).
-std::string formatTopologyTable(const Topology& topo, const std::vector<PathStatus>& paths,
+// is what `auto` picks per size class (allreduce/media.h: autoPicks()).
+std::string formatTopologyTable(const Topology& topo, const std::vector<MediumStatus>& media,
                                 const std::string& nccl_version, const AutoSummary& autos);
-// The JSON document printed by `tpscope topo --format json`; without `autos` (run records) it has no
-// "allreduce_auto" key.
-nlohmann::json topologyDocument(const Topology& topo, const std::vector<PathStatus>& paths,
-                                const std::string& nccl_version);
-nlohmann::json topologyDocument(const Topology& topo, const std::vector<PathStatus>& paths,
+// The JSON document printed by `tpscope topo --format json`: allreduce/media.h's topologyDocument (what
+// a run record keeps) and what `auto` picks, under "allreduce_auto".
+nlohmann::json topologyDocument(const Topology& topo, const std::vector<MediumStatus>& media,
                                 const std::string& nccl_version, const AutoSummary& autos);
 
 }  // namespace tpscope::cli

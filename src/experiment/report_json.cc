@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// report_json.cc - the report as JSON (report.json of a run folder, `tpscope report --format json`).
+#include "experiment/report_render.h"
+#include "experiment/report_text.h"
+
+namespace tpscope::experiment {
+
+using detail::armPhase;
+using detail::describe;
+using nlohmann::json;
+
+namespace {
+
+json spreadJson(const std::optional<MeterSpread>& s) {
+  if (!s) return nullptr;
+  return {{"median", s->median}, {"min", s->min}, {"max", s->max}, {"n", s->n}};
+}
+template <typename T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+}  // namespace
+
+json toJson(const Report& r) {
+  json arms = json::array();
+  for (const ReportArm& a : r.arms) {
+    json phases = json::object();
+    for (const std::string& p : r.phases) {
+      const ReportArmPhase* ap = armPhase(r, a.name, p);
+      if (!ap) continue;
+      phases[p] = {{"tok_s", spreadJson(ap->tok_s)},
+                   {"step_ms", spreadJson(ap->step_ms)},
+                   {"rx_per_card_mbps", opt(ap->rx_per_card_mbps)},
+                   {"tx_per_card_mbps", opt(ap->tx_per_card_mbps)},
+                   {"allreduce_calls", spreadJson(ap->allreduce_calls)},
+                   {"allreduce_bytes_per_call", opt(ap->allreduce_bytes_per_call)},
+                   {"allreduce_calls_per_token", opt(ap->allreduce_calls_per_token)},
+                   {"allreduce_paths", ap->paths}};
+      if (ap->client_tok_s) {  // an engine that reports its own timings
+        phases[p]["client_tok_s"] = spreadJson(ap->client_tok_s);
+        phases[p]["engine_ms"] = spreadJson(ap->engine_ms);
+        phases[p]["window_ms"] = spreadJson(ap->window_ms);
+      }
+    }
+    arms.push_back({{"arm", a.name},
+                    {"setup", describe(a)},
+                    {"split", a.split},
+                    {"devices", a.devices},
+                    {"gpu_count", a.gpu_count},
+                    {"allreduce_backend", a.backend},
+                    {"tokens_per_step", a.tokens_per_step},
+                    {"acceptance", a.acceptance},
+                    {"valid_repetitions", a.valid_repetitions},
+                    {"attempts", a.attempts},
+                    {"phases", phases}});
+  }
+  json cells = json::array();
+  for (const ReportCell& c : r.cells)
+    cells.push_back({{"arm", c.arm},
+                     {"phase", c.phase},
+                     {"gpu", c.gpu},
+                     {"rx_mbps", spreadJson(c.rx_mbps)},
+                     {"tx_mbps", spreadJson(c.tx_mbps)},
+                     {"dmon_rx_mbps", spreadJson(c.dmon_rx_mbps)},
+                     {"dmon_tx_mbps", spreadJson(c.dmon_tx_mbps)},
+                     {"nvlink_rx_mbps", spreadJson(c.nvlink_rx_mbps)},
+                     {"nvlink_tx_mbps", spreadJson(c.nvlink_tx_mbps)},
+                     {"library_rx_mbps", spreadJson(c.library_rx_mbps)},
+                     {"library_tx_mbps", spreadJson(c.library_tx_mbps)},
+                     {"samples_per_repetition", c.samples},
+                     {"pcie_ceiling_mbps", opt(c.ceiling_mbps)},
+                     {"share_of_ceiling", opt(c.share_of_ceiling)}});
+  json net = json::array();
+  for (const NetCost& n : r.net)
+    net.push_back({{"phase", n.phase},
+                   {"tensor_arm", n.tensor_arm},
+                   {"layer_arm", n.layer_arm},
+                   {"tensor_rx_mbps", n.tensor_rx_mbps},
+                   {"layer_rx_mbps", n.layer_rx_mbps},
+                   {"net_rx_mbps", n.net_rx_mbps},
+                   {"ratio", n.ratio}});
+  json busiest = nullptr;
+  if (r.busiest)
+    busiest = {{"arm", r.busiest->arm},
+               {"phase", r.busiest->phase},
+               {"gpu", r.busiest->gpu},
+               {"direction", r.busiest->direction},
+               {"mbps", r.busiest->mbps},
+               {"share_of_ceiling", r.busiest->share},
+               {"ceiling_mbps", r.busiest->ceiling_mbps}};
+  json out = {{"experiment", r.experiment},
+              {"start_time", r.start_time},
+              {"recording", r.recording},
+              {"machine", r.machine},
+              {"phases", r.phases},
+              {"arms", arms},
+              {"cells", cells},
+              {"net_allreduce", net},
+              {"busiest", busiest},
+              {"failed_baselines", r.failed},
+              {"meaning", r.meaning},
+              {"windows", r.windows}};
+  if (!r.engine.empty()) out["engine"] = r.engine;
+  return out;
+}
+
+}  // namespace tpscope::experiment

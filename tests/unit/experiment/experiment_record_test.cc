@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+// The run folder: written as the run goes, read back identically; corrupt folders fail with the file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "experiment/arm_phases.h"
+#include "experiment/record.h"
+#include "experiment/report_render.h"
+#include "experiment_fixture.h"
+#include "meter/window.h"
+
+namespace tpscope::experiment {
+namespace {
+
+using tpscope::testing::tempDir;
+using tpscope::testing::writeStudyRun;
+
+TEST(ExperimentRecord, RoundTrip) {
+  const std::string dir = tempDir("record");
+  const RunRecord written = writeStudyRun(dir, /*failed_attempt=*/true);
+  const RunRecord read = readRun(dir);
+  EXPECT_EQ(toJson(read.manifest), toJson(written.manifest));
+  ASSERT_EQ(read.repetitions.size(), written.repetitions.size());
+  EXPECT_EQ(read.repetitions.size(), 13u);  // 12 + one failed attempt, kept
+  for (size_t i = 0; i < read.repetitions.size(); ++i)
+    EXPECT_EQ(toJson(read.repetitions[i]), toJson(written.repetitions[i])) << i;
+  ASSERT_EQ(read.samples.size(), written.samples.size());
+  for (size_t i = 0; i < read.samples.size(); i += 97) EXPECT_EQ(toJson(read.samples[i]), toJson(written.samples[i]));
+  EXPECT_EQ(read.manifest.effective.size(), 4u);
+  EXPECT_EQ(read.manifest.effective[3].value("tokens_per_step"), "4");
+  EXPECT_EQ(read.manifest.effective[3].find("tokens_per_step")->source, SettingSource::kArm);
+  const RepetitionResult& failed = read.repetitions[7];
+  EXPECT_EQ(failed.arm, "C");
+  EXPECT_FALSE(failed.valid);
+  EXPECT_FALSE(failed.quiesce.passed);
+  EXPECT_EQ(failed.quiesce.other_pids, std::vector<unsigned>{4242});
+  EXPECT_DOUBLE_EQ(*failed.quiesce.idle_mbps[1][1], 152.0);
+  EXPECT_FALSE(failed.quiesce.idle_mbps[1][2].has_value());  // NVLink: N/A stays null, not 0
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ExperimentRecord, NullStaysNull) {
+  RepetitionResult r;
+  r.arm = "A";
+  PhaseResult p;
+  p.phase = "decode";
+  GpuTraffic g;
+  g.rx_mbps = 12.5;
+  p.gpus.push_back(g);
+  r.phases.push_back(p);
+  const nlohmann::json j = toJson(r);
+  EXPECT_TRUE(j["phases"][0]["gpus"][0]["pcie_tx_mbps"].is_null());
+  EXPECT_TRUE(j["phases"][0]["gpus"][0]["dmon_rx_mbps"].is_null());
+  const RepetitionResult back = repetitionFromJson(j);
+  EXPECT_FALSE(back.phases[0].gpus[0].tx_mbps);
+  EXPECT_DOUBLE_EQ(*back.phases[0].gpus[0].rx_mbps, 12.5);
+}
+
+void expectReadError(const std::string& dir, const std::string& part) {
+  try {
+    readRun(dir);
+    FAIL() << "read " << dir;
+  } catch (const RecordError& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line: " << e.what();
+  }
+}
+
+TEST(ExperimentRecord, CorruptFolders) {
+  expectReadError("/nonexistent/run", "does not exist");
+  const std::string dir = tempDir("corrupt");
+  std::filesystem::create_directories(dir);
+  expectReadError(dir, "manifest.json is missing");
+  std::ofstream(dir + "/manifest.json") << "{ not json";
+  expectReadError(dir, "manifest.json is not valid JSON");
+  std::ofstream(dir + "/manifest.json") << R"({"format": "tpscope-run/99", "arms": [], "phases": []})";
+  expectReadError(dir, "format \"tpscope-run/99\"");
+  std::ofstream(dir + "/manifest.json") << R"({"format": "tpscope-run/1"})";
+  expectReadError(dir, "missing a field");
+  writeStudyRun(dir);
+  std::ofstream(dir + "/results.jsonl", std::ios::app) << "{\"arm\": \"A\", truncated\n";
+  expectReadError(dir, "results.jsonl:13: corrupt record");
+  std::filesystem::remove(dir + "/results.jsonl");
+  expectReadError(dir, "results.jsonl is missing");
+  std::filesystem::remove_all(dir);
+}
+
+// Found by fuzz/experiment/run_folder_fuzz.cc: a recording.txt line that is not UTF-8 went into the
+// report, and `tpscope report --format json` threw from the JSON writer.
+TEST(ExperimentRecord, ARecordingLineThatIsNotUtf8IsRepaired) {
+  const std::string manifest = R"({"format": "tpscope-run/1", "arms": ["A"], "phases": ["decode"],
+                                   "start_time": "2026-12-01T10:00:00Z"})";
+  const RunRecord run = parseRun("RUN", manifest, std::string(), std::nullopt, std::string("2x GPU \xff box\r\nmore"));
+  EXPECT_EQ(run.manifest.recording, "Recorded run: 2026-12-01 on 2x GPU \xef\xbf\xbd box");
+  EXPECT_NO_THROW((void)toJson(buildReport(run)).dump());
+}
+
+TEST(ExperimentRecord, TheFolderParsesAsItsFilesDo) {
+  const std::string dir = tempDir("record_parse");
+  const RunRecord written = writeStudyRun(dir);
+  auto file = [&](const char* name) {
+    std::ifstream f(dir + "/" + name);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const RunRecord parsed =
+      parseRun(dir, file("manifest.json"), file("results.jsonl"), file("samples.jsonl"), std::nullopt);
+  EXPECT_EQ(toJson(parsed.manifest), toJson(readRun(dir).manifest));
+  EXPECT_EQ(parsed.repetitions.size(), written.repetitions.size());
+  EXPECT_EQ(parsed.samples.size(), written.samples.size());
+  try {
+    parseRun(dir, file("manifest.json"), std::string("{}\n\n{\"arm\""), std::nullopt, std::nullopt);
+    FAIL() << "a corrupt line was read";
+  } catch (const RecordError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/results.jsonl:1: corrupt record"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ExperimentRecord, TrafficFromMeterWindow) {
+  MeterGpu g0, g1;
+  g0.index = 2;
+  g1.index = 5;
+  g0.pcie_ceiling_mbps = g1.pcie_ceiling_mbps = 63015;
+  MeterWindow w;
+  w.name = "decode";
+  w.cells.resize(2);
+  MeterCell& rx = w.cells[1][static_cast<int>(MeterCounter::kPcieRx)];
+  rx.bytes = 4e6;
+  rx.mean_mbps = 2.0;
+  rx.samples = 900;
+  rx.dmon_mbps = 1.5;
+  rx.dmon_samples = 90;
+  w.cells[1][static_cast<int>(MeterCounter::kNvlinkTx)].mean_mbps = 77;
+  const auto t = trafficFromWindow(w, {g0, g1});
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].gpu, 2);
+  EXPECT_FALSE(t[0].rx_mbps);
+  EXPECT_EQ(t[1].gpu, 5);
+  EXPECT_DOUBLE_EQ(*t[1].rx_mbps, 2.0);
+  EXPECT_EQ(t[1].samples, 900);
+  EXPECT_DOUBLE_EQ(*t[1].dmon_rx_mbps, 1.5);
+  EXPECT_DOUBLE_EQ(*t[1].nvlink_tx_mbps, 77);
+  EXPECT_DOUBLE_EQ(*t[1].ceiling_mbps, 63015);
+}
+
+TEST(ExperimentRecord, RowsFromSamplesMapGpuAndMidpoint) {
+  MeterGpu g;
+  g.index = 3;
+  MeterSample s;
+  s.gpu = 0;
+  s.t_before_ns = 100;
+  s.t_after_ns = 300;
+  s.bytes[static_cast<int>(MeterCounter::kPcieRx)] = 42;
+  const auto rows = rowsFromSamples("C", 1, {s}, {g});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].gpu, 3);
+  EXPECT_EQ(rows[0].t_ns, 200);
+  EXPECT_EQ(*rows[0].pcie_rx_bytes, 42u);
+  EXPECT_FALSE(rows[0].nvlink_rx_bytes);
+}
+
+// The rows keep each value's own read time (NVML stamps the fields of one call apart), so a window
+// recomputed from samples.jsonl equals the meter's: with only the reads' midpoints it would not.
+TEST(ExperimentRecord, WindowsRecomputeFromTheRowsExactly) {
+  MeterGpu g;
+  g.index = 1;
+  g.supported[static_cast<int>(MeterCounter::kPcieRx)] = g.supported[static_cast<int>(MeterCounter::kPcieTx)] = true;
+  detail::Series series;
+  const int rx = static_cast<int>(MeterCounter::kPcieRx), tx = static_cast<int>(MeterCounter::kPcieTx);
+  for (int i = 0; i < 20; ++i) {
+    MeterSample s;
+    s.t_before_ns = 1'000'000LL * i, s.t_after_ns = s.t_before_ns + 600'000;
+    s.t_ns[rx] = s.t_before_ns + 50'000, s.t_ns[tx] = s.t_before_ns + 550'000;  // far from the midpoint
+    s.bytes[rx] = uint64_t(i) * i * 1000;  // a rising rate: proration depends on the read times
+    s.bytes[tx] = uint64_t(i) * 7000;
+    series.push_back(s);
+  }
+  RunRecord run;
+  run.samples = rowsFromSamples("A", 0, series, {g});
+  for (const auto& [start, end] : {std::pair<int64_t, int64_t>{2'300'000, 9'700'000}, {5'010'000, 5'020'000}})
+    for (MeterCounter c : {MeterCounter::kPcieRx, MeterCounter::kPcieTx}) {
+      const MeterCell cell = detail::computeCell(series, c, start, end, 10, std::nullopt);
+      const std::optional<double> again = windowBytesFromSamples(run, "A", 0, 1, c, start, end);
+      ASSERT_TRUE(cell.bytes && again);
+      EXPECT_DOUBLE_EQ(*again, *cell.bytes) << meterCounterName(c) << " [" << start << ", " << end << "]";
+    }
+  // The rows survive the JSON round trip with their times.
+  const SampleRow back = sampleFromJson(toJson(run.samples[3]));
+  EXPECT_EQ(back.pcie_rx_t_ns, series[3].t_ns[rx]);
+  EXPECT_EQ(back.pcie_tx_t_ns, series[3].t_ns[tx]);
+  EXPECT_FALSE(back.nvlink_rx_t_ns);
+}
+
+TEST(ExperimentRecord, PhaseResultFromOutcome) {
+  PhaseOutcome o;
+  o.phase = "decode";
+  o.start_ns = 1'000'000'000;
+  o.end_ns = 3'000'000'000;
+  o.tokens = 100;
+  o.steps = 40;
+  const PhaseResult p = makePhaseResult(o, {});
+  EXPECT_DOUBLE_EQ(p.tok_s, 50);
+  EXPECT_DOUBLE_EQ(p.step_ms, 50);
+}
+
+}  // namespace
+}  // namespace tpscope::experiment

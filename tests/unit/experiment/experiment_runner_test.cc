@@ -1,0 +1,388 @@
+// SPDX-License-Identifier: Apache-2.0
+// The runner end to end on fake phases and the fake meter: run folder, report, retried baselines,
+// and the guards refusing before any arm runs.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "experiment/report_render.h"
+#include "experiment/runner.h"
+#include "experiment_fixture.h"
+#include "meter/fake_source.h"
+#include "meter/meter_internal.h"
+
+namespace tpscope::testing {
+namespace {
+
+using namespace tpscope::experiment;
+
+// 2 arms x 2 repetitions, 0.2 s idle. The fake meter's GPU 0 idles at 2000 MB/s over NVLink, so the
+// threshold sits above that: the baseline passes unless a test scripts it to fail.
+const char* kSpec = R"(
+[experiment]
+name = "tiny-two"
+preset = "tiny"
+prompt_tokens = 64
+decode_tokens = 16
+context = 256
+repetitions = 2
+idle_seconds = 0.2
+baseline_threshold_mbps = 5000
+baseline_retries = 1
+meter_period_ms = 2
+
+[[arm]]
+name = "A"
+devices = [0]
+split = "none"
+
+[[arm]]
+name = "B"
+devices = [0, 1]
+split = "layer"
+)";
+
+class Runner : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tempDir("runner");
+    c_.start_meter = [](const MeterOptions& o, std::unique_ptr<Meter>* out, std::string* reason) {
+      MeterOptions fake = o;
+      fake.fake_gpus = true;  // two scripted GPUs
+      return Meter::start(fake, out, reason);
+    };
+    c_.spec = parseSpec(kSpec, "tiny-two.toml");
+    c_.box.gpu_count = 2;
+    c_.box.backends = {tpsBackendHost};
+    c_.box.backend_reasons = {{tpsBackendNccl, "NCCL did not load (libnccl.so.2 not found)"}};
+    c_.box.split_modes = {"none", "layer", "tensor"};
+    c_.check_processes = false;
+    c_.out_dir = dir_;
+    c_.progress = &progress_;
+    c_.make_phases = [this](const EffectiveSettings& arm) {
+      ++phases_made_;
+      return makeFakeArmPhases(arm, 0.01);
+    };
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+  RunnerConfig c_;
+  std::ostringstream progress_;
+  int phases_made_ = 0;
+};
+
+TEST_F(Runner, WritesTheRunFolderAndRendersTheReport) {
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(o.attempts, 4);
+  EXPECT_EQ(o.failed_attempts, 0);
+  for (const char* f : {"manifest.json", "results.jsonl", "samples.jsonl"})
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/" + f)) << f;
+  const RunRecord run = readRun(dir_);
+  EXPECT_EQ(run.manifest.experiment, "tiny-two");
+  EXPECT_EQ(run.manifest.arms, (std::vector<std::string>{"A", "B"}));
+  EXPECT_EQ(run.manifest.effective.size(), 2u);
+  EXPECT_NE(run.manifest.spec_toml.find("tiny-two"), std::string::npos);
+  ASSERT_EQ(run.repetitions.size(), 4u);
+  for (const RepetitionResult& r : run.repetitions) {
+    EXPECT_TRUE(r.valid);
+    EXPECT_TRUE(r.quiesce.passed);
+    ASSERT_EQ(r.phases.size(), 2u);
+    EXPECT_EQ(r.phases[0].phase, "prefill");
+    EXPECT_EQ(r.phases[1].phase, "decode");
+    EXPECT_GT(r.phases[1].tok_s, 0);
+    EXPECT_EQ(r.phases[0].gpus.size(), r.arm == "A" ? 1u : 2u);  // the arm's devices only
+  }
+  EXPECT_FALSE(run.samples.empty());
+  EXPECT_GT(run.repetitions[0].phases[0].gpus[0].samples, 0);  // the window the phases marked on the meter
+  const Report rep = buildReport(run);
+  EXPECT_EQ(rep.arms.size(), 2u);
+  EXPECT_EQ(rep.arms[1].valid_repetitions, 2);
+  EXPECT_NE(o.report_markdown.find("tiny-two"), std::string::npos) << o.report_markdown;
+  EXPECT_EQ(o.report_markdown, formatMarkdown(rep));
+  const std::string p = progress_.str();
+  EXPECT_NE(p.find("arm B rep 2/2: quiescing 0.2 s"), std::string::npos) << p;
+  EXPECT_NE(p.find("decode "), std::string::npos) << p;
+  EXPECT_NE(p.find(" tok/s"), std::string::npos) << p;
+}
+
+TEST_F(Runner, FailedBaselineIsRetriedAndRecorded) {
+  int calls = 0;
+  // Arm A's first repetition fails its first baseline; arm B's second repetition fails every try.
+  c_.quiesce = [&calls](Meter& m, const QuiesceOptions& o, QuiesceRecord* r) {
+    const tpsResult_t rc = m.quiesce(o, r);
+    ++calls;
+    // Call order: A r1 (fail, retry pass), A r2, B r1, B r2 (fail, fail).
+    if (calls == 1 || calls == 5 || calls == 6) {
+      r->passed = false;
+      r->reason = "scripted: another process on GPU 1";
+    }
+    return rc;
+  };
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(calls, 6);
+  EXPECT_EQ(o.attempts, 6);
+  EXPECT_EQ(o.failed_attempts, 3);
+  EXPECT_EQ(o.failed_repetitions, 1);
+  const RunRecord run = readRun(dir_);
+  ASSERT_EQ(run.repetitions.size(), 6u);  // every attempt, failed ones included
+  EXPECT_EQ(run.repetitions[0].arm, "A");
+  EXPECT_FALSE(run.repetitions[0].valid);
+  EXPECT_EQ(run.repetitions[0].attempt, 0);
+  EXPECT_TRUE(run.repetitions[0].phases.empty());  // nothing ran on a failed baseline
+  EXPECT_EQ(run.repetitions[0].quiesce.reason, "scripted: another process on GPU 1");
+  EXPECT_TRUE(run.repetitions[1].valid);
+  EXPECT_EQ(run.repetitions[1].repetition, 0);
+  EXPECT_EQ(run.repetitions[1].attempt, 1);
+  EXPECT_FALSE(run.repetitions[4].valid);
+  EXPECT_FALSE(run.repetitions[5].valid);
+  EXPECT_EQ(run.repetitions[5].attempt, 1);
+  const Report rep = buildReport(run);
+  EXPECT_EQ(rep.failed.size(), 3u);
+  EXPECT_EQ(rep.arms[0].valid_repetitions, 2);
+  EXPECT_EQ(rep.arms[1].valid_repetitions, 1);
+  EXPECT_NE(progress_.str().find("baseline failed"), std::string::npos);
+  EXPECT_NE(progress_.str().find("retrying"), std::string::npos);
+  EXPECT_NE(progress_.str().find("reported as failed"), std::string::npos);
+}
+
+TEST_F(Runner, UndeclaredDifferenceIsRefusedBeforeAnyArmRuns) {
+  // An undeclared difference: an automatic decision that comes out differently per arm.
+  c_.decide = [](const EffectiveSettings& e) {
+    return std::vector<Setting>{{"cuda_graph", e.arm == "A" ? "on" : "off", SettingSource::kAuto}};
+  };
+  const RunOutcome o = runExperiment(c_);
+  EXPECT_EQ(o.status, RunOutcome::Status::kRefused);
+  EXPECT_NE(o.message.find("cuda_graph"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("on"), std::string::npos);
+  EXPECT_NE(o.message.find("off"), std::string::npos);
+  EXPECT_NE(o.message.find("nothing was run"), std::string::npos);
+  EXPECT_EQ(phases_made_, 0);
+  EXPECT_EQ(o.attempts, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+  EXPECT_EQ(progress_.str(), "");
+}
+
+TEST_F(Runner, UnavailableBackendIsRefusedBeforeAnyArmRuns) {
+  c_.spec = parseSpec(std::string(kSpec) +
+                          "\n[[arm]]\nname = \"C\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
+                          "backend = \"nccl\"\n",
+                      "tiny-three.toml");
+  const RunOutcome o = runExperiment(c_);
+  EXPECT_EQ(o.status, RunOutcome::Status::kRefused);
+  EXPECT_NE(o.message.find("arm C"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("nccl"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("libnccl.so.2 not found"), std::string::npos) << o.message;
+  EXPECT_EQ(phases_made_, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+}
+
+TEST_F(Runner, WorkloadDecisionThatDiffersFromTheGuardsStopsTheRun) {
+  class Deciding : public ArmPhases {
+   public:
+    tpsResult_t prepare(const EffectiveSettings&, std::vector<Setting>* d, std::string*) override {
+      *d = {{"cuda_graph", "off", SettingSource::kAuto}};
+      return tpsSuccess;
+    }
+    tpsResult_t runPhases(const std::vector<std::string>&, std::vector<PhaseOutcome>*, std::string*) override {
+      return tpsSuccess;
+    }
+  };
+  c_.decide = [](const EffectiveSettings&) { return std::vector<Setting>{{"cuda_graph", "on", SettingSource::kAuto}}; };
+  c_.make_phases = [](const EffectiveSettings&) { return std::make_unique<Deciding>(); };
+  const RunOutcome o = runExperiment(c_);
+  EXPECT_EQ(o.status, RunOutcome::Status::kFailed);
+  EXPECT_NE(o.message.find("cuda_graph = off"), std::string::npos) << o.message;
+}
+
+// An engine that decides a setting for itself once started, as llama-server decides its context: with
+// RunnerConfig::probe every arm's engine is started once and what it reports (source kEngine) joins the
+// arm's settings; arms whose engines decided differently are refused before anything is measured.
+class SelfDeciding : public ArmPhases {
+ public:
+  SelfDeciding(const EffectiveSettings& arm, std::string n_ctx, int* prepared, int* ran)
+      : inner_(makeFakeArmPhases(arm, 0.01)), n_ctx_(std::move(n_ctx)), prepared_(prepared), ran_(ran) {}
+  tpsResult_t prepare(const EffectiveSettings&, std::vector<Setting>* d, std::string*) override {
+    ++*prepared_;
+    *d = {{"server_n_ctx", n_ctx_, SettingSource::kEngine}};
+    return tpsSuccess;
+  }
+  tpsResult_t runPhases(const std::vector<std::string>& p, std::vector<PhaseOutcome>* out, std::string* r) override {
+    ++*ran_;
+    return inner_->runPhases(p, out, r);
+  }
+
+ private:
+  std::unique_ptr<ArmPhases> inner_;
+  std::string n_ctx_;
+  int* prepared_;
+  int* ran_;
+};
+
+// The setting the engine reported for `arm` in the run folder's manifest ("" where there is none).
+std::string engineSettingInManifest(const std::string& dir, const std::string& arm, const std::string& key) {
+  for (const EffectiveSettings& e : readRun(dir).manifest.effective)
+    if (const Setting* s = e.find(key); e.arm == arm && s && s->source == SettingSource::kEngine) return s->value;
+  return "";
+}
+
+TEST_F(Runner, EnginesThatDecideDifferentlyAreRefusedBeforeAnythingIsMeasured) {
+  int prepared = 0, ran = 0;
+  c_.probe = true;
+  c_.make_phases = [&](const EffectiveSettings& arm) {
+    return std::make_unique<SelfDeciding>(arm, arm.arm == "A" ? "32768" : "16384", &prepared, &ran);
+  };
+  const RunOutcome o = runExperiment(c_);
+  EXPECT_EQ(o.status, RunOutcome::Status::kRefused) << o.message;
+  EXPECT_NE(o.message.find("the arms' engines decided differently in settings no arm declares; nothing was measured"),
+            std::string::npos)
+      << o.message;
+  EXPECT_NE(o.message.find("server_n_ctx  A    32768  engine"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("              B    16384  engine"), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("the engine decided the settings above for itself"), std::string::npos) << o.message;
+  EXPECT_EQ(prepared, 2);  // every arm's engine started once to read what it decides
+  EXPECT_EQ(ran, 0);
+  EXPECT_EQ(o.attempts, 0);
+  // The manifest keeps what each engine decided, so the refused run folder says why.
+  EXPECT_EQ(engineSettingInManifest(dir_, "A", "server_n_ctx"), "32768");
+  EXPECT_EQ(engineSettingInManifest(dir_, "B", "server_n_ctx"), "16384");
+}
+
+TEST_F(Runner, EnginesThatDecideAlikeRunAndTheManifestSaysWhatTheyDecided) {
+  int prepared = 0, ran = 0;
+  c_.probe = true;
+  c_.make_phases = [&](const EffectiveSettings& arm) {
+    return std::make_unique<SelfDeciding>(arm, "32768", &prepared, &ran);
+  };
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(o.attempts, 4);
+  EXPECT_EQ(ran, 4);
+  EXPECT_EQ(prepared, 4);  // the probe's start per arm, then the measured one
+  EXPECT_EQ(engineSettingInManifest(dir_, "A", "server_n_ctx"), "32768");
+  EXPECT_EQ(engineSettingInManifest(dir_, "B", "server_n_ctx"), "32768");
+}
+
+// An engine that says another client used it in a repetition: the attempt is recorded as disturbed,
+// retried, and listed in the report; the retry counts.
+TEST_F(Runner, DisturbedRepetitionIsRecordedAndRetried) {
+  class Disturbed : public ArmPhases {
+   public:
+    explicit Disturbed(EffectiveSettings arm) : inner_(makeFakeArmPhases(arm, 0.01)) {}
+    tpsResult_t prepare(const EffectiveSettings& a, std::vector<Setting>* d, std::string* r) override {
+      return inner_->prepare(a, d, r);
+    }
+    tpsResult_t runPhases(const std::vector<std::string>& p, std::vector<PhaseOutcome>* out, std::string* r) override {
+      const tpsResult_t rc = inner_->runPhases(p, out, r);
+      if (calls_++ == 0) (*out)[0].disturbed = "the server processed 512 prompt tokens beyond the rig's request";
+      return rc;
+    }
+
+   private:
+    std::unique_ptr<ArmPhases> inner_;
+    int calls_ = 0;
+  };
+  c_.make_phases = [](const EffectiveSettings& arm) { return std::make_unique<Disturbed>(arm); };
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(o.attempts, 6);  // 2 arms x 2 repetitions, plus one retry per arm
+  EXPECT_EQ(o.failed_attempts, 2);
+  EXPECT_EQ(o.failed_repetitions, 0);
+  const RunRecord run = readRun(dir_);
+  ASSERT_EQ(run.repetitions.size(), 6u);
+  EXPECT_FALSE(run.repetitions[0].valid);
+  EXPECT_EQ(run.repetitions[0].disturbed, "the server processed 512 prompt tokens beyond the rig's request");
+  EXPECT_TRUE(run.repetitions[1].valid);
+  EXPECT_EQ(run.repetitions[1].attempt, 1);
+  EXPECT_NE(o.report_markdown.find("arm A repetition 1 attempt 1: the server processed 512 prompt tokens"),
+            std::string::npos)
+      << o.report_markdown;
+  EXPECT_NE(progress_.str().find("disturbed (the server processed"), std::string::npos) << progress_.str();
+}
+
+// Traffic after the phases ended (the fake meter's GPUs never go quiet) marks the repetition, and with
+// no retries left it is reported as failed, never dropped.
+TEST_F(Runner, TrafficAfterThePhasesMarksTheRepetition) {
+  c_.tail_seconds = 0.1;
+  c_.spec.shared.baseline_retries = 0;
+  c_.spec.shared.baseline_threshold_mbps = 5000;  // idle passes; the fake GPU 0 sends 2000 MB/s over NVLink only
+  c_.spec.shared.repetitions = 1;
+  RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(o.failed_attempts, 0) << "PCIe below the threshold after the phases: nothing marked";
+  std::filesystem::remove_all(dir_);
+  c_.spec.shared.baseline_threshold_mbps = 100;
+  c_.quiesce = [](Meter& m, const QuiesceOptions& q, QuiesceRecord* r) {
+    QuiesceOptions loose = q;
+    loose.threshold_mbps = 1e9;  // the idle interval passes; only the window after the phases is judged
+    return m.quiesce(loose, r);
+  };
+  o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(o.failed_repetitions, 2);
+  const RunRecord run = readRun(dir_);
+  ASSERT_FALSE(run.repetitions.empty());
+  EXPECT_NE(run.repetitions[0].disturbed.find("traffic went on after the phases ended: GPU 0 pcie_"), std::string::npos)
+      << run.repetitions[0].disturbed;
+}
+
+// A run folder reproduces its own windows: every phase's PCIe bytes recompute from samples.jsonl, as
+// the meter computed them, exactly (the samples keep each value's read time, not only the read's midpoint).
+TEST_F(Runner, EveryWindowRecomputesFromItsSamples) {
+  // Quiet scripted GPUs whose every read adds traffic of its own, as NVML reads do: the meter
+  // calibrates, and every window is recorded net, with what the meter's reads added beside it.
+  c_.start_meter = [](const MeterOptions& options, std::unique_ptr<Meter>* out, std::string* reason) {
+    MeterOptions o = options;
+    if (tpsResult_t r = detail::resolveOptions(&o, reason); r != tpsSuccess) return r;
+    std::vector<detail::FakeGpuScript> scripts(o.devices.empty() ? 2 : o.devices.size());
+    for (detail::FakeGpuScript& s : scripts) {
+      s.supported = 0x03;
+      s.background_bytes_per_s = {3e6, 2e6, 0, 0, 0, 0};
+      s.bytes_per_read[0] = {27000, 24000, 0, 0, 0, 0};  // a PCIe read: tx, rx
+      s.bytes_per_read[2] = {5000, 4000, 0, 0, 0, 0};    // a dmon call
+      s.dmon_window_ns = 2000000;
+    }
+    return detail::createMeter(o, detail::makeFakeSources(scripts, o.method), out, reason);
+  };
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  const RunRecord run = readRun(dir_);
+  int checked = 0;
+  for (const RepetitionResult& r : run.repetitions) {
+    if (!r.valid) continue;
+    for (const PhaseResult& p : r.phases)
+      for (const GpuTraffic& g : p.gpus)
+        for (auto [c, recorded] :
+             {std::pair{MeterCounter::kPcieRx, g.rx_bytes}, std::pair{MeterCounter::kPcieTx, g.tx_bytes}}) {
+          ASSERT_TRUE(recorded);
+          // The counter difference as counted is the net figure plus what the meter's own reads added.
+          const std::optional<double> own = c == MeterCounter::kPcieRx ? g.own_rx_bytes : g.own_tx_bytes;
+          ASSERT_TRUE(own) << "the runner's meter was calibrated, so every window carries its own bytes";
+          recorded = *recorded + *own;
+          const std::optional<double> again =
+              windowBytesFromSamples(run, r.arm, r.repetition, g.gpu, c, p.start_ns, p.end_ns);
+          ASSERT_TRUE(again) << r.arm << " " << p.phase << " GPU " << g.gpu;
+          EXPECT_NEAR(*again, *recorded, 1e-9 * std::max(1.0, *recorded))
+              << r.arm << " " << p.phase << " GPU " << g.gpu;
+          ++checked;
+        }
+  }
+  EXPECT_EQ(checked, 24);  // 2 repetitions x 2 phases x 2 counters x (1 GPU in arm A + 2 in arm B)
+}
+
+TEST(RunnerQuick, ShrinksTheSharedSettingsOnly) {
+  const ExperimentSpec s = quickSpec(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/four-arms.toml"));
+  EXPECT_EQ(s.shared.repetitions, 2);
+  EXPECT_EQ(s.shared.idle_seconds, 2);
+  EXPECT_EQ(s.shared.prompt_tokens, 1024);
+  EXPECT_EQ(s.shared.decode_tokens, 64);
+  EXPECT_EQ(s.shared.context, 4096);
+  EXPECT_EQ(s.arms.size(), 4u);
+  EXPECT_TRUE(undeclaredDifferences(effectiveSettings(s)).empty());
+}
+
+}  // namespace
+}  // namespace tpscope::testing

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// bench/check.cc - inputs from (seed, rank, index) and the host reference check, spread over CPU threads.
+#include "bench/check.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+namespace tpscope::cli {
+
+namespace {
+
+// splitmix64's finaliser: a good 64-bit mix, cheap enough for 10^8 elements.
+uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Runs fn(begin, end) over [0, n) on up to hardware_concurrency threads. Below 1M elements one thread
+// is faster than starting more.
+template <typename Fn>
+void parallelFor(size_t n, Fn fn) {
+  constexpr size_t kGrain = 1 << 20;
+  const size_t threads = std::clamp<size_t>(n / kGrain, 1, std::max(1u, std::thread::hardware_concurrency()));
+  if (threads == 1) return fn(size_t{0}, n, size_t{0});
+  std::vector<std::thread> pool;
+  const size_t step = (n + threads - 1) / threads;
+  for (size_t t = 0; t < threads; ++t)
+    pool.emplace_back([=] { fn(std::min(n, t * step), std::min(n, (t + 1) * step), t); });
+  for (auto& th : pool) th.join();
+}
+
+double unitRoundoff(tpsDataType_t t) {
+  switch (t) {
+    case tpsBfloat16: return std::ldexp(1.0, -8);
+    case tpsFloat16: return std::ldexp(1.0, -11);
+    default: return std::ldexp(1.0, -24);
+  }
+}
+
+}  // namespace
+
+double benchInputValue(uint64_t seed, int rank, size_t index) {
+  const uint64_t h = mix(mix(seed ^ (static_cast<uint64_t>(rank) << 56)) ^ index);
+  const double k = static_cast<double>(64 + h % 192);
+  return (h >> 63) ? -k / 64.0 : k / 64.0;
+}
+
+void fillBenchInput(uint64_t seed, int rank, tpsDataType_t dtype, size_t count, void* dst) {
+  parallelFor(count, [&](size_t b, size_t e, size_t) {
+    for (size_t i = b; i < e; ++i) {
+      const float v = static_cast<float>(benchInputValue(seed, rank, i));
+      if (dtype == tpsFloat32) static_cast<float*>(dst)[i] = v;
+      if (dtype == tpsFloat16) static_cast<__half*>(dst)[i] = __float2half_rn(v);
+      if (dtype == tpsBfloat16) static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(v);
+    }
+  });
+}
+
+double decodeElement(tpsDataType_t dtype, const void* data, size_t i) {
+  switch (dtype) {
+    case tpsFloat16: return __half2float(static_cast<const __half*>(data)[i]);
+    case tpsBfloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(data)[i]);
+    default: return static_cast<const float*>(data)[i];
+  }
+}
+
+double benchTolerance(tpsDataType_t dtype, int nranks, double sum_abs) {
+  const double ku = (nranks - 1) * unitRoundoff(dtype);
+  return ku / (1 - ku) * sum_abs;
+}
+
+namespace {
+
+// Element i's reference (the sum in double over `nranks` ranks) and its tolerance.
+void referenceAt(uint64_t seed, tpsDataType_t dtype, int nranks, size_t i, double* ref, double* tol) {
+  double sum = 0, sum_abs = 0;
+  for (int r = 0; r < nranks; ++r) {
+    const double x = benchInputValue(seed, r, i);
+    sum += x;
+    sum_abs += std::fabs(x);
+  }
+  *ref = sum;
+  *tol = benchTolerance(dtype, nranks, sum_abs);
+}
+
+}  // namespace
+
+uint64_t countOutOfTolerance(uint64_t seed, tpsDataType_t dtype, size_t count, int nranks, const void* result) {
+  std::vector<uint64_t> part(std::max(1u, std::thread::hardware_concurrency()));
+  parallelFor(count, [&](size_t b, size_t e, size_t t) {
+    uint64_t bad = 0;
+    for (size_t i = b; i < e; ++i) {
+      double ref = 0, tol = 0;
+      referenceAt(seed, dtype, nranks, i, &ref, &tol);
+      bad += !(std::fabs(decodeElement(dtype, result, i) - ref) <= tol);  // NaN fails too
+    }
+    part[t] = bad;
+  });
+  uint64_t total = 0;
+  for (uint64_t v : part) total += v;
+  return total;
+}
+
+CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const std::vector<const void*>& results) {
+  const int n = static_cast<int>(results.size());
+  const size_t elem = tpsDataTypeSize(dtype);
+  std::vector<CheckCounts> part(std::max(1u, std::thread::hardware_concurrency()));
+  parallelFor(count, [&](size_t b, size_t e, size_t t) {
+    CheckCounts c;
+    for (size_t i = b; i < e; ++i) {
+      double ref = 0, tol = 0;
+      referenceAt(seed, dtype, n, i, &ref, &tol);
+      const auto* first = static_cast<const unsigned char*>(results[0]) + i * elem;
+      for (int r = 0; r < n; ++r) {
+        const bool bad = !(std::fabs(decodeElement(dtype, results[r], i) - ref) <= tol);  // NaN fails too
+        const bool differs =
+            r > 0 && std::memcmp(static_cast<const unsigned char*>(results[r]) + i * elem, first, elem);
+        c.out_of_tolerance += bad;
+        c.not_identical += differs;
+        c.wrong += bad || differs;
+      }
+    }
+    part[t] = c;
+  });
+  CheckCounts total;
+  for (const CheckCounts& c : part) {
+    total.out_of_tolerance += c.out_of_tolerance;
+    total.not_identical += c.not_identical;
+    total.wrong += c.wrong;
+  }
+  return total;
+}
+
+}  // namespace tpscope::cli

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// bench/stats.cc - statistics snapshots to per-call bytes by medium.
+#include "bench/stats.h"
+
+namespace tpscope::cli {
+
+Medium pathMedium(tpsPath_t path) {
+  switch (path) {
+    case tpsPathHostKernel:
+    case tpsPathHostCopyEngine: return Medium::kHost;
+    case tpsPathP2pLL:
+    case tpsPathP2pOneShot:
+    case tpsPathP2pTwoShot: return Medium::kPeer;
+    default: return Medium::kNccl;
+  }
+}
+
+StatsDelta statsDelta(const tpsStats_t& before, const tpsStats_t& after) {
+  StatsDelta d;
+  MediumBytes sum;
+  const int n = after.ndev > 0 ? after.ndev : 1;
+  for (int p = 0; p < tpsNumPaths; ++p) {
+    unsigned long long calls = 0;
+    double tx = 0, rx = 0;  // summed over size classes and GPUs
+    for (int c = 0; c < TPS_NUM_SIZE_CLASSES; ++c) {
+      const tpsStatsCell_t& a = before.cells[p][c];
+      const tpsStatsCell_t& b = after.cells[p][c];
+      calls += b.calls - a.calls;
+      for (int r = 0; r < n; ++r) {
+        tx += static_cast<double>(b.tx_bytes[r] - a.tx_bytes[r]);
+        rx += static_cast<double>(b.rx_bytes[r] - a.rx_bytes[r]);
+      }
+    }
+    if (calls == 0) continue;
+    d.calls += calls;
+    d.paths += (d.paths.empty() ? "" : "+") + std::string(tpsPathName(static_cast<tpsPath_t>(p)));
+    static constexpr double MediumBytes::*kTx[] = {&MediumBytes::host_tx, &MediumBytes::peer_tx, &MediumBytes::nccl_tx};
+    static constexpr double MediumBytes::*kRx[] = {&MediumBytes::host_rx, &MediumBytes::peer_rx, &MediumBytes::nccl_rx};
+    const int m = static_cast<int>(pathMedium(static_cast<tpsPath_t>(p)));
+    sum.*kTx[m] += tx / n;
+    sum.*kRx[m] += rx / n;
+  }
+  if (d.calls == 0) {
+    d.paths = "-";
+    return d;
+  }
+  for (double* v : {&sum.host_tx, &sum.host_rx, &sum.peer_tx, &sum.peer_rx, &sum.nccl_tx, &sum.nccl_rx})
+    *v /= static_cast<double>(d.calls);
+  d.bytes_per_call = sum;
+  return d;
+}
+
+}  // namespace tpscope::cli
