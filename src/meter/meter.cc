@@ -323,7 +323,7 @@ std::vector<std::array<std::optional<double>, kMeterCounters>> Meter::ownMBps() 
 }
 
 int64_t Meter::reads(int gpu, MeterReadKind k) const {
-  return gpu < 0 ? 0 : impl_->sampler.reads(static_cast<size_t>(gpu), k);
+  return gpu < 0 ? 0 : impl_->sampler->reads(static_cast<size_t>(gpu), k);
 }
 
 std::optional<double> Meter::ownBytesSoFar(int gpu, MeterCounter c) const {
@@ -341,7 +341,7 @@ std::optional<double> Meter::ownBytesSoFar(int gpu, MeterCounter c) const {
   return total;
 }
 
-MeterPcieLink Meter::pcieLink(int gpu) const { return impl_->sampler.pcieLink(gpu); }
+MeterPcieLink Meter::pcieLink(int gpu) const { return impl_->sampler->pcieLink(gpu); }
 
 std::vector<QuiesceRecord> Meter::quiesceRecords() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
