@@ -51,7 +51,7 @@ struct FakeGpuScript {
   std::array<double, 2> pm_own_bytes_per_s{};
   std::vector<std::pair<double, double>> pm_gaps;
   double pm_overflow_at_s = -1;
-  std::string uuid;            // empty: one made from the GPU's position
+  std::string uuid;  // empty: one made from the GPU's position
   MeterPcieLink pcie_link{5, 5, 16, 16};
 };
 
