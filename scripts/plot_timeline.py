@@ -5,11 +5,14 @@
   --out DIR     timeline.png: PCIe tx/rx MB/s per record over each window's time (us from its
                 start), one panel per window and GPU (the first --max-panels of them).
   --bursts      prints, per window and GPU, the bursts: runs of records above --threshold-mbps
-                (either direction) separated by at least --min-gap-us of records below it; with
-                --steps N, bursts per step beside the count. JSON with --json.
+                (in the direction --counter names: tx, rx or either) separated by at least
+                --min-gap-us of records below it; with --steps N, bursts per step beside the count.
+                JSON with --json. On the host backend's kernel path pcie_rx carries the waiting
+                ranks' flag polls without a pause, so its AllReduces show as bursts on tx alone.
   --window NAME only windows of this name.
 
-Usage: plot_timeline.py FILE [--out DIR] [--bursts [--steps N] [--threshold-mbps X] [--min-gap-us G]]
+Usage: plot_timeline.py FILE [--out DIR] [--bursts [--steps N] [--counter tx|rx|either] [--threshold-mbps X]
+                                                [--min-gap-us G]]
 The plot needs matplotlib (Debian: python3-matplotlib); --bursts needs nothing but Python.
 Exit 0 on success, 1 on bad input.
 """
@@ -43,12 +46,15 @@ def rate_mbps(r, key):
     return r[key] / dur if dur > 0 else 0.0  # bytes per us = MB/s
 
 
-def bursts(records, threshold_mbps, min_gap_us):
+COUNTERS = {"tx": ("pcie_tx_bytes",), "rx": ("pcie_rx_bytes",), "either": ("pcie_tx_bytes", "pcie_rx_bytes")}
+
+
+def bursts(records, threshold_mbps, min_gap_us, counter="either"):
     """[(start_us, end_us, tx_bytes, rx_bytes)]: runs above the threshold, merged across short dips."""
     out = []
     cur = None
     for r in records:
-        busy = max(rate_mbps(r, "pcie_tx_bytes"), rate_mbps(r, "pcie_rx_bytes")) > threshold_mbps
+        busy = max(rate_mbps(r, key) for key in COUNTERS[counter]) > threshold_mbps
         t0, t1 = r["t_us"], r["t_us"] + r["dur_us"]
         if busy:
             if cur and t0 - cur[1] < min_gap_us:
@@ -88,7 +94,23 @@ def plot(groups, out_dir, max_panels):
     return path
 
 
+def self_test():
+    """Bursts on tx while rx never rests (the host kernel path's polls): 'tx' counts them, 'either' cannot."""
+    recs, t = [], 0.0
+    for burst in range(30):
+        for k in range(10):  # 3 records busy on tx, 7 quiet; rx busy all along
+            tx = 20480.0 if k < 3 else 512.0
+            recs.append({"t_us": t, "dur_us": 10.0, "pcie_tx_bytes": tx, "pcie_rx_bytes": 40960.0})
+            t += 10.0
+    got = {c: len(bursts(recs, 1024.0, 25.0, c)) for c in COUNTERS}
+    want = {"tx": 30, "rx": 1, "either": 1}
+    print(f"plot_timeline self-test: bursts {got}, want {want}")
+    return 0 if got == want else 1
+
+
 def main(argv):
+    if argv == ["--self-test"]:
+        return self_test()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("timeline")
     ap.add_argument("--out")
@@ -96,6 +118,7 @@ def main(argv):
     ap.add_argument("--max-panels", type=int, default=6)
     ap.add_argument("--bursts", action="store_true")
     ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--counter", choices=sorted(COUNTERS), default="either")
     ap.add_argument("--threshold-mbps", type=float, default=200.0)
     ap.add_argument("--min-gap-us", type=float, default=15.0)
     ap.add_argument("--json")
@@ -111,8 +134,9 @@ def main(argv):
     summary = []
     if a.bursts:
         for (w, rep, gpu), recs in groups.items():
-            b = bursts(recs, a.threshold_mbps, a.min_gap_us)
-            row = {"window": w, "repetition": rep, "gpu": gpu, "records": len(recs), "bursts": len(b),
+            b = bursts(recs, a.threshold_mbps, a.min_gap_us, a.counter)
+            row = {"window": w, "repetition": rep, "gpu": gpu, "counter": a.counter, "threshold_mbps": a.threshold_mbps,
+                   "min_gap_us": a.min_gap_us, "records": len(recs), "bursts": len(b),
                    "burst_tx_bytes": sum(x[2] for x in b), "burst_rx_bytes": sum(x[3] for x in b)}
             if a.steps:
                 row["bursts_per_step"] = len(b) / a.steps
