@@ -282,22 +282,23 @@ void Sampler::drainLocked() const {
   if (options_.history_s > 0) trimLocked();
 }
 
+namespace {
+
+// Drops what is older than keep_ns before the newest entry, once the oldest is twice that old: each
+// entry is erased once, in batches, so trimming costs O(1) per entry and `v` holds at most 2 x keep_ns.
+template <typename Samples>
+void trimOlderThan(Samples& v, int64_t keep_ns) {
+  if (v.size() < 2 || v.back().t_after_ns - v.front().t_after_ns < 2 * keep_ns) return;
+  const int64_t cut = v.back().t_after_ns - keep_ns;
+  v.erase(v.begin(), std::find_if(v.begin(), v.end(), [cut](const auto& m) { return m.t_after_ns >= cut; }));
+}
+
+}  // namespace
+
 void Sampler::trimLocked() const {
-  // Drops what is older than history_s, once it is twice as old: each sample is erased once, in
-  // batches, so trimming costs O(1) per sample and the series holds at most 2 x history_s.
   const int64_t keep_ns = static_cast<int64_t>(options_.history_s * 1e9);
-  for (Series& s : series_) {
-    if (s.size() < 2 || s.back().t_after_ns - s.front().t_after_ns < 2 * keep_ns) continue;
-    const int64_t cut = s.back().t_after_ns - keep_ns;
-    auto first_kept = std::find_if(s.begin(), s.end(), [cut](const MeterSample& m) { return m.t_after_ns >= cut; });
-    s.erase(s.begin(), first_kept);
-  }
-  if (dmon_.size() >= 2 && dmon_.back().t_after_ns - dmon_.front().t_after_ns >= 2 * keep_ns) {
-    const int64_t cut = dmon_.back().t_after_ns - keep_ns;
-    auto first_kept =
-        std::find_if(dmon_.begin(), dmon_.end(), [cut](const MeterDmonSample& d) { return d.t_after_ns >= cut; });
-    dmon_.erase(dmon_.begin(), first_kept);
-  }
+  for (Series& s : series_) trimOlderThan(s, keep_ns);
+  trimOlderThan(dmon_, keep_ns);
 }
 
 std::optional<MeterSample> Sampler::latest(int gpu) const {
