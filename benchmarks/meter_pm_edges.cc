@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: Apache-2.0
+// meter_pm_edges - how well PM sampling's time axis, mapped into the meter's clock, places traffic.
+//
+// Each repetition runs, on one stream: a marker kernel that stamps %globaltimer, a bulk copy (H2D and
+// D2H alternately, pinned host memory), a second marker. The meter (source pm) records the copy's
+// bytes; pmTrafficEdges (src/meter/pm_edges.h) places the copy's start and stop inside its records.
+// The markers' stamps are mapped into the meter's clock by pings through mapped host memory: the host
+// reads its clock, writes a flag, a spinning kernel stamps %globaltimer and answers, the host reads
+// its clock again; the stamp lies between the two readings, so the tightest of many round trips fixes
+// the offset within half that round trip. Mapped before and after the copies, interpolated between.
+//
+// Edge error = PM's edge - the marker's stamp. The copy starts after the first marker has finished
+// and ends before the second starts, so the stream's own gaps (a few us) show as a positive rise
+// error and a negative fall error; they bound PM's error from above, they are not PM's.
+// Prints a table ('#' lines are comments) and writes JSON to --json. Timer: CLOCK_MONOTONIC.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "common/cuda_raii.h"
+#include "meter/pm_edges.h"
+#include "nvml/nvml_loader.h"
+#include "tpscope/meter.h"
+
+namespace tpscope::bench {
+cudaError_t launchStamp(unsigned long long* out, cudaStream_t stream);
+cudaError_t launchPing(const int* flag, unsigned long long* stamps, int n, cudaStream_t stream);
+}  // namespace tpscope::bench
+
+namespace {
+
+using namespace tpscope;
+using nlohmann::json;
+
+#define CUDA_OK(call)                                                                         \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "meter_pm_edges: %s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+[[noreturn]] void fail(const std::string& why) {
+  std::fprintf(stderr, "meter_pm_edges: %s\n", why.c_str());
+  std::exit(1);
+}
+
+struct Args {
+  std::string intervals = "10,100,1000";
+  int reps = 16;
+  int copy_mib = 64;
+  int pings = 2000;
+  int device = 0;
+  std::string json_path = "meter_pm_edges.json";
+};
+
+// GPU clock -> meter clock at one moment: monotonic = gpu + offset_ns, within +-half_rtt_ns.
+struct ClockFit {
+  int64_t gpu_ns = 0, offset_ns = 0, half_rtt_ns = 0;
+  int pings = 0;
+};
+
+ClockFit pingFit(cudaStream_t stream, int pings) {
+  int* flag = nullptr;
+  unsigned long long* stamps = nullptr;
+  CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(int), cudaHostAllocMapped));
+  CUDA_OK(
+      cudaHostAlloc(reinterpret_cast<void**>(&stamps), sizeof(unsigned long long) * (pings + 1), cudaHostAllocMapped));
+  volatile int* vflag = flag;
+  volatile unsigned long long* vstamps = stamps;
+  *vflag = 0;
+  vstamps[0] = 0;
+  int* dflag = nullptr;
+  unsigned long long* dstamps = nullptr;
+  CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dflag), flag, 0));
+  CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dstamps), stamps, 0));
+  CUDA_OK(bench::launchPing(dflag, dstamps, pings, stream));
+  ClockFit best;
+  int64_t best_rtt = INT64_MAX;
+  for (int i = 1; i <= pings; ++i) {
+    const int64_t t0 = Meter::now();
+    *vflag = i;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // The kernel answers within microseconds once it runs; a second covers its launch.
+    while (vstamps[0] != static_cast<unsigned long long>(i))
+      if (Meter::now() - t0 > 1000000000LL) fail(fmt::format("ping {} got no answer within 1 s", i));
+    const int64_t t1 = Meter::now();
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const auto g = static_cast<int64_t>(vstamps[i]);
+    if (t1 - t0 < best_rtt) {
+      best_rtt = t1 - t0;
+      best.gpu_ns = g;
+      best.offset_ns = t0 + (t1 - t0) / 2 - g;
+      best.half_rtt_ns = (t1 - t0 + 1) / 2;
+    }
+  }
+  CUDA_OK(cudaStreamSynchronize(stream));
+  best.pings = pings;
+  CUDA_OK(cudaFreeHost(flag));
+  CUDA_OK(cudaFreeHost(stamps));
+  return best;
+}
+
+// One copy's size at `interval_us`: --copy-mib, or more where a copy would span fewer than about ten
+// records at PCIe Gen5 rates (edges are placed by the full rate of the records between them).
+size_t copyBytes(const Args& a, int64_t interval_us) {
+  const size_t mib = std::max<size_t>(static_cast<size_t>(a.copy_mib), static_cast<size_t>(interval_us / 2));
+  return mib << 20;
+}
+
+// The offset at GPU time g, linear between the two fits (the clocks drift apart slowly).
+int64_t toMeter(int64_t g, const ClockFit& a, const ClockFit& b) {
+  const double span = static_cast<double>(b.gpu_ns - a.gpu_ns);
+  const double k = span > 0 ? static_cast<double>(g - a.gpu_ns) / span : 0;
+  return g + a.offset_ns + static_cast<int64_t>(k * static_cast<double>(b.offset_ns - a.offset_ns));
+}
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+Spread spread(std::vector<double> v) {
+  Spread s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.min = v.front(), s.max = v.back();
+  s.median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  return s;
+}
+
+json runInterval(const Args& a, int64_t interval_us, void* host, void* dev, size_t bytes) {
+  MeterOptions o;
+  o.devices = {a.device};
+  o.source = MeterSource::kPm;
+  o.pm_interval_us = interval_us;
+  o.nvlink = false;
+  std::unique_ptr<Meter> m;
+  std::string reason;
+  if (Meter::start(o, &m, &reason) != tpsSuccess) fail("the meter did not start: " + reason);
+  Stream ping_stream, copy_stream;
+  if (Stream::create(a.device, &ping_stream) != tpsSuccess || Stream::create(a.device, &copy_stream) != tpsSuccess)
+    fail("cannot create streams");
+  unsigned long long* marks = nullptr;
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&marks), sizeof(unsigned long long) * 2 * a.reps));
+  // Quiet between copies: several records, so that each copy's records stand alone.
+  const auto quiet = std::chrono::microseconds(2000 + 4 * interval_us);
+  const ClockFit before = pingFit(ping_stream.get(), a.pings);
+  std::this_thread::sleep_for(quiet);
+  for (int r = 0; r < a.reps; ++r) {
+    const bool h2d = r % 2 == 0;
+    CUDA_OK(bench::launchStamp(marks + 2 * r, copy_stream.get()));
+    CUDA_OK(cudaMemcpyAsync(h2d ? dev : host, h2d ? host : dev, bytes,
+                            h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, copy_stream.get()));
+    CUDA_OK(bench::launchStamp(marks + 2 * r + 1, copy_stream.get()));
+    CUDA_OK(cudaStreamSynchronize(copy_stream.get()));
+    std::this_thread::sleep_for(quiet);
+  }
+  const ClockFit after = pingFit(ping_stream.get(), a.pings);
+  // Records complete a decode period after they are taken: wait for the last copies' to arrive.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * m->options().pm_decode_ms + 20));
+  m->stop();
+  const std::vector<MeterPmSample> samples = m->pmSamples();
+  const Meter::PmStatus status = m->pmStatus();
+  std::vector<unsigned long long> stamp(2 * a.reps);
+  CUDA_OK(cudaMemcpy(stamp.data(), marks, sizeof(unsigned long long) * stamp.size(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaFree(marks));
+
+  json reps = json::array();
+  std::vector<double> rise[2], fall[2], rate[2];  // [0] H2D (RX), [1] D2H (TX)
+  int missing = 0;
+  const int64_t margin = 2 * interval_us * 1000 + 200000;
+  for (int r = 0; r < a.reps; ++r) {
+    const bool h2d = r % 2 == 0;
+    const int64_t m0 = toMeter(static_cast<int64_t>(stamp[2 * r]), before, after);
+    const int64_t m1 = toMeter(static_cast<int64_t>(stamp[2 * r + 1]), before, after);
+    const detail::PmEdges e = detail::pmTrafficEdges(samples, 0, h2d ? 1 : 0, m0 - margin, m1 + margin);
+    json rec = {{"direction", h2d ? "h2d" : "d2h"},
+                {"marker_start_ns", m0},
+                {"marker_end_ns", m1},
+                {"records", e.records},
+                {"full_gbps", e.full_bps / 1e9}};
+    if (e.rise_ns && e.fall_ns) {
+      const double re = (*e.rise_ns - m0) / 1e3, fe = (*e.fall_ns - m1) / 1e3;
+      rec["rise_error_us"] = re;
+      rec["fall_error_us"] = fe;
+      rise[h2d ? 0 : 1].push_back(re);
+      fall[h2d ? 0 : 1].push_back(fe);
+      rate[h2d ? 0 : 1].push_back(e.full_bps / 1e9);
+    } else {
+      ++missing;
+    }
+    reps.push_back(rec);
+  }
+  json dirs = json::array();
+  for (int d = 0; d < 2; ++d) {
+    const Spread rs = spread(rise[d]), fs = spread(fall[d]), gs = spread(rate[d]);
+    double worst = 0;
+    for (double v : rise[d]) worst = std::max(worst, std::abs(v));
+    for (double v : fall[d]) worst = std::max(worst, std::abs(v));
+    std::printf("| %6lld | %s | %3zu | %7.2f [%7.2f, %7.2f] | %7.2f [%7.2f, %7.2f] | %6.2f | %6.1f |\n",
+                static_cast<long long>(interval_us), d == 0 ? "h2d (rx)" : "d2h (tx)", rise[d].size(), rs.median,
+                rs.min, rs.max, fs.median, fs.min, fs.max, worst, gs.median);
+    dirs.push_back({{"direction", d == 0 ? "h2d" : "d2h"},
+                    {"copies", rise[d].size()},
+                    {"rise_error_us", {{"median", rs.median}, {"min", rs.min}, {"max", rs.max}}},
+                    {"fall_error_us", {{"median", fs.median}, {"min", fs.min}, {"max", fs.max}}},
+                    {"max_abs_error_us", worst},
+                    {"full_gbps_median", gs.median}});
+  }
+  std::printf(
+      "# %lld us: %zu MiB copies; clock map +-%lld ns before, +-%lld ns after (tightest of %d pings), "
+      "drift %+lld ns over %.2f s; %lld records, %lld holes%s%s; %d copies without edges\n",
+      static_cast<long long>(interval_us), bytes >> 20, static_cast<long long>(before.half_rtt_ns),
+      static_cast<long long>(after.half_rtt_ns), a.pings, static_cast<long long>(after.offset_ns - before.offset_ns),
+      (after.gpu_ns - before.gpu_ns) / 1e9, static_cast<long long>(status.records),
+      static_cast<long long>(status.holes), status.ended.empty() ? "" : ", ended: ", status.ended.c_str(), missing);
+  auto fitJson = [](const ClockFit& f) {
+    return json{{"gpu_ns", f.gpu_ns}, {"offset_ns", f.offset_ns}, {"half_rtt_ns", f.half_rtt_ns}, {"pings", f.pings}};
+  };
+  return {{"interval_us", interval_us},
+          {"copy_bytes", bytes},
+          {"clock_before", fitJson(before)},
+          {"clock_after", fitJson(after)},
+          {"pm_records", status.records},
+          {"pm_holes", status.holes},
+          {"pm_ended", status.ended},
+          {"copies_without_edges", missing},
+          {"directions", dirs},
+          {"reps", reps}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"meter_pm_edges: PM sampling's traffic edges against marker kernels on the GPU's clock"};
+  app.add_option("--intervals-us", a.intervals, "PM sampling intervals to run, comma-separated")->capture_default_str();
+  app.add_option("--reps", a.reps, "Copies per interval (H2D and D2H alternately)")
+      ->check(CLI::Range(2, 1000))
+      ->capture_default_str();
+  app.add_option("--copy-mib", a.copy_mib, "Size of one copy, MiB")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--pings", a.pings, "Pings per clock map")->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_option("--device", a.device, "CUDA ordinal")->capture_default_str();
+  app.add_option("--json", a.json_path, "Where to write the JSON record")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  std::vector<int64_t> intervals;
+  std::stringstream ss(a.intervals);
+  for (std::string item; std::getline(ss, item, ',');) {
+    try {
+      intervals.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      fail("--intervals-us: not a number: \"" + item + "\"");
+    }
+  }
+
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || a.device < 0 || a.device >= count)
+    fail(fmt::format("no CUDA GPU {} visible", a.device));
+  CUDA_OK(cudaSetDevice(a.device));
+  cudaDeviceProp p{};
+  CUDA_OK(cudaGetDeviceProperties(&p, a.device));
+  size_t bytes = 0;
+  for (int64_t iv : intervals) bytes = std::max(bytes, copyBytes(a, iv));
+  void* host = nullptr;
+  void* dev = nullptr;
+  CUDA_OK(cudaMallocHost(&host, bytes));
+  CUDA_OK(cudaMalloc(&dev, bytes));
+  std::memset(host, 1, bytes);
+  std::printf("# meter_pm_edges: tpscope %s (%s), GPU %d %s, driver %s; %d copies per interval\n", tpsGetVersion(),
+              tpsGetGitRevision(), a.device, p.name, nvml::Nvml::driverVersion().c_str(), a.reps);
+  std::printf("# edge error = PM's edge - the marker's stamp (us): rise > 0 and fall < 0 by the stream's own gaps\n");
+  std::printf(
+      "| interval us | direction | copies | rise error us median [min, max] | fall error us median [min, max] "
+      "| max abs us | GB/s |\n");
+  std::printf("| ---: | --- | ---: | --- | --- | ---: | ---: |\n");
+  json doc;
+  doc["context"] = {{"tpscope_version", tpsGetVersion()},
+                    {"git_sha", tpsGetGitRevision()},
+                    {"argv", std::vector<std::string>(argv, argv + argc)},
+                    {"device", p.name},
+                    {"driver", nvml::Nvml::driverVersion()},
+                    {"timer", "CLOCK_MONOTONIC; GPU: %globaltimer"},
+                    {"reps", a.reps}};
+  doc["intervals"] = json::array();
+  for (int64_t iv : intervals) doc["intervals"].push_back(runInterval(a, iv, host, dev, copyBytes(a, iv)));
+  CUDA_OK(cudaFreeHost(host));
+  CUDA_OK(cudaFree(dev));
+  std::ofstream f(a.json_path);
+  f << doc.dump(2) << "\n";
+  if (!f) fail("cannot write " + a.json_path);
+  std::printf("# JSON: %s\n", a.json_path.c_str());
+  return 0;
+}
