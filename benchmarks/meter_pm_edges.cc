@@ -1,17 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // meter_pm_edges - how well PM sampling's time axis, mapped into the meter's clock, places traffic.
 //
-// Each repetition runs, on one stream: a marker kernel that stamps %globaltimer, a bulk copy (H2D and
-// D2H alternately, pinned host memory), a second marker. The meter (source pm) records the copy's
-// bytes; pmTrafficEdges (src/meter/pm_edges.h) places the copy's start and stop inside its records.
+// Each repetition moves a block of bytes over PCIe (H2D and D2H alternately, pinned host memory) in
+// one of two ways: a copy-engine copy between two marker kernels that stamp %globaltimer, or the SMs
+// loading or storing mapped host memory, each block stamping its own first and last access. The
+// meter (source pm) records the bytes; pmTrafficEdges (src/meter/pm_edges.h) places the transfer's
+// start and stop inside its records.
 // The markers' stamps are mapped into the meter's clock by pings through mapped host memory: the host
 // reads its clock, writes a flag, a spinning kernel stamps %globaltimer and answers, the host reads
 // its clock again; the stamp lies between the two readings, so the tightest of many round trips fixes
 // the offset within half that round trip. Mapped before and after the copies, interpolated between.
 //
-// Edge error = PM's edge - the marker's stamp. The copy starts after the first marker has finished
-// and ends before the second starts, so the stream's own gaps (a few us) show as a positive rise
-// error and a negative fall error; they bound PM's error from above, they are not PM's.
+// Edge error = PM's edge - the stamp. The copy starts after the first marker has finished and ends
+// before the second starts, so the stream's own gaps (a few us) show as a positive rise error and a
+// negative fall error; they bound PM's error from above. The SM kernels' stamps are the traffic's
+// own edges (to within one access's latency): their error is PM's.
 // Prints a table ('#' lines are comments) and writes JSON to --json. Timer: CLOCK_MONOTONIC.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -36,6 +39,9 @@
 namespace tpscope::bench {
 cudaError_t launchStamp(unsigned long long* out, cudaStream_t stream);
 cudaError_t launchPing(const int* flag, unsigned long long* stamps, int n, cudaStream_t stream);
+size_t smSinkWords();
+cudaError_t launchSmMove(bool h2d, void* host_mapped, size_t bytes, unsigned* sink, unsigned long long* stamps,
+                         cudaStream_t stream);
 }  // namespace tpscope::bench
 
 namespace {
@@ -139,7 +145,14 @@ Spread spread(std::vector<double> v) {
   return s;
 }
 
-json runInterval(const Args& a, int64_t interval_us, void* host, void* dev, size_t bytes) {
+// How a repetition moves its bytes: a copy-engine copy between two marker kernels (the markers
+// bracket the copy, a few us away from it), or the SMs loading or storing mapped host memory with
+// each block stamping its own first and last access (the stamps are the traffic's edges).
+enum class Mover { kCopy, kSm };
+const char* moverName(Mover m) { return m == Mover::kCopy ? "copy" : "sm"; }
+
+json runInterval(const Args& a, int64_t interval_us, void* host, void* host_mapped, void* dev, unsigned* sink,
+                 size_t bytes) {
   MeterOptions o;
   o.devices = {a.device};
   o.source = MeterSource::kPm;
@@ -148,79 +161,91 @@ json runInterval(const Args& a, int64_t interval_us, void* host, void* dev, size
   std::unique_ptr<Meter> m;
   std::string reason;
   if (Meter::start(o, &m, &reason) != tpsSuccess) fail("the meter did not start: " + reason);
-  Stream ping_stream, copy_stream;
-  if (Stream::create(a.device, &ping_stream) != tpsSuccess || Stream::create(a.device, &copy_stream) != tpsSuccess)
+  Stream ping_stream, work_stream;
+  if (Stream::create(a.device, &ping_stream) != tpsSuccess || Stream::create(a.device, &work_stream) != tpsSuccess)
     fail("cannot create streams");
+  const Mover movers[] = {Mover::kCopy, Mover::kSm};
+  const int n = 2 * a.reps;  // a.reps per mover, H2D and D2H alternately
   unsigned long long* marks = nullptr;
-  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&marks), sizeof(unsigned long long) * 2 * a.reps));
-  // Quiet between copies: several records, so that each copy's records stand alone.
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&marks), sizeof(unsigned long long) * 2 * n));
+  // Quiet between repetitions: several records, so that each one's records stand alone.
   const auto quiet = std::chrono::microseconds(2000 + 4 * interval_us);
   const ClockFit before = pingFit(ping_stream.get(), a.pings);
   std::this_thread::sleep_for(quiet);
-  for (int r = 0; r < a.reps; ++r) {
+  const cudaStream_t s = work_stream.get();
+  for (int r = 0; r < n; ++r) {
+    const Mover mover = movers[r / a.reps];
     const bool h2d = r % 2 == 0;
-    CUDA_OK(bench::launchStamp(marks + 2 * r, copy_stream.get()));
-    CUDA_OK(cudaMemcpyAsync(h2d ? dev : host, h2d ? host : dev, bytes,
-                            h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, copy_stream.get()));
-    CUDA_OK(bench::launchStamp(marks + 2 * r + 1, copy_stream.get()));
-    CUDA_OK(cudaStreamSynchronize(copy_stream.get()));
+    unsigned long long* mk = marks + 2 * r;
+    if (mover == Mover::kCopy) {
+      CUDA_OK(bench::launchStamp(mk, s));
+      CUDA_OK(cudaMemcpyAsync(h2d ? dev : host, h2d ? host : dev, bytes,
+                              h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));
+      CUDA_OK(bench::launchStamp(mk + 1, s));
+    } else {
+      CUDA_OK(cudaMemsetAsync(mk, 0xff, sizeof *mk, s));   // first: the lowest stamp wins
+      CUDA_OK(cudaMemsetAsync(mk + 1, 0, sizeof *mk, s));  // last: the highest
+      CUDA_OK(cudaStreamSynchronize(s));                   // the memsets' own traffic ends before the marks
+      CUDA_OK(bench::launchSmMove(h2d, host_mapped, bytes, sink, mk, s));
+    }
+    CUDA_OK(cudaStreamSynchronize(s));
     std::this_thread::sleep_for(quiet);
   }
   const ClockFit after = pingFit(ping_stream.get(), a.pings);
-  // Records complete a decode period after they are taken: wait for the last copies' to arrive.
+  // Records complete a decode period after they are taken: wait for the last ones to arrive.
   std::this_thread::sleep_for(std::chrono::milliseconds(2 * m->options().pm_decode_ms + 20));
   m->stop();
   const std::vector<MeterPmSample> samples = m->pmSamples();
   const Meter::PmStatus status = m->pmStatus();
-  std::vector<unsigned long long> stamp(2 * a.reps);
+  std::vector<unsigned long long> stamp(2 * n);
   CUDA_OK(cudaMemcpy(stamp.data(), marks, sizeof(unsigned long long) * stamp.size(), cudaMemcpyDeviceToHost));
   CUDA_OK(cudaFree(marks));
 
   json reps = json::array();
-  std::vector<double> rise[2], fall[2], rate[2];  // [0] H2D (RX), [1] D2H (TX)
+  std::vector<double> rise[2][2], fall[2][2], rate[2][2];  // [mover][0 H2D (RX), 1 D2H (TX)]
   int missing = 0;
   const int64_t margin = 2 * interval_us * 1000 + 200000;
-  for (int r = 0; r < a.reps; ++r) {
-    const bool h2d = r % 2 == 0;
+  for (int r = 0; r < n; ++r) {
+    const int mv = r / a.reps, d = r % 2 == 0 ? 0 : 1;
     const int64_t m0 = toMeter(static_cast<int64_t>(stamp[2 * r]), before, after);
     const int64_t m1 = toMeter(static_cast<int64_t>(stamp[2 * r + 1]), before, after);
-    const detail::PmEdges e = detail::pmTrafficEdges(samples, 0, h2d ? 1 : 0, m0 - margin, m1 + margin);
-    json rec = {{"direction", h2d ? "h2d" : "d2h"},
-                {"marker_start_ns", m0},
-                {"marker_end_ns", m1},
-                {"records", e.records},
-                {"full_gbps", e.full_bps / 1e9}};
+    const detail::PmEdges e = detail::pmTrafficEdges(samples, 0, d == 0 ? 1 : 0, m0 - margin, m1 + margin);
+    json rec = {{"mover", moverName(movers[mv])}, {"direction", d == 0 ? "h2d" : "d2h"},
+                {"marker_start_ns", m0},          {"marker_end_ns", m1},
+                {"records", e.records},           {"full_gbps", e.full_bps / 1e9}};
     if (e.rise_ns && e.fall_ns) {
       const double re = (*e.rise_ns - m0) / 1e3, fe = (*e.fall_ns - m1) / 1e3;
       rec["rise_error_us"] = re;
       rec["fall_error_us"] = fe;
-      rise[h2d ? 0 : 1].push_back(re);
-      fall[h2d ? 0 : 1].push_back(fe);
-      rate[h2d ? 0 : 1].push_back(e.full_bps / 1e9);
+      rise[mv][d].push_back(re);
+      fall[mv][d].push_back(fe);
+      rate[mv][d].push_back(e.full_bps / 1e9);
     } else {
       ++missing;
     }
     reps.push_back(rec);
   }
-  json dirs = json::array();
-  for (int d = 0; d < 2; ++d) {
-    const Spread rs = spread(rise[d]), fs = spread(fall[d]), gs = spread(rate[d]);
-    double worst = 0;
-    for (double v : rise[d]) worst = std::max(worst, std::abs(v));
-    for (double v : fall[d]) worst = std::max(worst, std::abs(v));
-    std::printf("| %6lld | %s | %3zu | %7.2f [%7.2f, %7.2f] | %7.2f [%7.2f, %7.2f] | %6.2f | %6.1f |\n",
-                static_cast<long long>(interval_us), d == 0 ? "h2d (rx)" : "d2h (tx)", rise[d].size(), rs.median,
-                rs.min, rs.max, fs.median, fs.min, fs.max, worst, gs.median);
-    dirs.push_back({{"direction", d == 0 ? "h2d" : "d2h"},
-                    {"copies", rise[d].size()},
-                    {"rise_error_us", {{"median", rs.median}, {"min", rs.min}, {"max", rs.max}}},
-                    {"fall_error_us", {{"median", fs.median}, {"min", fs.min}, {"max", fs.max}}},
-                    {"max_abs_error_us", worst},
-                    {"full_gbps_median", gs.median}});
-  }
+  json rows = json::array();
+  for (int mv = 0; mv < 2; ++mv)
+    for (int d = 0; d < 2; ++d) {
+      const Spread rs = spread(rise[mv][d]), fs = spread(fall[mv][d]), gs = spread(rate[mv][d]);
+      double worst = 0;
+      for (double v : rise[mv][d]) worst = std::max(worst, std::abs(v));
+      for (double v : fall[mv][d]) worst = std::max(worst, std::abs(v));
+      std::printf("| %6lld | %-4s | %s | %3zu | %7.2f [%7.2f, %7.2f] | %7.2f [%7.2f, %7.2f] | %6.2f | %6.1f |\n",
+                  static_cast<long long>(interval_us), moverName(movers[mv]), d == 0 ? "h2d (rx)" : "d2h (tx)",
+                  rise[mv][d].size(), rs.median, rs.min, rs.max, fs.median, fs.min, fs.max, worst, gs.median);
+      rows.push_back({{"mover", moverName(movers[mv])},
+                      {"direction", d == 0 ? "h2d" : "d2h"},
+                      {"transfers", rise[mv][d].size()},
+                      {"rise_error_us", {{"median", rs.median}, {"min", rs.min}, {"max", rs.max}}},
+                      {"fall_error_us", {{"median", fs.median}, {"min", fs.min}, {"max", fs.max}}},
+                      {"max_abs_error_us", worst},
+                      {"full_gbps_median", gs.median}});
+    }
   std::printf(
-      "# %lld us: %zu MiB copies; clock map +-%lld ns before, +-%lld ns after (tightest of %d pings), "
-      "drift %+lld ns over %.2f s; %lld records, %lld holes%s%s; %d copies without edges\n",
+      "# %lld us: %zu MiB per transfer; clock map +-%lld ns before, +-%lld ns after (tightest of %d pings), "
+      "drift %+lld ns over %.2f s; %lld records, %lld holes%s%s; %d transfers without edges\n",
       static_cast<long long>(interval_us), bytes >> 20, static_cast<long long>(before.half_rtt_ns),
       static_cast<long long>(after.half_rtt_ns), a.pings, static_cast<long long>(after.offset_ns - before.offset_ns),
       (after.gpu_ns - before.gpu_ns) / 1e9, static_cast<long long>(status.records),
@@ -229,14 +254,14 @@ json runInterval(const Args& a, int64_t interval_us, void* host, void* dev, size
     return json{{"gpu_ns", f.gpu_ns}, {"offset_ns", f.offset_ns}, {"half_rtt_ns", f.half_rtt_ns}, {"pings", f.pings}};
   };
   return {{"interval_us", interval_us},
-          {"copy_bytes", bytes},
+          {"transfer_bytes", bytes},
           {"clock_before", fitJson(before)},
           {"clock_after", fitJson(after)},
           {"pm_records", status.records},
           {"pm_holes", status.holes},
           {"pm_ended", status.ended},
-          {"copies_without_edges", missing},
-          {"directions", dirs},
+          {"transfers_without_edges", missing},
+          {"rows", rows},
           {"reps", reps}};
 }
 
@@ -246,10 +271,12 @@ int main(int argc, char** argv) {
   Args a;
   CLI::App app{"meter_pm_edges: PM sampling's traffic edges against marker kernels on the GPU's clock"};
   app.add_option("--intervals-us", a.intervals, "PM sampling intervals to run, comma-separated")->capture_default_str();
-  app.add_option("--reps", a.reps, "Copies per interval (H2D and D2H alternately)")
+  app.add_option("--reps", a.reps, "Transfers per interval and mover (H2D and D2H alternately)")
       ->check(CLI::Range(2, 1000))
       ->capture_default_str();
-  app.add_option("--copy-mib", a.copy_mib, "Size of one copy, MiB")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--copy-mib", a.copy_mib, "Size of one transfer, MiB")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   app.add_option("--pings", a.pings, "Pings per clock map")->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_option("--device", a.device, "CUDA ordinal")->capture_default_str();
   app.add_option("--json", a.json_path, "Where to write the JSON record")->capture_default_str();
@@ -273,17 +300,25 @@ int main(int argc, char** argv) {
   size_t bytes = 0;
   for (int64_t iv : intervals) bytes = std::max(bytes, copyBytes(a, iv));
   void* host = nullptr;
+  void* host_mapped = nullptr;
   void* dev = nullptr;
-  CUDA_OK(cudaMallocHost(&host, bytes));
+  unsigned* sink = nullptr;
+  CUDA_OK(cudaHostAlloc(&host, bytes, cudaHostAllocMapped));
+  CUDA_OK(cudaHostGetDevicePointer(&host_mapped, host, 0));
   CUDA_OK(cudaMalloc(&dev, bytes));
+  CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&sink), sizeof(unsigned) * bench::smSinkWords()));
   std::memset(host, 1, bytes);
-  std::printf("# meter_pm_edges: tpscope %s (%s), GPU %d %s, driver %s; %d copies per interval\n", tpsGetVersion(),
-              tpsGetGitRevision(), a.device, p.name, nvml::Nvml::driverVersion().c_str(), a.reps);
-  std::printf("# edge error = PM's edge - the marker's stamp (us): rise > 0 and fall < 0 by the stream's own gaps\n");
+  std::printf("# meter_pm_edges: tpscope %s (%s), GPU %d %s, driver %s; %d transfers per interval and mover\n",
+              tpsGetVersion(), tpsGetGitRevision(), a.device, p.name, nvml::Nvml::driverVersion().c_str(), a.reps);
   std::printf(
-      "| interval us | direction | copies | rise error us median [min, max] | fall error us median [min, max] "
+      "# edge error = PM's edge - the marker's stamp (us); copy: markers bracket the copy (rise > 0 and fall < 0 by "
+      "the "
+      "stream's own gaps); sm: the kernel stamps its own first and last access\n");
+  std::printf(
+      "| interval us | mover | direction | transfers | rise error us median [min, max] | fall error us median [min, "
+      "max] "
       "| max abs us | GB/s |\n");
-  std::printf("| ---: | --- | ---: | --- | --- | ---: | ---: |\n");
+  std::printf("| ---: | --- | --- | ---: | --- | --- | ---: | ---: |\n");
   json doc;
   doc["context"] = {{"tpscope_version", tpsGetVersion()},
                     {"git_sha", tpsGetGitRevision()},
@@ -293,9 +328,11 @@ int main(int argc, char** argv) {
                     {"timer", "CLOCK_MONOTONIC; GPU: %globaltimer"},
                     {"reps", a.reps}};
   doc["intervals"] = json::array();
-  for (int64_t iv : intervals) doc["intervals"].push_back(runInterval(a, iv, host, dev, copyBytes(a, iv)));
+  for (int64_t iv : intervals)
+    doc["intervals"].push_back(runInterval(a, iv, host, host_mapped, dev, sink, copyBytes(a, iv)));
   CUDA_OK(cudaFreeHost(host));
   CUDA_OK(cudaFree(dev));
+  CUDA_OK(cudaFree(sink));
   std::ofstream f(a.json_path);
   f << doc.dump(2) << "\n";
   if (!f) fail("cannot write " + a.json_path);

@@ -5,6 +5,8 @@ it on a machine without CUDA fails with one clear line. The collectives themselv
 (python/tests/gpu_torch_backend.py). Skips, with the reason, where torch is not installed."""
 
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -40,6 +42,17 @@ class TorchBackendTest(unittest.TestCase):
         self.assertEqual(self.ext.config_bytes(), len(bytes(tpscope.Config()._c())))
         # The class torch will hold is a c10d Backend.
         self.assertTrue(issubclass(self.ext.TpscopeBackend, torch._C._distributed_c10d.Backend))
+
+    def test_one_cxx_runtime(self):
+        """The extension runs on the process's libstdc++ and carries no copy of its own: two copies'
+        locale state in one process crash the first number the extension formats."""
+        if not (shutil.which("readelf") and shutil.which("nm")):
+            self.skipTest("readelf and nm (binutils) are not installed")
+        so = self.ext.__file__
+        dynamic = subprocess.run(["readelf", "-d", so], capture_output=True, text=True, check=True).stdout
+        self.assertRegex(dynamic, r"NEEDED.*\[libstdc\+\+\.so", "the extension does not link libstdc++.so")
+        symbols = subprocess.run(["nm", "--defined-only", so], capture_output=True, text=True, check=True).stdout
+        self.assertNotIn("_ZNSt6locale7classicEv", symbols, "the extension holds a static copy of libstdc++")
 
     def check(self, tensor, needle):
         with self.assertRaises(RuntimeError) as cm:

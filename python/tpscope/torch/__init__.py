@@ -75,12 +75,23 @@ def _library_path():
     lib = tpscope.library()
     if os.path.sep in lib._name and os.path.exists(lib._name):
         return os.path.realpath(lib._name)
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.split()[-1] if len(line.split()) >= 6 else ""
-            if os.path.basename(path).startswith("libtpscope.so"):
-                return path
-    raise OSError("cannot tell which file libtpscope.so was loaded from; set TPSCOPE_LIBRARY to its path")
+    path = _mapped_file("libtpscope.so")
+    if path is None:
+        raise OSError("cannot tell which file libtpscope.so was loaded from; set TPSCOPE_LIBRARY to its path")
+    return path
+
+
+def _mapped_file(prefix):
+    """The file this process has mapped whose name starts with `prefix`, or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                if os.path.basename(path).startswith(prefix):
+                    return path
+    except OSError:
+        pass
+    return None
 
 
 def _include_dir(lib_path):
@@ -97,6 +108,15 @@ def _include_dir(lib_path):
                   "tpscope/tpscope.h" % ", ".join(c for c in candidates if c))
 
 
+def _libstdcxx_flags():
+    """The C++ runtime this process runs with (torch's libstdc++.so), linked by its file: a compiler
+    without a shared libstdc++ of its own would otherwise copy its static one into the extension, and
+    two copies of the runtime's locale state in one process crash the first time the extension
+    formats a number (a refusal's message with a tensor's strides)."""
+    path = _mapped_file("libstdc++.so")
+    return [path] if path else []
+
+
 def extension():
     """The compiled backend module (built on first call, then cached by torch)."""
     global _ext
@@ -111,7 +131,7 @@ def extension():
             sources=[os.path.join(os.path.dirname(os.path.abspath(__file__)), "backend.cpp")],
             extra_include_paths=[_include_dir(lib)],
             extra_cflags=["-O2", "-std=c++17"],
-            extra_ldflags=[lib, "-Wl,-rpath," + os.path.dirname(lib)],
+            extra_ldflags=[lib, "-Wl,-rpath," + os.path.dirname(lib)] + _libstdcxx_flags(),
             with_cuda=True,
             verbose=os.environ.get("TPSCOPE_TORCH_VERBOSE_BUILD") == "1")
         if _ext.config_bytes() != len(bytes(tpscope.Config()._c())):
