@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "experiment/report_text.h"
 
@@ -197,7 +198,9 @@ ReportArm reportArm(const Manifest& man, const std::string& name) {
         if (!n.empty() && n != "default") a.speculative += ", up to " + n;
       }
     }
-  a.gpu_count = static_cast<int>(parseDeviceList(a.devices).size());
+  const std::vector<int> devs = parseDeviceList(a.devices);
+  a.positions = static_cast<int>(devs.size());
+  a.gpu_count = static_cast<int>(std::set<int>(devs.begin(), devs.end()).size());
   return a;
 }
 
@@ -282,9 +285,10 @@ ReportArmPhase phaseFigures(const std::string& arm, const std::string& phase,
   return ap;
 }
 
-// One GPU's traffic in one phase of an arm across its valid repetitions; `pos` is the GPU's position in
-// the arm's device list (the library's per-GPU accounting is by position).
-ReportCell trafficCell(const std::string& arm, const std::string& phase, int gpu, size_t pos,
+// One GPU's traffic in one phase of an arm across its valid repetitions; `positions` are the GPU's places
+// in the arm's device list (the library's per-GPU accounting is by position; positions that share a
+// GPU add up on its link).
+ReportCell trafficCell(const std::string& arm, const std::string& phase, int gpu, const std::vector<size_t>& positions,
                        const std::vector<const RepetitionResult*>& reps) {
   ReportCell cell;
   cell.arm = arm;
@@ -306,10 +310,11 @@ ReportCell trafficCell(const std::string& arm, const std::string& phase, int gpu
     if (g->ceiling_mbps) cell.ceiling_mbps = g->ceiling_mbps;
     if (!p->allreduce.empty() && p->seconds() > 0) {
       double lr = 0, lt = 0;
-      for (const PathCalls& pc : p->allreduce) {
-        if (pos < pc.rx_bytes.size()) lr += static_cast<double>(pc.rx_bytes[pos]);
-        if (pos < pc.tx_bytes.size()) lt += static_cast<double>(pc.tx_bytes[pos]);
-      }
+      for (const PathCalls& pc : p->allreduce)
+        for (size_t pos : positions) {
+          if (pos < pc.rx_bytes.size()) lr += static_cast<double>(pc.rx_bytes[pos]);
+          if (pos < pc.tx_bytes.size()) lt += static_cast<double>(pc.tx_bytes[pos]);
+        }
       lrx.push_back(lr / p->seconds() / 1e6);
       ltx.push_back(lt / p->seconds() / 1e6);
     }
@@ -380,14 +385,21 @@ Report buildReport(const RunRecord& run) {
   for (const std::string& name : man.arms) {
     ReportArm a = reportArm(man, name);
     const std::vector<const RepetitionResult*> reps = validRepetitions(run, &a, &r);
-    const std::vector<int> gpus = parseDeviceList(a.devices);
+    // Each GPU once, in the order the arm lists them, with its positions.
+    const std::vector<int> devices = parseDeviceList(a.devices);
+    std::vector<std::pair<int, std::vector<size_t>>> gpus;
+    for (size_t pos = 0; pos < devices.size(); ++pos) {
+      auto g = std::find_if(gpus.begin(), gpus.end(), [&](const auto& x) { return x.first == devices[pos]; });
+      if (g == gpus.end()) g = gpus.insert(gpus.end(), {devices[pos], {}});
+      g->second.push_back(pos);
+    }
     for (const std::string& phase : man.phases) {
       ReportArmPhase ap = phaseFigures(name, phase, reps);
       // Per card: the mean over the arm's GPUs of each GPU's median.
       double rx_sum = 0, tx_sum = 0;
       int rx_n = 0, tx_n = 0;
-      for (size_t pos = 0; pos < gpus.size(); ++pos) {
-        ReportCell cell = trafficCell(name, phase, gpus[pos], pos, reps);
+      for (const auto& [gpu, positions] : gpus) {
+        ReportCell cell = trafficCell(name, phase, gpu, positions, reps);
         if (cell.rx_mbps) rx_sum += cell.rx_mbps->median, ++rx_n;
         if (cell.tx_mbps) tx_sum += cell.tx_mbps->median, ++tx_n;
         considerBusiest(cell, &r);

@@ -50,7 +50,9 @@ struct ReportArmPhase {
 
 struct ReportArm {
   std::string name, split, devices, backend;  // backend: allreduce_backend ("none" unless tensor)
-  int gpu_count = 1, tokens_per_step = 1;
+  int gpu_count = 1;                          // distinct GPUs
+  int positions = 1;  // the split's positions (devices listed): more than gpu_count where positions share a GPU
+  int tokens_per_step = 1;
   double acceptance = 1;
   std::string speculative;  // a server's drafting ("draft self, up to 3"); "" when none
   int valid_repetitions = 0, attempts = 0;

@@ -54,6 +54,7 @@ json toJson(const Report& r) {
                     {"valid_repetitions", a.valid_repetitions},
                     {"attempts", a.attempts},
                     {"phases", phases}});
+    if (a.positions != a.gpu_count) arms.back()["positions"] = a.positions;  // positions that share a GPU
   }
   json cells = json::array();
   for (const ReportCell& c : r.cells)
