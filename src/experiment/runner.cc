@@ -77,6 +77,9 @@ void recordPhases(const std::vector<PhaseOutcome>& outcomes, bool tail, double t
   if (tail && r->disturbed.empty())
     for (const MeterWindow& w : windows)
       if (w.name == "after") r->disturbed = trafficAfter(w, meter.gpus(), threshold_mbps);
+  // With PM sampling: one decode step record by record, beside the library's calls in it.
+  const bool pm = meter.options().source != MeterSource::kNvml;
+  const std::vector<MeterPmSample> pm_samples = pm ? meter.pmSamples() : std::vector<MeterPmSample>{};
   for (const PhaseOutcome& o : outcomes) {
     std::vector<GpuTraffic> traffic;
     for (const MeterWindow& w : windows)
@@ -85,6 +88,9 @@ void recordPhases(const std::vector<PhaseOutcome>& outcomes, bool tail, double t
         break;
       }
     r->phases.push_back(makePhaseResult(o, traffic));
+    if (pm && o.phase == "decode")
+      r->phases.back().pm_step = pmStepFromSamples(o.start_ns, o.end_ns, o.steps, o.allreduce, pm_samples, meter.gpus(),
+                                                   meter.options().pm_interval_us);
     *summary += fmt::format(" {} {:.1f} tok/s", o.phase, r->phases.back().tok_s);
   }
 }
