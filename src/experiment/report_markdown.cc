@@ -80,7 +80,7 @@ std::string formatMarkdown(const Report& r) {
       "Started {}{}. Per repetition: mean inside the phase window (bytes / duration). Across "
       "repetitions: median (min–max). MB/s = 10^6 bytes/s, {}, per card.\n\n",
       r.start_time, r.machine.empty() ? "" : " on " + r.machine,
-      pm_only ? "PCIe bytes from PM sampling (NVML not read)" : "PCIe counters");
+      pm_only ? "PCIe bytes from PM sampling (NVML counters not read)" : "PCIe counters");
   // Summary.
   s += "## Per arm\n\n| arm | setup |";
   for (const std::string& p : r.phases) s += fmt::format(" {} tok/s | {} rx MB/s |", p, p);
@@ -170,7 +170,8 @@ std::string formatMarkdown(const Report& r) {
          "overhead, 8–17% on PCIe).\n";
   }
   s += pmStepSection(r);
-  // dmon beside counters; with PM alone neither ran (the runner's meter then makes no NVML call).
+  // dmon beside counters; with PM alone neither ran (the runner's meter then reads no NVML counter and
+  // makes no dmon call).
   if (!pm_only) s += dmonSection(r);
   s += "\n## What this means\n\n";
   for (const std::string& m : r.meaning) s += "- " + m + "\n";

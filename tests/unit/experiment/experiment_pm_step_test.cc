@@ -239,7 +239,7 @@ TEST(ExperimentPmStep, ReportSectionSetsTheBurstsBesideTheCalls) {
   EXPECT_NE(md.find("runs of records above 1,024 MB/s on tx, merged across dips shorter than 25 µs"), std::string::npos)
       << md;
   // PM alone: the figures are PM's and no dmon method ran.
-  EXPECT_NE(md.find("PCIe bytes from PM sampling (NVML not read)"), std::string::npos);
+  EXPECT_NE(md.find("PCIe bytes from PM sampling (NVML counters not read)"), std::string::npos);
   EXPECT_EQ(md.find("dmon method (rx MB/s)"), std::string::npos);
   const nlohmann::json j = toJson(rep);
   EXPECT_EQ(j["meter_source"], "pm");
