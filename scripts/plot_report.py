@@ -6,6 +6,9 @@
                differenced), one panel per arm, phase windows shaded, first valid repetition
   arms.png     bars per arm: tok/s and rx MB/s per card for each phase (from the report JSON),
                with the min-max spread across repetitions as error bars
+  pm_step.png  where PM sampled a decode step (report JSON decode_step_pm): that step's PCIe tx/rx
+               MB/s record by record, a step chart over us from the step's start, one panel per arm
+               and GPU (the first valid repetition), the burst threshold drawn across
 
 Usage: plot_report.py --report REPORT.json [--samples RUN_DIR/samples.jsonl] --out DIR
 Needs matplotlib (Debian: python3-matplotlib). Exit 0 on success, 1 on bad input.
@@ -119,6 +122,50 @@ def plot_arms(report, out):
     return path
 
 
+def step_rates(samples, interval_us, index):
+    """(t_us, MB/s) per PM record of a step, [t_ns, tx_bytes, rx_bytes] each; one more point closes the last."""
+    pts = [(s[0] / 1e3, s[index] / interval_us) for s in samples]  # bytes per us = MB/s
+    if pts:
+        pts.append((pts[-1][0] + interval_us, pts[-1][1]))
+    return pts
+
+
+def plot_pm_step(report, out):
+    """pm_step.png from report["decode_step_pm"]; None when the run has no step recorded with PM."""
+    steps = report.get("decode_step_pm")
+    if not steps or not steps.get("rows"):
+        return None
+    rows = steps["rows"]
+    rule = steps.get("burst_rule", {})
+    fig, axes = plt.subplots(len(rows), 1, figsize=(10, 2.6 * len(rows)), squeeze=False)
+    for ax, row in zip(axes[:, 0], rows):
+        plot = row["plot"]
+        interval = row["interval_us"]
+        for index, label in ((1, "tx (GPU sends)"), (2, "rx (GPU receives)")):
+            pts = step_rates(plot["samples"], interval, index)
+            if pts:
+                ax.step([t for t, _ in pts], [v for _, v in pts], where="post", lw=0.8, label=label)
+        ax.axvspan(0, plot["step_ns"] / 1e3, color=PHASE_COLORS["decode"], alpha=0.4, label="the step")
+        if "threshold_mbps" in rule:
+            ax.axhline(rule["threshold_mbps"], color="#888888", lw=0.6, ls=":",
+                       label=f"burst threshold ({rule.get('counter', 'tx')})")
+        bursts = (row.get("bursts") or {}).get("median")
+        calls = (row.get("allreduce_calls_per_step") or {}).get("median")
+        what = f"{bursts:g} bursts" if bursts is not None else "bursts N/A"
+        what += f", {calls:g} AllReduce calls" if calls is not None else ""
+        ax.set_title(f"arm {row['arm']} GPU {row['gpu']}, repetition {plot['repetition'] + 1}: one decode step "
+                     f"at {interval} us ({what}, medians)", fontsize=9)
+        ax.set_ylabel("PCIe MB/s")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("us from the step's start")
+    finish(fig, report)
+    path = os.path.join(out, "pm_step.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--report", required=True, help="report JSON (tpscope report RUN_DIR --format json)")
@@ -131,7 +178,9 @@ def main():
     except (OSError, json.JSONDecodeError) as e:
         sys.exit(f"plot_report.py: cannot read {a.report}: {e}")
     os.makedirs(a.out, exist_ok=True)
-    for path in (plot_traffic(report, load_samples(a.samples), a.out), plot_arms(report, a.out)):
+    paths = [plot_traffic(report, load_samples(a.samples), a.out), plot_arms(report, a.out),
+             plot_pm_step(report, a.out)]
+    for path in filter(None, paths):
         print(f"plot_report.py: wrote {path}", file=sys.stderr)
 
 

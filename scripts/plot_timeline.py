@@ -50,7 +50,9 @@ COUNTERS = {"tx": ("pcie_tx_bytes",), "rx": ("pcie_rx_bytes",), "either": ("pcie
 
 
 def bursts(records, threshold_mbps, min_gap_us, counter="either"):
-    """[(start_us, end_us, tx_bytes, rx_bytes)]: runs above the threshold, merged across short dips."""
+    """[(start_us, end_us, tx_bytes, rx_bytes)]: runs above the threshold, merged across short dips.
+
+    src/meter/pm_bursts.cc counts by the same rule for `tpscope arms`; a change here belongs there too."""
     out = []
     cur = None
     for r in records:

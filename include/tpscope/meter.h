@@ -301,7 +301,8 @@ class Meter {
   tpsResult_t addWindow(const std::string& name, int64_t start_ns, int64_t end_ns);
 
   // Waits opts.idle_ms while sampling and checks the GPUs were idle and unshared (see QuiesceOptions).
-  // Returns tpsSuccess whether or not it passed: the verdict is in *out.
+  // With source pm (NVML's counters not read) the idle rates are PM's PCIe figures, NVLink N/A.
+  // Returns tpsSuccess whether or not it passed: the verdict is in *out; tpsInvalidUsage after stop().
   tpsResult_t quiesce(const QuiesceOptions& opts, QuiesceRecord* out);
 
   // Takes one last read of every GPU, stops the threads. Windows still open are closed at the stop.

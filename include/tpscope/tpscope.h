@@ -115,7 +115,8 @@ typedef struct {
                                  and then ends within its own copy time */
   int shared_devices;         /* nonzero: a GPU may appear more than once in devices, its ranks then
                                  sharing it (for running the N-rank code paths of host and p2p on fewer
-                                 GPUs, as tests do; never for measurements). Each rank's kernel grids are
+                                 GPUs, as tests do, and for watching the calls cross one GPU's PCIe link;
+                                 never for timing them: the ranks time-slice the GPU). Each rank's kernel grids are
                                  then cut so that the grids of the ranks on one GPU fit on it together.
                                  NCCL takes one rank per GPU: auto goes on without it,
                                  and backend nccl is tpsUnavailable. Give each rank its own

@@ -95,6 +95,16 @@ void readBackends(const std::vector<MediumStatus>& media, Availability* box) {
   for (tpsBackend_t b : box->backends) box->backend_reasons.erase(b);
 }
 
+// Host staging's needs of a GPU, as the media check states them (src/allreduce/media.cc): pinned host
+// memory it can map, and compute capability 7.0+ for the flag wait. Tensor positions sharing one GPU
+// need nothing more, so they can run on a box of one GPU, where the media check (two GPUs) says no.
+bool hostOnSharedGpu(const Topology& topo) {
+  if (topo.gpus.empty()) return false;
+  for (const GpuInfo& g : topo.gpus)
+    if (!g.can_map_host_memory || g.cc_major < 7) return false;
+  return true;
+}
+
 // True when `path` is a GGUF file llama.cpp can load, else false with the one-line error in *why.
 bool isGguf(const std::string& path, std::string* why) {
   engine::GgufHeader header;
@@ -110,6 +120,7 @@ Configuration configureWorkload(Configuration out, const ConfigureOptions& o) {
                      "--fake-workload needs TPSCOPE_METER_FAKE=1 (the fake workload runs on no GPU)");
     c.box.gpu_count = 2;
     c.box.backends = {tpsBackendHost, tpsBackendP2p, tpsBackendNccl};
+    c.box.host_on_shared_gpu = true;
     c.versions["workload"] = "fake (--fake-workload)";
     c.machine = machineRecord(nullptr, "fake GPUs (--fake-workload)");
     c.make_phases = [](const EffectiveSettings& arm) { return makeFakeArmPhases(arm); };
@@ -122,6 +133,7 @@ Configuration configureWorkload(Configuration out, const ConfigureOptions& o) {
     const BackendsBuilt built = backendsBuilt();
     const std::vector<MediumStatus> media = evaluateMedia(topo, built);
     readBackends(media, &c.box);
+    c.box.host_on_shared_gpu = hostOnSharedGpu(topo);
     c.topology = topologyDocument(topo, media, built.nccl_version ? ncclVersionString(*built.nccl_version) : "");
     c.machine = machineRecord(&topo, "");
   } else {

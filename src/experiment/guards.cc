@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "allreduce/selector.h"
 
@@ -43,6 +44,10 @@ void EffectiveSettings::set(const Setting& s) {
       return;
     }
   settings.push_back(s);
+}
+
+bool sharesGpu(const std::vector<int>& devices) {
+  return std::set<int>(devices.begin(), devices.end()).size() != devices.size();
 }
 
 std::vector<int> parseDeviceList(const std::string& csv) {
@@ -137,10 +142,17 @@ std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, con
                  {"meter_period_ms", num(sh.meter_period_ms), shared(sh.meter_period_ms != defaults.meter_period_ms)},
                  {"meter_idle_period_ms", num(std::max(sh.meter_idle_period_ms, sh.meter_period_ms)),
                   shared(sh.meter_idle_period_ms != defaults.meter_idle_period_ms)},
-                 // The delta.
-                 {"devices", joinInts(devices), sourceOf(d.devices, b.devices)},
-                 {"split", splitModeName(split), sourceOf(d.split, b.split)},
+                 {"meter_source", meterSourceName(sh.meter_source), shared(sh.meter_source != defaults.meter_source)},
              });
+    // PM's interval where PM samples: a run on NVML alone has no interval to compare.
+    if (sh.meter_source != MeterSource::kNvml)
+      S.push_back(
+          {"pm_interval_us", std::to_string(sh.pm_interval_us), shared(sh.pm_interval_us != defaults.pm_interval_us)});
+    S.insert(S.end(), {
+                          // The delta.
+                          {"devices", joinInts(devices), sourceOf(d.devices, b.devices)},
+                          {"split", splitModeName(split), sourceOf(d.split, b.split)},
+                      });
     if (engine == Engine::kSynthetic) {
       const std::string backend = d.backend ? *d.backend : b.backend.value_or("auto");
       const int tps = d.tokens_per_step ? *d.tokens_per_step : b.tokens_per_step.value_or(1);
@@ -259,6 +271,27 @@ std::string formatDifferences(const std::vector<Difference>& diffs) {
   return s;
 }
 
+namespace {
+
+// Why an arm whose positions share a GPU cannot run here ("" when it can, or when none share).
+std::string sharedGpuRefusal(const EffectiveSettings& e, const Availability& box) {
+  if (!sharesGpu(e.devices())) return "";
+  const std::string ar = e.value("allreduce_backend");
+  if (ar != "host")
+    return fmt::format(
+        "devices {} share a GPU, which runs AllReduce backend \"host\" only (not \"{}\"): its AllReduce then "
+        "crosses PCIe through pinned host memory, where the meter sees it; p2p between positions of one GPU stays "
+        "in its memory, and NCCL takes one rank per GPU",
+        e.value("devices"), ar);
+  const bool host = std::find(box.backends.begin(), box.backends.end(), tpsBackendHost) != box.backends.end();
+  if (!host && !box.host_on_shared_gpu)
+    return fmt::format("AllReduce backend \"host\" cannot run positions that share a GPU here{}",
+                       box.backend_reasons.count(tpsBackendHost) ? ": " + box.backend_reasons.at(tpsBackendHost) : "");
+  return "";
+}
+
+}  // namespace
+
 std::vector<Refusal> checkAvailability(const std::vector<EffectiveSettings>& arms, const Availability& box) {
   auto has = [](const std::vector<std::string>& v, const std::string& x) {
     return std::find(v.begin(), v.end(), x) != v.end();
@@ -281,11 +314,18 @@ std::vector<Refusal> checkAvailability(const std::vector<EffectiveSettings>& arm
     }
     // A server's AllReduce is its own; the server's log says which ran (engine/llama_server.h).
     if (e.value("engine") == "llama-server" || e.value("engine") == "command") continue;
+    if (const std::string no = sharedGpuRefusal(e, box); !no.empty()) {
+      out.push_back({e.arm, no});
+      continue;
+    }
     const std::string ar = e.value("allreduce_backend");
+    const bool shares = sharesGpu(e.devices());
     tpsBackend_t backend = tpsBackendAuto;
     const bool named = ar != "none" && ar != "auto";
-    if (named && (!detail::parseBackendName(ar, &backend) ||
-                  std::find(box.backends.begin(), box.backends.end(), backend) == box.backends.end())) {
+    // Positions sharing a GPU on host staging passed sharedGpuRefusal(), which knows that case.
+    if (named && !shares &&
+        (!detail::parseBackendName(ar, &backend) ||
+         std::find(box.backends.begin(), box.backends.end(), backend) == box.backends.end())) {
       const auto why = box.backend_reasons.find(backend);
       out.push_back({e.arm, fmt::format("AllReduce backend \"{}\" is not available here{}", ar,
                                         why != box.backend_reasons.end() ? ": " + why->second : "")});

@@ -40,6 +40,9 @@ struct EffectiveSettings {
   void set(const Setting& s);                       // replaces the setting of that key, or adds it last
 };
 
+// True when a GPU appears more than once in `devices`: tensor positions that share it.
+bool sharesGpu(const std::vector<int>& devices);
+
 // "0,1" -> {0, 1}: a device list as the effective settings print it. Throws std::invalid_argument on
 // an item that is not a number.
 std::vector<int> parseDeviceList(const std::string& csv);
@@ -78,6 +81,9 @@ struct Availability {
   std::map<tpsBackend_t, std::string> backend_reasons;  // why a backend is missing (from topo's media)
   std::vector<std::string> split_modes;                 // implemented by the engine: "none", "layer", "tensor"
   std::vector<std::string> presets;                     // empty: not checked
+  // Host staging can run tensor positions that share a GPU here (every GPU maps pinned host memory and
+  // is compute capability 7.0+): the media's check, which wants two GPUs, cannot say so on a box of one.
+  bool host_on_shared_gpu = false;
 };
 
 struct Refusal {

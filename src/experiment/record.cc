@@ -78,6 +78,42 @@ QuiesceRecord quiesceFromJson(const json& j) {
   return q;
 }
 
+json toJson(const PmStep& s) {
+  json gpus = json::array();
+  for (const PmStepGpu& g : s.gpus) {
+    json samples = json::array();
+    for (const PmStepSample& x : g.samples) samples.push_back(json::array({x.t_ns, x.tx_bytes, x.rx_bytes}));
+    gpus.push_back({{"gpu", g.gpu}, {"samples", samples}});
+  }
+  return {{"interval_us", s.interval_us},
+          {"step", s.step},
+          {"step_start_ns", s.start_ns},
+          {"step_end_ns", s.end_ns},
+          {"allreduce_calls_per_step", opt(s.allreduce_calls_per_step)},
+          {"complete", s.complete},
+          {"note", s.note},
+          {"gpus", gpus}};
+}
+
+PmStep pmStepFromJson(const json& j) {
+  PmStep s;
+  s.interval_us = j.at("interval_us").get<int64_t>();
+  s.step = j.at("step").get<int64_t>();
+  s.start_ns = j.at("step_start_ns").get<int64_t>();
+  s.end_ns = j.at("step_end_ns").get<int64_t>();
+  s.allreduce_calls_per_step = getOpt<double>(j, "allreduce_calls_per_step");
+  s.complete = j.at("complete").get<bool>();
+  s.note = j.value("note", std::string());
+  for (const json& g : j.at("gpus")) {
+    PmStepGpu out;
+    out.gpu = g.at("gpu").get<int>();
+    for (const json& x : g.at("samples"))  // [t_ns, tx_bytes, rx_bytes]
+      out.samples.push_back({x.at(0).get<int64_t>(), x.at(1).get<double>(), x.at(2).get<double>()});
+    s.gpus.push_back(std::move(out));
+  }
+  return s;
+}
+
 }  // namespace
 
 json toJson(const Manifest& m) {
@@ -158,6 +194,7 @@ json toJson(const RepetitionResult& r) {
       pj["engine_ms"] = opt(p.engine_ms);
       pj["engine"] = p.engine;
     }
+    if (p.pm_step) pj["pm_step"] = toJson(*p.pm_step);  // runs metered by NVML alone keep their shape
     phases.push_back(std::move(pj));
   }
   json out = {{"arm", r.arm},         {"repetition", r.repetition},   {"attempt", r.attempt}, {"valid", r.valid},
@@ -189,6 +226,7 @@ RepetitionResult repetitionFromJson(const json& j) {
     p.engine_tok_s = getOpt<double>(pj, "engine_tok_s");
     p.engine_ms = getOpt<double>(pj, "engine_ms");
     p.engine = pj.value("engine", json(nullptr));
+    if (pj.contains("pm_step") && !pj.at("pm_step").is_null()) p.pm_step = pmStepFromJson(pj.at("pm_step"));
     for (const json& c : pj.value("allreduce", json::array()))
       p.allreduce.push_back({c.at("path").get<std::string>(), c.at("calls").get<uint64_t>(),
                              c.at("payload_bytes").get<uint64_t>(), c.at("tx_bytes").get<std::vector<uint64_t>>(),
@@ -415,6 +453,57 @@ std::optional<double> windowBytesFromSamples(const RunRecord& run, const std::st
   const std::optional<double> b = detail::cumulativeAt(series, c, end_ns);
   if (!a || !b) return std::nullopt;
   return *b - *a;
+}
+
+namespace {
+
+// Why one GPU's records do not cover [a, b] without a space (one longer than half an interval, the
+// meter's rule for a gap between PM records), or "" when they do.
+std::string pmCoverage(const std::vector<MeterPmSample>& r, int64_t a, int64_t b, int64_t interval_ns) {
+  if (r.empty()) return "no PM records over the step";
+  if (r.front().t_start_ns > a || r.back().t_end_ns < b) return "PM records do not cover the step";
+  for (size_t i = 1; i < r.size(); ++i)
+    if (r[i].t_start_ns - r[i - 1].t_end_ns > interval_ns / 2) return "a gap between PM records";
+  return "";
+}
+
+}  // namespace
+
+std::optional<PmStep> pmStepFromSamples(int64_t start_ns, int64_t end_ns, int64_t steps,
+                                        const std::vector<PathCalls>& allreduce,
+                                        const std::vector<MeterPmSample>& samples, const std::vector<MeterGpu>& gpus,
+                                        int64_t interval_us) {
+  if (steps < 1 || end_ns <= start_ns) return std::nullopt;
+  PmStep s;
+  s.interval_us = interval_us;
+  s.step = steps / 2;
+  // Steps are equal by construction of the window (length / steps); rounding down leaves the last
+  // nanoseconds to the last step.
+  const int64_t len = (end_ns - start_ns) / steps;
+  s.start_ns = start_ns + s.step * len;
+  s.end_ns = s.start_ns + len;
+  uint64_t calls = 0;
+  for (const PathCalls& pc : allreduce) calls += pc.calls;
+  if (calls > 0) s.allreduce_calls_per_step = static_cast<double>(calls) / static_cast<double>(steps);
+  for (size_t k = 0; k < gpus.size(); ++k) {
+    std::vector<MeterPmSample> mine;
+    for (const MeterPmSample& m : samples)
+      if (m.gpu == static_cast<int>(k) && m.t_end_ns > s.start_ns && m.t_start_ns < s.end_ns) mine.push_back(m);
+    std::string why = pmCoverage(mine, s.start_ns, s.end_ns, interval_us * 1000);
+    if (mine.size() > kPmStepMaxRecords) {
+      why = fmt::format("the step spans {} records, the first {} are kept", mine.size(), kPmStepMaxRecords);
+      mine.resize(kPmStepMaxRecords);
+    }
+    if (!why.empty() && s.complete) {
+      s.complete = false;
+      s.note = fmt::format("GPU {}: {}", gpus[k].index, why);
+    }
+    PmStepGpu g;
+    g.gpu = gpus[k].index;
+    for (const MeterPmSample& m : mine) g.samples.push_back({m.t_start_ns - s.start_ns, m.bytes[0], m.bytes[1]});
+    s.gpus.push_back(std::move(g));
+  }
+  return s;
 }
 
 std::vector<SampleRow> rowsFromSamples(const std::string& arm, int repetition, const std::vector<MeterSample>& s,

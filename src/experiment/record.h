@@ -70,6 +70,32 @@ struct PathCalls {
   std::vector<uint64_t> tx_bytes, rx_bytes;  // per GPU position
 };
 
+// One decode step's PCIe traffic record by record, as PM sampling saw it (meter source pm or both): the
+// step in the middle of the decode window, so that the report can set the bursts on the bus beside the
+// library's AllReduce calls. One step per phase keeps the record small (hundreds of records per GPU at
+// 10 us for a step of a few ms).
+struct PmStepSample {
+  int64_t t_ns = 0;  // the record's start minus the step's start (the first one may start before it)
+  double tx_bytes = 0, rx_bytes = 0;
+};
+struct PmStepGpu {
+  int gpu = 0;                        // CUDA ordinal
+  std::vector<PmStepSample> samples;  // every record overlapping the step, in time order
+};
+struct PmStep {
+  int64_t interval_us = 0;                         // PM's sampling interval: every record lasts this long
+  int64_t step = 0;                                // which step of the window, from 0
+  int64_t start_ns = 0, end_ns = 0;                // the step: window start + step x (window length / steps)
+  std::optional<double> allreduce_calls_per_step;  // the library's calls in the window / steps; nullopt: none made
+  // The records cover the step on every GPU with no space between them; note says why not.
+  bool complete = true;
+  std::string note;
+  std::vector<PmStepGpu> gpus;
+};
+// Records a step keeps per GPU; beyond them (a step of a second at 10 us) the rest is left out and the
+// step marked incomplete.
+constexpr size_t kPmStepMaxRecords = 20000;
+
 struct PhaseResult {
   std::string phase;  // "prefill" | "decode"
   int64_t start_ns = 0, end_ns = 0;
@@ -81,6 +107,7 @@ struct PhaseResult {
   nlohmann::json engine = nullptr;
   std::vector<PathCalls> allreduce;
   std::vector<GpuTraffic> gpus;
+  std::optional<PmStep> pm_step;  // decode with PM sampling only
   double seconds() const { return (end_ns - start_ns) * 1e-9; }
 };
 
@@ -166,6 +193,15 @@ std::vector<GpuTraffic> trafficFromWindow(const MeterWindow& w, const std::vecto
 // span the window. A run folder reproduces its own windows this way (tests check it does, exactly).
 std::optional<double> windowBytesFromSamples(const RunRecord& run, const std::string& arm, int repetition, int gpu,
                                              MeterCounter c, int64_t start_ns, int64_t end_ns);
+
+// The step in the middle of the window [start_ns, end_ns] cut into `steps` equal steps, with every PM
+// record of `samples` (Meter::pmSamples(); positions mapped to CUDA ordinals through `gpus`) that
+// overlaps it, and the library's calls per step from `allreduce`. nullopt when steps < 1 or the
+// window is empty. Pure: the runner calls it for a decode phase when PM ran.
+std::optional<PmStep> pmStepFromSamples(int64_t start_ns, int64_t end_ns, int64_t steps,
+                                        const std::vector<PathCalls>& allreduce,
+                                        const std::vector<MeterPmSample>& samples, const std::vector<MeterGpu>& gpus,
+                                        int64_t interval_us);
 
 // The samples of one repetition as rows (PCIe reads only carry PCIe values, NVLink reads NVLink).
 std::vector<SampleRow> rowsFromSamples(const std::string& arm, int repetition, const std::vector<MeterSample>& s,

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "experiment/report_text.h"
+#include "meter/pm_bursts.h"
 
 namespace tpscope::experiment {
 
@@ -197,7 +199,9 @@ ReportArm reportArm(const Manifest& man, const std::string& name) {
         if (!n.empty() && n != "default") a.speculative += ", up to " + n;
       }
     }
-  a.gpu_count = static_cast<int>(parseDeviceList(a.devices).size());
+  const std::vector<int> devs = parseDeviceList(a.devices);
+  a.positions = static_cast<int>(devs.size());
+  a.gpu_count = static_cast<int>(std::set<int>(devs.begin(), devs.end()).size());
   return a;
 }
 
@@ -282,9 +286,10 @@ ReportArmPhase phaseFigures(const std::string& arm, const std::string& phase,
   return ap;
 }
 
-// One GPU's traffic in one phase of an arm across its valid repetitions; `pos` is the GPU's position in
-// the arm's device list (the library's per-GPU accounting is by position).
-ReportCell trafficCell(const std::string& arm, const std::string& phase, int gpu, size_t pos,
+// One GPU's traffic in one phase of an arm across its valid repetitions; `positions` are the GPU's places
+// in the arm's device list (the library's per-GPU accounting is by position; positions that share a
+// GPU add up on its link).
+ReportCell trafficCell(const std::string& arm, const std::string& phase, int gpu, const std::vector<size_t>& positions,
                        const std::vector<const RepetitionResult*>& reps) {
   ReportCell cell;
   cell.arm = arm;
@@ -306,10 +311,11 @@ ReportCell trafficCell(const std::string& arm, const std::string& phase, int gpu
     if (g->ceiling_mbps) cell.ceiling_mbps = g->ceiling_mbps;
     if (!p->allreduce.empty() && p->seconds() > 0) {
       double lr = 0, lt = 0;
-      for (const PathCalls& pc : p->allreduce) {
-        if (pos < pc.rx_bytes.size()) lr += static_cast<double>(pc.rx_bytes[pos]);
-        if (pos < pc.tx_bytes.size()) lt += static_cast<double>(pc.tx_bytes[pos]);
-      }
+      for (const PathCalls& pc : p->allreduce)
+        for (size_t pos : positions) {
+          if (pos < pc.rx_bytes.size()) lr += static_cast<double>(pc.rx_bytes[pos]);
+          if (pos < pc.tx_bytes.size()) lt += static_cast<double>(pc.tx_bytes[pos]);
+        }
       lrx.push_back(lr / p->seconds() / 1e6);
       ltx.push_back(lt / p->seconds() / 1e6);
     }
@@ -366,6 +372,107 @@ void netCosts(Report* r) {
     }
 }
 
+// A step as the runner records it: an interval the meter takes (10 us - 1 s) and edges at most an hour
+// apart. Anything else is a corrupt record, reported and not read further.
+bool plausibleStep(const PmStep& st) {
+  int64_t len = 0;
+  return st.interval_us >= 1 && st.interval_us <= 1000000 && !__builtin_sub_overflow(st.end_ns, st.start_ns, &len) &&
+         len > 0 && len <= 3600 * int64_t{1000000000};
+}
+
+// One GPU's step as meter records (each lasts the interval), for the burst counter; records that do not
+// overlap the step [0, len_ns) (none the runner writes) are left out.
+std::vector<MeterPmSample> stepRecords(const PmStepGpu& g, int64_t interval_ns, int64_t len_ns) {
+  std::vector<MeterPmSample> out;
+  for (const PmStepSample& x : g.samples) {
+    if (x.t_ns <= -interval_ns || x.t_ns >= len_ns) continue;
+    MeterPmSample m;
+    m.t_start_ns = x.t_ns;
+    m.t_end_ns = x.t_ns + interval_ns;
+    m.bytes = {x.tx_bytes, x.rx_bytes};
+    out.push_back(m);
+  }
+  return out;
+}
+
+// The bytes of the step [0, len_ns) in direction `dir`: records inside whole, the edge records prorated.
+double stepBytes(const std::vector<MeterPmSample>& records, int64_t len_ns, int dir) {
+  double sum = 0;
+  for (const MeterPmSample& m : records) {
+    const int64_t len = m.t_end_ns - m.t_start_ns;
+    const int64_t in = std::min(m.t_end_ns, len_ns) - std::max(m.t_start_ns, int64_t{0});
+    if (len > 0 && in > 0) sum += m.bytes[dir] * static_cast<double>(std::min(in, len)) / static_cast<double>(len);
+  }
+  return sum;
+}
+
+// One GPU's step figures of one repetition, across the repetitions: what a ReportPmStep's spreads are of.
+struct StepValues {
+  Values step_ms, records, tx_bytes, rx_bytes, bursts, calls, bursts_per_call;
+  void add(const PmStep& st, const PmStepGpu& g) {
+    const tpscope::detail::PmBurstRule rule{kPmStepBurstThresholdMbps, kPmStepBurstMinGapUs,
+                                            tpscope::detail::PmDirection::kTx};
+    const int64_t len = st.end_ns - st.start_ns;
+    const std::vector<MeterPmSample> recs = stepRecords(g, st.interval_us * 1000, len);
+    const double n = static_cast<double>(tpscope::detail::pmBursts(recs, rule).size());
+    step_ms.push_back(len * 1e-6);
+    records.push_back(static_cast<double>(recs.size()));
+    tx_bytes.push_back(stepBytes(recs, len, 0));
+    rx_bytes.push_back(stepBytes(recs, len, 1));
+    bursts.push_back(n);
+    calls.push_back(st.allreduce_calls_per_step);
+    if (st.allreduce_calls_per_step && *st.allreduce_calls_per_step > 0)
+      bursts_per_call.push_back(n / *st.allreduce_calls_per_step);
+  }
+  void spreadInto(ReportPmStep* row) const {
+    row->step_ms = meterSpread(step_ms);
+    row->records = meterSpread(records);
+    row->tx_bytes = meterSpread(tx_bytes);
+    row->rx_bytes = meterSpread(rx_bytes);
+    row->bursts = meterSpread(bursts);
+    row->allreduce_calls = meterSpread(calls);
+    row->bursts_per_call = meterSpread(bursts_per_call);
+  }
+};
+
+// Arm a's decode steps, one row per GPU, from the valid repetitions that recorded one; the first of them
+// gives the row its records for the plot.
+void pmSteps(const std::string& arm, const std::vector<const RepetitionResult*>& reps, Report* r) {
+  std::vector<ReportPmStep> rows;
+  std::map<int, StepValues> values;  // by GPU
+  std::vector<std::string> corrupt;
+  for (const RepetitionResult* rep : reps) {
+    const PhaseResult* p = findPhase(*rep, "decode");
+    if (!p || !p->pm_step) continue;
+    const PmStep& st = *p->pm_step;
+    if (!plausibleStep(st)) {
+      corrupt.push_back(fmt::format("repetition {}: the recorded step is not one (interval {} us, {} to {} ns)",
+                                    rep->repetition + 1, st.interval_us, st.start_ns, st.end_ns));
+      continue;
+    }
+    for (const PmStepGpu& g : st.gpus) {
+      auto row = std::find_if(rows.begin(), rows.end(), [&](const ReportPmStep& x) { return x.gpu == g.gpu; });
+      if (row == rows.end()) {
+        ReportPmStep n;
+        n.arm = arm;
+        n.gpu = g.gpu;
+        n.interval_us = st.interval_us;
+        n.repetition = rep->repetition;
+        n.step_ns = st.end_ns - st.start_ns;
+        n.samples = g.samples;
+        row = rows.insert(rows.end(), std::move(n));
+      }
+      if (!st.complete) row->notes.push_back(fmt::format("repetition {}: {}", rep->repetition + 1, st.note));
+      values[g.gpu].add(st, g);
+    }
+  }
+  for (ReportPmStep& row : rows) {
+    values[row.gpu].spreadInto(&row);
+    row.notes.insert(row.notes.end(), corrupt.begin(), corrupt.end());
+    r->pm_steps.push_back(std::move(row));
+  }
+}
+
 }  // namespace
 
 Report buildReport(const RunRecord& run) {
@@ -377,17 +484,25 @@ Report buildReport(const RunRecord& run) {
   r.machine = man.machine.value("description", man.machine.value("hostname", std::string()));
   r.phases = man.phases;
   r.engine = engineLine(man);
+  if (!man.effective.empty()) r.meter_source = man.effective[0].value("meter_source");
   for (const std::string& name : man.arms) {
     ReportArm a = reportArm(man, name);
     const std::vector<const RepetitionResult*> reps = validRepetitions(run, &a, &r);
-    const std::vector<int> gpus = parseDeviceList(a.devices);
+    // Each GPU once, in the order the arm lists them, with its positions.
+    const std::vector<int> devices = parseDeviceList(a.devices);
+    std::vector<std::pair<int, std::vector<size_t>>> gpus;
+    for (size_t pos = 0; pos < devices.size(); ++pos) {
+      auto g = std::find_if(gpus.begin(), gpus.end(), [&](const auto& x) { return x.first == devices[pos]; });
+      if (g == gpus.end()) g = gpus.insert(gpus.end(), {devices[pos], {}});
+      g->second.push_back(pos);
+    }
     for (const std::string& phase : man.phases) {
       ReportArmPhase ap = phaseFigures(name, phase, reps);
       // Per card: the mean over the arm's GPUs of each GPU's median.
       double rx_sum = 0, tx_sum = 0;
       int rx_n = 0, tx_n = 0;
-      for (size_t pos = 0; pos < gpus.size(); ++pos) {
-        ReportCell cell = trafficCell(name, phase, gpus[pos], pos, reps);
+      for (const auto& [gpu, positions] : gpus) {
+        ReportCell cell = trafficCell(name, phase, gpu, positions, reps);
         if (cell.rx_mbps) rx_sum += cell.rx_mbps->median, ++rx_n;
         if (cell.tx_mbps) tx_sum += cell.tx_mbps->median, ++tx_n;
         considerBusiest(cell, &r);
@@ -397,6 +512,7 @@ Report buildReport(const RunRecord& run) {
       if (tx_n) ap.tx_per_card_mbps = tx_sum / tx_n;
       r.arm_phases.push_back(std::move(ap));
     }
+    pmSteps(name, reps, &r);
     r.arms.push_back(a);
   }
   netCosts(&r);

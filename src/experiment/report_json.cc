@@ -20,6 +20,31 @@ json opt(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
 }
 
+// The decode steps PM sampled: the rule the bursts are counted by, a row per arm and GPU, and the first
+// valid repetition's records for the plot.
+json pmStepsJson(const Report& r) {
+  json rows = json::array();
+  for (const ReportPmStep& p : r.pm_steps) {
+    json samples = json::array();
+    for (const PmStepSample& x : p.samples) samples.push_back(json::array({x.t_ns, x.tx_bytes, x.rx_bytes}));
+    rows.push_back({{"arm", p.arm},
+                    {"gpu", p.gpu},
+                    {"interval_us", p.interval_us},
+                    {"step_ms", spreadJson(p.step_ms)},
+                    {"records", spreadJson(p.records)},
+                    {"tx_bytes", spreadJson(p.tx_bytes)},
+                    {"rx_bytes", spreadJson(p.rx_bytes)},
+                    {"bursts", spreadJson(p.bursts)},
+                    {"allreduce_calls_per_step", spreadJson(p.allreduce_calls)},
+                    {"bursts_per_call", spreadJson(p.bursts_per_call)},
+                    {"notes", p.notes},
+                    {"plot", {{"repetition", p.repetition}, {"step_ns", p.step_ns}, {"samples", samples}}}});
+  }
+  return {{"burst_rule",
+           {{"counter", "tx"}, {"threshold_mbps", kPmStepBurstThresholdMbps}, {"min_gap_us", kPmStepBurstMinGapUs}}},
+          {"rows", rows}};
+}
+
 }  // namespace
 
 json toJson(const Report& r) {
@@ -54,6 +79,7 @@ json toJson(const Report& r) {
                     {"valid_repetitions", a.valid_repetitions},
                     {"attempts", a.attempts},
                     {"phases", phases}});
+    if (a.positions != a.gpu_count) arms.back()["positions"] = a.positions;  // positions that share a GPU
   }
   json cells = json::array();
   for (const ReportCell& c : r.cells)
@@ -102,6 +128,10 @@ json toJson(const Report& r) {
               {"meaning", r.meaning},
               {"windows", r.windows}};
   if (!r.engine.empty()) out["engine"] = r.engine;
+  // Only where the run asked for PM, so runs metered by NVML alone keep their shape.
+  if (!r.meter_source.empty() && r.meter_source != meterSourceName(MeterSource::kNvml))
+    out["meter_source"] = r.meter_source;
+  if (!r.pm_steps.empty()) out["decode_step_pm"] = pmStepsJson(r);
   return out;
 }
 

@@ -14,14 +14,73 @@ using detail::pct;
 using detail::spread;
 using detail::tok;
 
+namespace {
+
+std::string ms(double v) { return fmt::format("{:.3f}", v); }
+std::string count(double v) { return fmt::format("{:g}", v); }
+std::string kB(double bytes) { return mbps(bytes / 1e3); }
+std::string ratio(double v) { return fmt::format("{:.2f}", v); }
+
+// "One decode step on the bus": where PM sampled a decode step, its records against the library's calls.
+std::string pmStepSection(const Report& r) {
+  if (r.pm_steps.empty()) return "";
+  std::string s = fmt::format(
+      "\n## One decode step on the bus (PM sampling, {} µs)\n\n| arm | GPU | step ms | records | tx kB | rx kB | "
+      "bursts (tx) | AllReduce calls per step | bursts per call |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+      r.pm_steps.front().interval_us);
+  for (const ReportPmStep& p : r.pm_steps)
+    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", p.arm, p.gpu, spread(p.step_ms, ms),
+                     spread(p.records, count), spread(p.tx_bytes, kB), spread(p.rx_bytes, kB), spread(p.bursts, count),
+                     spread(p.allreduce_calls, count), spread(p.bursts_per_call, ratio));
+  s += fmt::format(
+      "\nThe step in the middle of each decode window (window / steps), record by record; median (min–max) over the "
+      "arm's valid repetitions. tx and rx: the records' bytes, the two edge records prorated to the step (kB = 10^3 "
+      "bytes). Bursts: runs of records above {} MB/s on tx, merged across dips shorter than {:g} µs (as "
+      "`scripts/plot_timeline.py --bursts --counter tx --threshold-mbps {:g} --min-gap-us {:g}` counts them). "
+      "AllReduce calls: the library's count in the window / steps; N/A where it made none. `tpscope report RUN_DIR "
+      "--plots` draws each arm's step of its first valid repetition (pm_step.png).\n",
+      mbps(kPmStepBurstThresholdMbps), kPmStepBurstMinGapUs, kPmStepBurstThresholdMbps, kPmStepBurstMinGapUs);
+  for (const ReportPmStep& p : r.pm_steps)
+    for (const std::string& n : p.notes) s += fmt::format("- arm {} GPU {}, {}\n", p.arm, p.gpu, n);
+  return s;
+}
+
+std::string dmonSection(const Report& r) {
+  std::string s =
+      "\n## Counters beside the dmon method (rx MB/s)\n\n| arm | phase | GPU | counters | dmon | dmon samples per rep "
+      "|\n"
+      "| --- | --- | ---: | --- | --- | --- |\n";
+  bool blind = false;
+  for (const ReportCell& c : r.cells) {
+    std::string n;
+    for (size_t i = 0; i < c.dmon_samples.size(); ++i) n += (i ? ", " : "") + std::to_string(c.dmon_samples[i]);
+    const bool none = !c.dmon_rx_mbps;
+    blind = blind || none;
+    s += fmt::format("| {} | {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu, spread(c.rx_mbps, mbps),
+                     none ? std::string("no sample") : spread(c.dmon_rx_mbps, mbps), n.empty() ? "-" : n);
+  }
+  s += "\nThe dmon method takes the driver's 20 ms throughput snapshot once per second, as `nvidia-smi dmon` does, "
+       "and averages the snapshots that fall inside the window; the counters give exact bytes.";
+  if (blind)
+    s += " \"no sample\": the window is shorter than the 1 s cadence and no reading fell inside it, so that method "
+         "cannot see the phase at all.";
+  s += "\n";
+  return s;
+}
+
+}  // namespace
+
 std::string formatMarkdown(const Report& r) {
+  const bool pm_only = r.meter_source == meterSourceName(MeterSource::kPm);
   std::string s = fmt::format("# Experiment {}\n\n", r.experiment);
   if (!r.recording.empty()) s += fmt::format("> {}\n\n", r.recording);
   if (!r.engine.empty()) s += r.engine + "\n\n";
   s += fmt::format(
       "Started {}{}. Per repetition: mean inside the phase window (bytes / duration). Across "
-      "repetitions: median (min–max). MB/s = 10^6 bytes/s, PCIe counters, per card.\n\n",
-      r.start_time, r.machine.empty() ? "" : " on " + r.machine);
+      "repetitions: median (min–max). MB/s = 10^6 bytes/s, {}, per card.\n\n",
+      r.start_time, r.machine.empty() ? "" : " on " + r.machine,
+      pm_only ? "PCIe bytes from PM sampling (NVML counters not read)" : "PCIe counters");
   // Summary.
   s += "## Per arm\n\n| arm | setup |";
   for (const std::string& p : r.phases) s += fmt::format(" {} tok/s | {} rx MB/s |", p, p);
@@ -77,8 +136,10 @@ std::string formatMarkdown(const Report& r) {
                      spread(c.tx_mbps, mbps), samples, c.share_of_ceiling ? pct(*c.share_of_ceiling) : "N/A");
   }
   if (!r.own.empty()) {
-    s += "\nEvery figure is net of the meter's own counter reads (each NVML read adds PCIe traffic; calibrated at "
-         "each meter start, docs/METHOD.md):";
+    s += pm_only ? "\nEvery figure is net of the PM sampler's own traffic (its records cross PCIe too; measured at "
+                   "each meter start, docs/METHOD.md):"
+                 : "\nEvery figure is net of the meter's own counter reads (each NVML read adds PCIe traffic; "
+                   "calibrated at each meter start, docs/METHOD.md):";
     for (const std::string& line : r.own) s += "\n- " + line;
     s += "\n";
   }
@@ -108,25 +169,10 @@ std::string formatMarkdown(const Report& r) {
     s += "\nother = counters − library: the traffic that is not AllReduce payload (activations, copies, protocol "
          "overhead, 8–17% on PCIe).\n";
   }
-  // dmon beside counters.
-  s += "\n## Counters beside the dmon method (rx MB/s)\n\n| arm | phase | GPU | counters | dmon | dmon samples per rep "
-       "|\n"
-       "| --- | --- | ---: | --- | --- | --- |\n";
-  bool blind = false;
-  for (const ReportCell& c : r.cells) {
-    std::string n;
-    for (size_t i = 0; i < c.dmon_samples.size(); ++i) n += (i ? ", " : "") + std::to_string(c.dmon_samples[i]);
-    const bool none = !c.dmon_rx_mbps;
-    blind = blind || none;
-    s += fmt::format("| {} | {} | {} | {} | {} | {} |\n", c.arm, c.phase, c.gpu, spread(c.rx_mbps, mbps),
-                     none ? std::string("no sample") : spread(c.dmon_rx_mbps, mbps), n.empty() ? "-" : n);
-  }
-  s += "\nThe dmon method takes the driver's 20 ms throughput snapshot once per second, as `nvidia-smi dmon` does, "
-       "and averages the snapshots that fall inside the window; the counters give exact bytes.";
-  if (blind)
-    s += " \"no sample\": the window is shorter than the 1 s cadence and no reading fell inside it, so that method "
-         "cannot see the phase at all.";
-  s += "\n";
+  s += pmStepSection(r);
+  // dmon beside counters; with PM alone neither ran (the runner's meter then reads no NVML counter and
+  // makes no dmon call).
+  if (!pm_only) s += dmonSection(r);
   s += "\n## What this means\n\n";
   for (const std::string& m : r.meaning) s += "- " + m + "\n";
   if (!r.failed.empty()) {

@@ -36,7 +36,10 @@ inline const ReportArmPhase* armPhase(const Report& r, const std::string& arm, c
 }
 
 inline std::string describe(const ReportArm& a) {
-  std::string s = a.gpu_count == 1 ? "single GPU" : fmt::format("{} GPUs, {}", a.gpu_count, a.split);
+  std::string s = a.positions > a.gpu_count ? fmt::format("{} positions on {} GPU{}, {}", a.positions, a.gpu_count,
+                                                          a.gpu_count == 1 ? "" : "s", a.split)
+                  : a.gpu_count == 1        ? "single GPU"
+                                            : fmt::format("{} GPUs, {}", a.gpu_count, a.split);
   if (a.backend != "none") s += ", " + a.backend;
   if (a.tokens_per_step > 1) s += fmt::format(", {} tokens/step", a.tokens_per_step);
   if (!a.speculative.empty()) s += ", " + a.speculative;

@@ -73,6 +73,12 @@ namespace {
 
 int lineOf(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
 
+std::optional<MeterSource> parseMeterSource(const std::string& text) {
+  for (MeterSource m : {MeterSource::kNvml, MeterSource::kPm, MeterSource::kBoth})
+    if (text == meterSourceName(m)) return m;
+  return std::nullopt;
+}
+
 struct Reader {
   std::string source;
 
@@ -119,9 +125,7 @@ struct Reader {
       if (!a || a->empty()) error(n, "'devices' must be a non-empty list of GPU indices, e.g. [0, 1]");
       std::vector<int> devs;
       for (const toml::node& e : *a) devs.push_back(integer(e, "devices", 0, 63));
-      std::set<int> uniq(devs.begin(), devs.end());
-      if (uniq.size() != devs.size()) error(n, "'devices' lists a GPU twice");
-      d->devices = devs;
+      d->devices = devs;  // a GPU given twice is checked against the arm's split (parseArm)
     } else if (key == "split") {
       const std::string s = string(n, key);
       const auto m = parseSplitMode(s);
@@ -171,7 +175,8 @@ struct Reader {
 
 const char* kSharedKeys =
     "name, engine, preset, prompt_tokens, decode_tokens, context, phases, repetitions, idle_seconds, "
-    "baseline_threshold_mbps, baseline_retries, meter_period_ms, meter_idle_period_ms, recorded_run, devices, split, "
+    "baseline_threshold_mbps, baseline_retries, meter_period_ms, meter_idle_period_ms, meter_source, pm_interval_us, "
+    "recorded_run, devices, split, "
     "backend, "
     "tokens_per_step, acceptance, reduction, rope_kernel, attention_pdl; engine llama-server: server, model, flags, "
     "port, start_timeout_s, "
@@ -249,6 +254,7 @@ using GivenKeys = std::vector<std::pair<std::string, const toml::node*>>;
 void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec, GivenKeys* given) {
   SharedSettings& s = spec->shared;
   EngineSettings& e = s.engine;
+  const toml::node* pm_interval = nullptr;
   for (auto&& [k, v] : t) {
     const std::string key(k.str());
     given->emplace_back(key, &v);
@@ -303,7 +309,12 @@ void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec, Gi
       s.meter_period_ms = r.number(v, key, 0.1, 50);
     else if (key == "meter_idle_period_ms")
       s.meter_idle_period_ms = r.number(v, key, 0.1, 50);
-    else if (key == "recorded_run") {
+    else if (key == "meter_source") {
+      s.meter_source = r.choice(v, key, parseMeterSource, "nvml, pm, both");
+    } else if (key == "pm_interval_us") {
+      s.pm_interval_us = r.integer(v, key, 10, 1000000);
+      pm_interval = &v;
+    } else if (key == "recorded_run") {
       spec->recorded_run = r.string(v, key);
       if (spec->recorded_run.empty()) r.error(v, "'recorded_run' is empty: name a run folder or leave the key out");
     } else if (key == "phases") {
@@ -322,6 +333,9 @@ void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec, Gi
                       fmt::format("unknown key '{}' in [experiment] (known: {})", key, kSharedKeys));
     }
   }
+  // An interval with nothing sampling at it would be a setting that changes nothing.
+  if (pm_interval && s.meter_source == MeterSource::kNvml)
+    r.error(*pm_interval, "'pm_interval_us' is PM sampling's interval: set meter_source = \"pm\" or \"both\" too");
   if (e.engine == Engine::kSynthetic && s.prompt_tokens + s.decode_tokens > s.context)
     throw SpecError(r.source, lineOf(t),
                     fmt::format("prompt_tokens + decode_tokens = {} does not fit context = {}",
@@ -357,6 +371,22 @@ ArmSpec parseArm(const Reader& r, const toml::table& t, const SharedSettings& sh
     throw SpecError(r.source, arm.line,
                     fmt::format("arm '{}': split \"{}\" needs at least 2 devices", arm.name, splitModeName(mode)));
   if (ndev > 8) throw SpecError(r.source, arm.line, fmt::format("arm '{}': at most 8 devices", arm.name));
+  // Tensor split may repeat a GPU (as `tpscope tp --devices 0,0`): its positions share it, so the
+  // AllReduces of the split can be watched on one GPU. Elsewhere a GPU given twice is a mistake.
+  if (devices && std::set<int>(devices->begin(), devices->end()).size() != devices->size()) {
+    const toml::node* at = arm.delta.devices ? t.get("devices") : nullptr;
+    const int line = at ? lineOf(*at) : arm.line;
+    if (mode != SplitMode::kTensor)
+      throw SpecError(r.source, line,
+                      fmt::format("arm '{}': 'devices' lists a GPU twice; only split \"tensor\" may repeat a GPU "
+                                  "(its positions then share it)",
+                                  arm.name));
+    if (shared.engine.engine != Engine::kSynthetic)
+      throw SpecError(r.source, line,
+                      fmt::format("arm '{}': 'devices' lists a GPU twice; positions that share a GPU are for "
+                                  "the synthetic engine's tensor split, not engine = \"{}\"",
+                                  arm.name, engineName(shared.engine.engine)));
+  }
   return arm;
 }
 

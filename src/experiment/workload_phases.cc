@@ -84,12 +84,16 @@ class WorkloadArmPhases : public ArmPhases {
       decode_.ctx = std::stoi(arm.value("context"));
       decode_.tokens_per_step = std::stoi(arm.value("tokens_per_step"));
       decode_.accept = std::stod(arm.value("acceptance"));
-      decode_.graph = true;
+      // Tensor positions that share a GPU (devices 0,0) decode eagerly: one CUDA graph need not run the
+      // positions' branches at once (Model::captureForward refuses it); the model cuts its AllReduce
+      // grids so that they fit the GPU together (ModelOptions::shared_devices).
+      decode_.graph = !sharesGpu(arm.devices());
       decode_.allreduce_share = false;  // the window must hold the measured steps only
       workload::ModelOptions mo;
       mo.config = *cfg;
       mo.split = *split;
       mo.devices = arm.devices();
+      mo.shared_devices = sharesGpu(mo.devices);
       mo.backend = backendOf(arm.value("allreduce_backend"));
       if (!decodeKernels(arm, &mo.kernels, reason)) return tpsInvalidArgument;
       // One KV capacity for every arm: the spec's context (plus the tokens a step verifies).
@@ -174,9 +178,9 @@ class WorkloadArmPhases : public ArmPhases {
 
 }  // namespace
 
-std::vector<Setting> workloadDecisions(const EffectiveSettings&) {
+std::vector<Setting> workloadDecisions(const EffectiveSettings& arm) {
   const bool cudnn = workload::CudnnAttention::available(nullptr);
-  return {{"cuda_graph", "on", SettingSource::kAuto},
+  return {{"cuda_graph", sharesGpu(arm.devices()) ? "off" : "on", SettingSource::kAuto},
           {"prefill_ubatch", std::to_string(kUbatch), SettingSource::kAuto},
           {"prefill_attention", cudnn ? "cudnn" : "kernel", SettingSource::kAuto}};
 }

@@ -16,8 +16,10 @@
 namespace tpscope::experiment {
 
 // The workload's automatic decisions for an arm: cuda_graph ("on": decode runs as a CUDA graph where
-// capture works), prefill_ubatch (micro-batch tokens), prefill_attention ("cudnn" where cuDNN loads,
-// else "kernel"). The same for every arm by construction. The decode kernel choices are not decisions
+// capture works; "off" for tensor positions that share a GPU, which decode eagerly), prefill_ubatch
+// (micro-batch tokens), prefill_attention ("cudnn" where cuDNN loads, else "kernel"). The same for every
+// arm whose positions each have their own GPU; an arm whose positions share one decodes without a graph,
+// which the guards then show as a difference against arms that do not. The decode kernel choices are not decisions
 // but settings of the spec (effectiveSettings), by default the model's.
 std::vector<Setting> workloadDecisions(const EffectiveSettings& arm);
 

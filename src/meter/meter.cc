@@ -192,23 +192,35 @@ tpsResult_t Meter::addWindow(const std::string& name, int64_t start_ns, int64_t 
 
 tpsResult_t Meter::quiesce(const QuiesceOptions& opts, QuiesceRecord* out) {
   TPS_EXPECT(opts.idle_ms >= 0 && opts.threshold_mbps >= 0, tpsInvalidArgument, "meter: bad quiesce options");
+  const bool counters = impl_->sampler->hasCounters();
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    TPS_EXPECT(!impl_->stopped && impl_->sampler->hasCounters(), tpsInvalidUsage,
-               "meter: quiesce needs a running counter sampler");
+    // With source pm NVML is not read: the idle interval is judged on PM's PCIe figures alone.
+    TPS_EXPECT(!impl_->stopped && (counters || impl_->pm), tpsInvalidUsage,
+               "meter: quiesce needs a running counter or PM sampler");
   }
   const int64_t start = now();
   std::this_thread::sleep_for(std::chrono::milliseconds(opts.idle_ms));
   const int64_t end = now();
-  // Wait (briefly) for a read of every counter after `end` on every GPU, so that the interval is
-  // bracketed (NVLink reads take ~22 ms on H200).
-  auto bracketed = [this, end](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>&) {
+  // Wait (briefly) for a read of every counter after `end` on every GPU (NVLink reads take ~22 ms on
+  // H200), and for PM records past `end` (they are decoded every pm_decode_ms), so that the interval
+  // is bracketed.
+  auto counters_bracketed = [this, end](const std::vector<detail::Series>& series,
+                                        const std::vector<MeterDmonSample>&) {
     for (size_t k = 0; k < series.size(); ++k)
       if (!detail::readAfter(series[k], gpus()[k], end)) return false;
     return true;
   };
-  for (int i = 0; i < 1000 && !impl_->sampler->withData(bracketed); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto pm_bracketed = [end](const std::vector<detail::PmSeries>& series) {
+    for (const detail::PmSeries& s : series)
+      if (!s.ended && (s.samples.empty() || s.samples.back().t_end_ns < end)) return false;
+    return true;
+  };
+  auto bracketed = [&] {
+    return (!counters || impl_->sampler->withData(counters_bracketed)) &&
+           (!impl_->pm || impl_->pm->withData(pm_bracketed));
+  };
+  for (int i = 0; i < 1000 && !bracketed(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::vector<std::optional<std::vector<unsigned>>> pids;
   if (opts.check_processes)
     for (size_t k = 0; k < gpus().size(); ++k) pids.push_back(impl_->sampler->processes(static_cast<int>(k)));

@@ -36,7 +36,8 @@ struct ModelOptions {
   DecodeKernels kernels;  // after create(): attention_pdl resolved (never kAuto)
   // A GPU may appear more than once in `devices`, its positions then sharing it (tensor's communicator
   // gets tpsConfig_t.shared_devices, which cuts the AllReduce grids): for checking the split code paths
-  // on fewer GPUs, as tests do, never for measurements. Otherwise a repeated GPU is tpsInvalidArgument.
+  // on fewer GPUs, as tests do, and for watching the split's AllReduces on one GPU's PCIe link (PM
+  // sampling), never for timing the split. Otherwise a repeated GPU is tpsInvalidArgument.
   bool shared_devices = false;
 };
 

@@ -111,7 +111,8 @@ int writePlots(const experiment::Report& report, const std::string& run_dir, con
   const int st = std::system(cmd.c_str());
   if (st != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
     return fail(kExitRuntime, "scripts/plot_report.py failed (its message is above); the tables are printed");
-  std::cerr << "tpscope: plots written to " << plot_dir << " (traffic.png, arms.png)\n";
+  std::cerr << "tpscope: plots written to " << plot_dir
+            << (report.pm_steps.empty() ? " (traffic.png, arms.png)\n" : " (traffic.png, arms.png, pm_step.png)\n");
   return kExitOk;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "experiment/configure.h"
+#include "experiment/workload_phases.h"
 
 namespace tpscope::experiment {
 namespace {
@@ -62,6 +63,28 @@ TEST(Configure, CommandEngineIsReadyWithTheServersSplitModes) {
   EXPECT_EQ(c.config.versions["engine"], "command");
   EXPECT_EQ(c.config.box.split_modes.back(), "row");
   EXPECT_FALSE(c.config.probe);
+}
+
+// The workload decodes eagerly where tensor positions share a GPU (one graph need not run their branches
+// at once): the decision the guards see says so, and it is the same for every arm of examples/pm-step.toml.
+TEST(ExperimentConfigure, PositionsSharingAGpuDecodeWithoutAGraph) {
+  auto graph = [](const char* devices) {
+    EffectiveSettings e;
+    e.settings = {{"devices", devices, SettingSource::kArm}, {"split", "tensor", SettingSource::kArm}};
+    for (const Setting& s : workloadDecisions(e))
+      if (s.key == "cuda_graph") return s.value;
+    return std::string("(none)");
+  };
+  EXPECT_EQ(graph("0,1"), "on");
+  EXPECT_EQ(graph("0,0"), "off");
+  EXPECT_EQ(graph("1,0,1"), "off");
+  const ExperimentSpec spec = loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/pm-step.toml");
+  EXPECT_TRUE(undeclaredDifferences(effectiveSettings(spec, workloadDecisions)).empty());
+  // With the fake workload the box runs positions sharing a GPU on host staging.
+  const Configuration c = configure(spec, fakeBox());
+  ASSERT_EQ(c.status, Configuration::Status::kReady) << c.message;
+  EXPECT_TRUE(c.config.box.host_on_shared_gpu);
+  EXPECT_TRUE(checkAvailability(effectiveSettings(spec), c.config.box).empty());
 }
 
 }  // namespace

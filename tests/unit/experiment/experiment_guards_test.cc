@@ -164,5 +164,62 @@ TEST(ExperimentGuards, UnknownPresetRefusedWhenPresetsAreKnown) {
   EXPECT_EQ(refused[0].reason, "preset \"8b\" is unknown (known: tiny, 70b)");
 }
 
+// The meter's source is a shared setting every arm carries (the guards compare it, the manifest records
+// it); PM's interval joins it where PM samples.
+TEST(ExperimentGuards, MeterSourceAndPmIntervalAreRecorded) {
+  const auto nvml = effectiveSettings(fourArms());
+  ASSERT_TRUE(nvml[0].find("meter_source"));
+  EXPECT_EQ(nvml[0].value("meter_source"), "nvml");
+  EXPECT_EQ(nvml[0].find("meter_source")->source, SettingSource::kDefault);
+  EXPECT_FALSE(nvml[0].find("pm_interval_us"));  // nothing samples at an interval
+  const auto pm = effectiveSettings(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/pm-step.toml"));
+  ASSERT_EQ(pm.size(), 2u);
+  for (const EffectiveSettings& e : pm) {
+    ASSERT_TRUE(e.find("meter_source") && e.find("pm_interval_us")) << e.arm;
+    EXPECT_EQ(e.value("meter_source"), "pm");
+    EXPECT_EQ(e.find("meter_source")->source, SettingSource::kShared);
+    EXPECT_EQ(e.value("pm_interval_us"), "10");
+    EXPECT_EQ(e.find("pm_interval_us")->source, SettingSource::kShared);
+  }
+  EXPECT_TRUE(undeclaredDifferences(pm).empty());
+  const auto both = effectiveSettings(parseSpec("[experiment]\nmeter_source = \"both\"\n[[arm]]\nname = \"A\"\n"));
+  ASSERT_TRUE(both[0].find("pm_interval_us"));
+  EXPECT_EQ(both[0].value("pm_interval_us"), "100");
+  EXPECT_EQ(both[0].find("pm_interval_us")->source, SettingSource::kDefault);
+}
+
+// Positions that share a GPU run on host staging only, on a box of one GPU too (where the media's check,
+// which wants two GPUs, lists no backend).
+TEST(ExperimentGuards, PositionsSharingAGpuRunOnHostStagingOnly) {
+  Availability one;
+  one.gpu_count = 1;
+  one.split_modes = {"none", "layer", "tensor"};
+  one.backend_reasons[tpsBackendHost] = "an AllReduce needs 2 or more GPUs; this selection has 1";
+  one.host_on_shared_gpu = true;
+  const auto spec = parseSpec(
+      "[experiment]\ndevices = [0, 0]\nsplit = \"tensor\"\n[[arm]]\nname = \"host\"\nbackend = \"host\"\n"
+      "[[arm]]\nname = \"p2p\"\nbackend = \"p2p\"\n[[arm]]\nname = \"auto\"\n");
+  const auto refused = checkAvailability(effectiveSettings(spec), one);
+  ASSERT_EQ(refused.size(), 2u);
+  EXPECT_EQ(refused[0].arm, "p2p");
+  EXPECT_EQ(refused[0].reason.rfind("devices 0,0 share a GPU, which runs AllReduce backend \"host\" only (not "
+                                    "\"p2p\")",
+                                    0),
+            0u)
+      << refused[0].reason;
+  EXPECT_EQ(refused[1].arm, "auto");
+  one.host_on_shared_gpu = false;  // GPUs that cannot map pinned host memory
+  const auto r2 =
+      checkAvailability(effectiveSettings(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/pm-step.toml")), one);
+  ASSERT_EQ(r2.size(), 2u);
+  EXPECT_EQ(r2[0].reason,
+            "AllReduce backend \"host\" cannot run positions that share a GPU here: an AllReduce needs 2 or more "
+            "GPUs; this selection has 1");
+  one.host_on_shared_gpu = true;
+  EXPECT_TRUE(
+      checkAvailability(effectiveSettings(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/pm-step.toml")), one)
+          .empty());
+}
+
 }  // namespace
 }  // namespace tpscope::experiment

@@ -166,5 +166,43 @@ TEST(ExperimentReport, BurstsSurviveBecausePerRepetitionValuesAreWindowMeans) {
   EXPECT_NE(formatMarkdown(rep).find("| B | prefill | 0 | N/A | N/A |"), std::string::npos);
 }
 
+// Tensor positions that share a GPU (devices 0,0) are one card: one row per GPU, the library's bytes of
+// both positions on its link, the arm described as what it is.
+TEST(ExperimentReport, PositionsSharingAGpuAreOneCard) {
+  RunRecord run;
+  run.manifest.arms = {"T"};
+  run.manifest.phases = {"decode"};
+  EffectiveSettings e;
+  e.arm = "T";
+  e.settings = {{"devices", "0,0", SettingSource::kArm},
+                {"split", "tensor", SettingSource::kArm},
+                {"allreduce_backend", "host", SettingSource::kDerived}};
+  run.manifest.effective = {e};
+  RepetitionResult r;
+  r.arm = "T";
+  PhaseResult p;
+  p.phase = "decode";
+  p.end_ns = 1'000'000'000;
+  p.allreduce = {{"host-kernel", 10, 4000, {1'000'000, 1'000'000}, {1'000'000, 2'000'000}}};
+  GpuTraffic g;
+  g.gpu = 0;
+  g.rx_mbps = 5;
+  p.gpus = {g};
+  r.phases = {p};
+  run.repetitions = {r};
+  const Report rep = buildReport(run);
+  ASSERT_EQ(rep.arms.size(), 1u);
+  EXPECT_EQ(rep.arms[0].gpu_count, 1);
+  EXPECT_EQ(rep.arms[0].positions, 2);
+  ASSERT_EQ(rep.cells.size(), 1u);
+  EXPECT_DOUBLE_EQ(rep.cells[0].library_rx_mbps->median, 3);  // 1 + 2 MB over 1 s
+  EXPECT_DOUBLE_EQ(rep.cells[0].library_tx_mbps->median, 2);
+  EXPECT_NE(formatMarkdown(rep).find("| T | 2 positions on 1 GPU, tensor, host |"), std::string::npos)
+      << formatMarkdown(rep);
+  const nlohmann::json j = toJson(rep);
+  EXPECT_EQ(j["arms"][0]["gpu_count"], 1);
+  EXPECT_EQ(j["arms"][0]["positions"], 2);
+}
+
 }  // namespace
 }  // namespace tpscope::experiment

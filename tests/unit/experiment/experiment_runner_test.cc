@@ -373,6 +373,87 @@ TEST_F(Runner, EveryWindowRecomputesFromItsSamples) {
   EXPECT_EQ(checked, 24);  // 2 repetitions x 2 phases x 2 counters x (1 GPU in arm A + 2 in arm B)
 }
 
+// meter_source = "pm" on scripted GPUs, tensor positions sharing GPU 0: PM alone meters the phases (no
+// NVML read, no dmon call), the baseline is judged on PM, and one decode step comes back in the record
+// and in the report's section, beside the library's calls per step.
+TEST_F(Runner, PmSourceRecordsOneDecodeStepAndTheReportShowsIt) {
+  c_.spec = parseSpec(R"(
+[experiment]
+name = "pm-one"
+preset = "tiny"
+prompt_tokens = 64
+decode_tokens = 16
+context = 256
+phases = ["decode"]
+repetitions = 1
+idle_seconds = 0.2
+baseline_threshold_mbps = 5000
+meter_source = "pm"
+pm_interval_us = 100
+devices = [0, 0]
+split = "tensor"
+backend = "host"
+
+[[arm]]
+name = "T"
+)",
+                      "pm-one.toml");
+  std::vector<MeterOptions> asked;
+  c_.start_meter = [&asked](const MeterOptions& options, std::unique_ptr<Meter>* out, std::string* reason) {
+    asked.push_back(options);
+    MeterOptions o = options;
+    if (tpsResult_t r = detail::resolveOptions(&o, reason); r != tpsSuccess) return r;
+    o.pm_calibrate_ms = 100;
+    std::vector<detail::FakeGpuScript> scripts(o.devices.size());
+    for (detail::FakeGpuScript& s : scripts) s.background_bytes_per_s = {2e9, 1e6, 0, 0, 0, 0};  // tx > 1024 MB/s
+    return detail::createMeter(o, detail::makeFakeSources(scripts, o.method, o.source, o.pm_interval_us), out, reason);
+  };
+  c_.make_phases = [](const EffectiveSettings& arm) { return makeFakeArmPhases(arm, 0.05); };
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].devices, std::vector<int>{0});  // each GPU once: one PM session per GPU
+  EXPECT_EQ(asked[0].source, MeterSource::kPm);
+  EXPECT_EQ(asked[0].pm_interval_us, 100);
+  EXPECT_EQ(asked[0].method, MeterMethod::kCounters);  // no dmon calls beside PM alone
+  const RunRecord run = readRun(dir_);
+  EXPECT_EQ(run.manifest.effective[0].value("meter_source"), "pm");
+  EXPECT_EQ(run.manifest.effective[0].value("pm_interval_us"), "100");
+  ASSERT_EQ(run.repetitions.size(), 1u);
+  const RepetitionResult& r = run.repetitions[0];
+  EXPECT_TRUE(r.valid) << r.disturbed;
+  EXPECT_TRUE(r.quiesce.passed) << r.quiesce.reason;
+  EXPECT_EQ(r.meter["options"]["source"], "pm");
+  EXPECT_EQ(r.meter["options"]["pm_interval_us"], 100);
+  EXPECT_TRUE(run.samples.empty());  // NVML was not read
+  ASSERT_EQ(r.phases.size(), 1u);
+  ASSERT_TRUE(r.phases[0].pm_step);
+  const PmStep& st = *r.phases[0].pm_step;
+  EXPECT_EQ(st.interval_us, 100);
+  EXPECT_EQ(st.step, 8);  // the middle of 16 steps
+  EXPECT_TRUE(st.complete) << st.note;
+  ASSERT_TRUE(st.allreduce_calls_per_step);
+  EXPECT_DOUBLE_EQ(*st.allreduce_calls_per_step, 64);  // the fake workload's 2 calls x 32 layers per step
+  ASSERT_EQ(st.gpus.size(), 1u);
+  EXPECT_EQ(st.gpus[0].gpu, 0);
+  EXPECT_GE(st.gpus[0].samples.size(), static_cast<size_t>((st.end_ns - st.start_ns) / 100000));
+  EXPECT_LE(st.gpus[0].samples.front().t_ns, 0);
+  EXPECT_NE(o.report_markdown.find("\n## One decode step on the bus (PM sampling, 100 µs)\n"), std::string::npos)
+      << o.report_markdown;
+  // tx never drops below the threshold: the step is one burst against 64 calls.
+  EXPECT_NE(o.report_markdown.find(" | 1 | 64 | 0.02 |\n"), std::string::npos) << o.report_markdown;
+  EXPECT_NE(o.report_markdown.find("| T | 0 | "), std::string::npos) << o.report_markdown;
+}
+
+// The fixture's spec, metered by NVML: no step is taken, and the report has no such section.
+TEST_F(Runner, NvmlSourceTakesNoStep) {
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  for (const RepetitionResult& r : readRun(dir_).repetitions)
+    for (const PhaseResult& p : r.phases) EXPECT_FALSE(p.pm_step) << p.phase;
+  EXPECT_EQ(o.report_markdown.find("One decode step on the bus"), std::string::npos);
+}
+
 TEST(RunnerQuick, ShrinksTheSharedSettingsOnly) {
   const ExperimentSpec s = quickSpec(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/four-arms.toml"));
   EXPECT_EQ(s.shared.repetitions, 2);

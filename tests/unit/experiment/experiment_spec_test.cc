@@ -191,5 +191,58 @@ TEST(ExperimentSpec, MissingFile) {
   }
 }
 
+// Where the phases' PCIe bytes come from: NVML by default; PM sampling with its interval when asked.
+TEST(ExperimentSpec, MeterSourceAndPmInterval) {
+  const ExperimentSpec d = parseSpec(kArms);
+  EXPECT_EQ(d.shared.meter_source, MeterSource::kNvml);
+  EXPECT_EQ(d.shared.pm_interval_us, 100);  // the meter's own default
+  const ExperimentSpec pm = parseSpec("[experiment]\nmeter_source = \"pm\"\npm_interval_us = 10\n" + kArms);
+  EXPECT_EQ(pm.shared.meter_source, MeterSource::kPm);
+  EXPECT_EQ(pm.shared.pm_interval_us, 10);
+  EXPECT_EQ(parseSpec("[experiment]\nmeter_source = \"both\"\n" + kArms).shared.meter_source, MeterSource::kBoth);
+  EXPECT_EQ(
+      parseSpec("[experiment]\nmeter_source = \"both\"\npm_interval_us = 1000000\n" + kArms).shared.pm_interval_us,
+      1000000);
+  expectError("[experiment]\nmeter_source = \"cupti\"\n" + kArms, 2,
+              "'meter_source' = \"cupti\" is not one of nvml, pm, both");
+  expectError("[experiment]\nmeter_source = 1\n" + kArms, 2, "'meter_source' must be a string");
+  expectError("[experiment]\nmeter_source = \"pm\"\npm_interval_us = 9\n" + kArms, 3,
+              "'pm_interval_us' = 9 is out of range [10, 1000000]");
+  expectError("[experiment]\nmeter_source = \"pm\"\npm_interval_us = 1000001\n" + kArms, 3, "out of range");
+  expectError("[experiment]\nmeter_source = \"pm\"\npm_interval_us = 10.5\n" + kArms, 3,
+              "'pm_interval_us' must be an integer");
+  // An interval nothing samples at is refused, on its own line, whichever key comes first.
+  expectError("[experiment]\npm_interval_us = 10\n" + kArms, 2, "set meter_source = \"pm\" or \"both\" too");
+  expectError("[experiment]\npm_interval_us = 10\nmeter_source = \"nvml\"\n" + kArms, 2, "meter_source");
+  expectError(kArms + "meter_source = \"pm\"\n", 11, "unknown key 'meter_source' in [[arm]]");  // shared only
+}
+
+// Tensor split may repeat a GPU, its positions then sharing it; elsewhere a repeated GPU is an error.
+TEST(ExperimentSpec, OnlyTensorSplitMayRepeatAGpu) {
+  const ExperimentSpec s = parseSpec("[[arm]]\nname = \"T\"\ndevices = [0, 0]\nsplit = \"tensor\"\n");
+  EXPECT_EQ(*s.arms[0].delta.devices, (std::vector<int>{0, 0}));
+  expectError("[[arm]]\nname = \"X\"\ndevices = [0, 0]\nsplit = \"layer\"\n", 3,
+              "only split \"tensor\" may repeat a GPU");
+  // Shared devices, the arm's own split: the arm's line.
+  expectError("[experiment]\ndevices = [1, 1]\nsplit = \"tensor\"\n[[arm]]\nname = \"L\"\nsplit = \"layer\"\n", 4,
+              "arm 'L': 'devices' lists a GPU twice");
+  expectError(
+      "[experiment]\nengine = \"command\"\ncommand = [\"true\"]\n[[arm]]\nname = \"X\"\ndevices = [0, 0]\n"
+      "split = \"tensor\"\n",
+      6, "not engine = \"command\"");
+}
+
+TEST(ExperimentSpec, PmStepExampleParses) {
+  const ExperimentSpec s = loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/pm-step.toml");
+  EXPECT_EQ(s.shared.meter_source, MeterSource::kPm);
+  EXPECT_EQ(s.shared.pm_interval_us, 10);
+  EXPECT_EQ(*s.shared.base.devices, (std::vector<int>{0, 0}));
+  EXPECT_EQ(*s.shared.base.split, SplitMode::kTensor);
+  EXPECT_EQ(*s.shared.base.backend, "host");
+  EXPECT_EQ(s.shared.engine.engine, Engine::kSynthetic);
+  EXPECT_EQ(s.shared.phases, std::vector<std::string>{"decode"});
+  ASSERT_EQ(s.arms.size(), 2u);
+}
+
 }  // namespace
 }  // namespace tpscope::experiment

@@ -305,5 +305,33 @@ TEST(MeterPmSource, BothPutsPmAndTheRatioBesideNvml) {
   EXPECT_FALSE(m->samples().empty());  // NVML still read
 }
 
+// With source pm nothing reads NVML, so the idle baseline is judged on PM's PCIe figures: a quiet GPU
+// passes (the sampler's own traffic measured at start and subtracted), a busy one fails on pcie_tx.
+TEST(MeterPmSource, QuiesceJudgesTheIdleIntervalOnPmAlone) {
+  QuiesceOptions q;
+  q.idle_ms = 100;
+  q.threshold_mbps = 100;
+  q.check_processes = false;
+  FakeGpuScript quiet;
+  quiet.pm_own_bytes_per_s = {2e6, 0.5e6};
+  auto m = startPm({quiet}, MeterSource::kPm, 100);
+  ASSERT_TRUE(m);
+  ASSERT_TRUE(m->samples().empty());  // no counter reader
+  QuiesceRecord r;
+  ASSERT_EQ(m->quiesce(q, &r), tpsSuccess);
+  EXPECT_TRUE(r.passed) << r.reason;
+  ASSERT_EQ(r.idle_mbps.size(), 1u);
+  ASSERT_TRUE(r.idle_mbps[0][0]);
+  EXPECT_LT(*r.idle_mbps[0][0], 1.0);  // 2 MB/s of the sampler's own, subtracted
+  EXPECT_FALSE(r.idle_mbps[0][2]);     // NVLink: N/A with PM alone
+  FakeGpuScript busy;
+  busy.background_bytes_per_s = {300e6, 0, 0, 0, 0, 0};
+  m = startPm({busy}, MeterSource::kPm, 100);
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->quiesce(q, &r), tpsSuccess);
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.reason.find("GPU 0 pcie_tx averaged 30"), std::string::npos) << r.reason;
+}
+
 }  // namespace
 }  // namespace tpscope::detail

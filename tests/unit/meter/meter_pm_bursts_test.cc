@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+// meter_pm_bursts_test - bursts of PM records: the threshold's edge, gaps shorter, equal to and longer
+// than the minimum, the direction that decides, empty input, and scripts/plot_timeline.py's self-test.
+#include <gtest/gtest.h>
+
+#include "meter/pm_bursts.h"
+
+namespace tpscope::detail {
+namespace {
+
+constexpr int64_t kUs = 1000;
+
+// Back-to-back 10 us records from t = 0, one per (tx, rx) pair, bytes per record.
+std::vector<MeterPmSample> run10us(const std::vector<std::pair<double, double>>& bytes) {
+  std::vector<MeterPmSample> out;
+  int64_t t = 0;
+  for (const auto& [tx, rx] : bytes) {
+    MeterPmSample s;
+    s.t_start_ns = t;
+    s.t_end_ns = t + 10 * kUs;
+    s.bytes = {tx, rx};
+    out.push_back(s);
+    t += 10 * kUs;
+  }
+  return out;
+}
+
+// 10 us records: 20480 B is 2048 MB/s, 512 B is 51.2 MB/s.
+constexpr double kBusy = 20480, kQuiet = 512;
+const PmBurstRule kTx1024{1024, 25, PmDirection::kTx};
+
+TEST(MeterPmBursts, EmptyInputHasNone) {
+  EXPECT_TRUE(pmBursts({}, kTx1024).empty());
+  EXPECT_TRUE(pmBursts(run10us({{kQuiet, kQuiet}, {kQuiet, kQuiet}}), kTx1024).empty());
+}
+
+TEST(MeterPmBursts, ThresholdIsExclusive) {
+  // 10240 B in 10 us is exactly 1024 MB/s: not above the threshold, so not busy; one byte more is.
+  EXPECT_TRUE(pmBursts(run10us({{10240, 0}}), kTx1024).empty());
+  const std::vector<PmBurst> b = pmBursts(run10us({{10241, 0}}), kTx1024);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].start_ns, 0);
+  EXPECT_EQ(b[0].end_ns, 10 * kUs);
+  EXPECT_DOUBLE_EQ(b[0].tx_bytes, 10241);
+}
+
+TEST(MeterPmBursts, GapShorterThanTheMinimumMerges) {
+  // busy, 2 quiet records (a 20 us dip < 25 us), busy: one burst, its bytes the busy records' only.
+  const std::vector<PmBurst> b =
+      pmBursts(run10us({{kBusy, 1}, {kQuiet, 2}, {kQuiet, 3}, {kBusy, 4}, {kQuiet, 5}}), kTx1024);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].start_ns, 0);
+  EXPECT_EQ(b[0].end_ns, 40 * kUs);
+  EXPECT_DOUBLE_EQ(b[0].tx_bytes, 2 * kBusy);
+  EXPECT_DOUBLE_EQ(b[0].rx_bytes, 1 + 4);
+}
+
+TEST(MeterPmBursts, GapOfTheMinimumOrLongerSplits) {
+  // A 30 us dip (3 records) splits at a 25 us minimum; so does a dip exactly as long as the minimum.
+  EXPECT_EQ(pmBursts(run10us({{kBusy, 0}, {kQuiet, 0}, {kQuiet, 0}, {kQuiet, 0}, {kBusy, 0}}), kTx1024).size(), 2u);
+  const PmBurstRule gap20{1024, 20, PmDirection::kTx};
+  EXPECT_EQ(pmBursts(run10us({{kBusy, 0}, {kQuiet, 0}, {kQuiet, 0}, {kBusy, 0}}), gap20).size(), 2u);
+  const PmBurstRule gap21{1024, 21, PmDirection::kTx};
+  EXPECT_EQ(pmBursts(run10us({{kBusy, 0}, {kQuiet, 0}, {kQuiet, 0}, {kBusy, 0}}), gap21).size(), 1u);
+}
+
+TEST(MeterPmBursts, MissingRecordsCountAsGap) {
+  // Two busy records 40 us apart with nothing recorded between them (a hole): two bursts.
+  std::vector<MeterPmSample> r = run10us({{kBusy, 0}, {kBusy, 0}});
+  r[1].t_start_ns += 30 * kUs;
+  r[1].t_end_ns += 30 * kUs;
+  EXPECT_EQ(pmBursts(r, kTx1024).size(), 2u);
+}
+
+TEST(MeterPmBursts, ZeroLengthRecordIsNeverBusy) {
+  std::vector<MeterPmSample> r = run10us({{kBusy, kBusy}});
+  r[0].t_end_ns = r[0].t_start_ns;
+  EXPECT_TRUE(pmBursts(r, {0, 25, PmDirection::kEither}).empty());
+}
+
+TEST(MeterPmBursts, DirectionDecidesWhichBytesAreRead) {
+  const std::vector<MeterPmSample> r =
+      run10us({{kBusy, kQuiet}, {kQuiet, kQuiet}, {kQuiet, kQuiet}, {kQuiet, kQuiet}, {kQuiet, kBusy}});
+  EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kTx}).size(), 1u);
+  EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kRx}).size(), 1u);
+  EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kEither}).size(), 2u);
+  EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kRx})[0].start_ns, 40 * kUs);
+}
+
+// scripts/plot_timeline.py --self-test: bursts on tx while rx never rests (the host kernel path's flag
+// polls); tx counts the 30 calls, rx and either see one long burst.
+TEST(MeterPmBursts, SameCountsAsTheTimelineScriptsSelfTest) {
+  std::vector<std::pair<double, double>> bytes;
+  for (int burst = 0; burst < 30; ++burst)
+    for (int k = 0; k < 10; ++k) bytes.emplace_back(k < 3 ? 20480.0 : 512.0, 40960.0);
+  const std::vector<MeterPmSample> r = run10us(bytes);
+  EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kTx}).size(), 30u);
+  EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kRx}).size(), 1u);
+  EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kEither}).size(), 1u);
+}
+
+TEST(MeterPmBursts, DirectionNames) {
+  EXPECT_STREQ(pmDirectionName(PmDirection::kTx), "tx");
+  EXPECT_STREQ(pmDirectionName(PmDirection::kRx), "rx");
+  EXPECT_STREQ(pmDirectionName(PmDirection::kEither), "either");
+}
+
+}  // namespace
+}  // namespace tpscope::detail
