@@ -62,6 +62,15 @@ def finish(fig, report):
     fig.tight_layout(rect=(0, 0, 1, 1 - (0.13 * len(lines) + 0.05) / fig.get_figheight()))
 
 
+def save(fig, report, out, name):
+    """Lays the figure out (finish), writes it to out/name and returns the path."""
+    finish(fig, report)
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def plot_traffic(report, samples, out):
     arms = [a["arm"] for a in report["arms"]]
     fig, axes = plt.subplots(len(arms), 1, figsize=(10, 2.6 * max(1, len(arms))), squeeze=False)
@@ -87,11 +96,7 @@ def plot_traffic(report, samples, out):
         seen = dict(zip(labels, handles))
         ax.legend(seen.values(), seen.keys(), fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("seconds from the first phase")
-    finish(fig, report)
-    path = os.path.join(out, "traffic.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, report, out, "traffic.png")
 
 
 def plot_arms(report, out):
@@ -115,11 +120,7 @@ def plot_arms(report, out):
                     hi.append(0)
             ax.bar(names, vals, yerr=[lo, hi], capsize=3, color="#5b8fc9")
             ax.set_title(f"{phase}: {label}", fontsize=10)
-    finish(fig, report)
-    path = os.path.join(out, "arms.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, report, out, "arms.png")
 
 
 def step_rates(samples, interval_us, index):
@@ -159,11 +160,7 @@ def plot_pm_step(report, out):
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("us from the step's start")
-    finish(fig, report)
-    path = os.path.join(out, "pm_step.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, report, out, "pm_step.png")
 
 
 def main():
