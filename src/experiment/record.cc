@@ -5,9 +5,13 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "common/utf8.h"
 #include "meter/window.h"
@@ -22,10 +26,48 @@ template <typename T>
 json opt(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
 }
+// A whole number of type T. nlohmann's get<T>() casts whatever number it holds, and a float outside T's
+// range (an integer literal too large for 64 bits parses as one) makes that cast undefined; a run folder
+// is outside input, so every integer field is read through this, which throws json's own errors.
+template <typename T>
+T whole(const json& v) {
+  static_assert(std::is_integral_v<T>);
+  constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<T>::max());
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() <= kMax) return static_cast<T>(v.get<uint64_t>());
+  } else if (v.is_number_integer()) {
+    const int64_t s = v.get<int64_t>();
+    if (s >= 0 ? static_cast<uint64_t>(s) <= kMax
+               : std::is_signed_v<T> && s >= static_cast<int64_t>(std::numeric_limits<T>::min()))
+      return static_cast<T>(s);
+  } else if (v.is_number_float()) {
+    throw json::type_error::create(302, fmt::format("{} is not a whole number", v.dump()), &v);
+  } else {
+    throw json::type_error::create(302, fmt::format("type must be a whole number, but is {}", v.type_name()), &v);
+  }
+  throw json::out_of_range::create(406, fmt::format("{} is out of range for this field", v.dump()), &v);
+}
+template <typename T>
+std::vector<T> wholes(const json& v) {
+  if (!v.is_array())
+    throw json::type_error::create(302, fmt::format("type must be array, but is {}", v.type_name()), &v);
+  std::vector<T> out;
+  for (const json& x : v) out.push_back(whole<T>(x));
+  return out;
+}
+// j[key] as a whole number, or `absent` where j has no such key (as json::value).
+template <typename T>
+T wholeOr(const json& j, const char* key, T absent) {
+  return j.contains(key) ? whole<T>(j.at(key)) : absent;
+}
+
 template <typename T>
 std::optional<T> getOpt(const json& j, const char* key) {
   if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
-  return j.at(key).get<T>();
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return whole<T>(j.at(key));
+  else
+    return j.at(key).get<T>();
 }
 
 json toJson(const EffectiveSettings& e) {
@@ -64,15 +106,15 @@ json toJson(const QuiesceRecord& q) {
 QuiesceRecord quiesceFromJson(const json& j) {
   QuiesceRecord q;
   q.passed = j.at("passed").get<bool>();
-  q.start_ns = j.value("start_ns", int64_t{0});
-  q.end_ns = j.value("end_ns", int64_t{0});
+  q.start_ns = wholeOr<int64_t>(j, "start_ns", 0);
+  q.end_ns = wholeOr<int64_t>(j, "end_ns", 0);
   q.threshold_mbps = j.value("threshold_mbps", 0.0);
   for (const json& row : j.value("idle_mbps", json::array())) {
     std::array<std::optional<double>, kMeterCounters> a{};
     for (int c = 0; c < kMeterCounters; ++c) a[c] = getOpt<double>(row, meterCounterName(static_cast<MeterCounter>(c)));
     q.idle_mbps.push_back(a);
   }
-  q.other_pids = j.value("other_pids", std::vector<unsigned>{});
+  q.other_pids = j.contains("other_pids") ? wholes<unsigned>(j.at("other_pids")) : std::vector<unsigned>{};
   q.processes_checked = j.value("processes_checked", false);
   q.reason = j.value("reason", std::string());
   return q;
@@ -97,18 +139,18 @@ json toJson(const PmStep& s) {
 
 PmStep pmStepFromJson(const json& j) {
   PmStep s;
-  s.interval_us = j.at("interval_us").get<int64_t>();
-  s.step = j.at("step").get<int64_t>();
-  s.start_ns = j.at("step_start_ns").get<int64_t>();
-  s.end_ns = j.at("step_end_ns").get<int64_t>();
+  s.interval_us = whole<int64_t>(j.at("interval_us"));
+  s.step = whole<int64_t>(j.at("step"));
+  s.start_ns = whole<int64_t>(j.at("step_start_ns"));
+  s.end_ns = whole<int64_t>(j.at("step_end_ns"));
   s.allreduce_calls_per_step = getOpt<double>(j, "allreduce_calls_per_step");
   s.complete = j.at("complete").get<bool>();
   s.note = j.value("note", std::string());
   for (const json& g : j.at("gpus")) {
     PmStepGpu out;
-    out.gpu = g.at("gpu").get<int>();
+    out.gpu = whole<int>(g.at("gpu"));
     for (const json& x : g.at("samples"))  // [t_ns, tx_bytes, rx_bytes]
-      out.samples.push_back({x.at(0).get<int64_t>(), x.at(1).get<double>(), x.at(2).get<double>()});
+      out.samples.push_back({whole<int64_t>(x.at(0)), x.at(1).get<double>(), x.at(2).get<double>()});
     s.gpus.push_back(std::move(out));
   }
   return s;
@@ -134,6 +176,30 @@ json toJson(const Manifest& m) {
           {"invocation", m.invocation}};
 }
 
+namespace {
+
+// The settings the report computes with (reportArm) must parse as it parses them: a damaged or
+// hand-edited manifest is refused here, naming the arm and the key, not thrown out of the report.
+void checkReportSettings(const EffectiveSettings& e) {
+  const char* key = "devices";
+  try {
+    for (int d : e.devices())
+      if (d < 0) throw std::invalid_argument(key);
+    key = "tokens_per_step";
+    if (!e.value(key).empty() && std::stoi(e.value(key)) < 1) throw std::invalid_argument(key);
+    key = "acceptance";
+    if (const std::string a = e.value(key); !a.empty()) {
+      char* end = nullptr;
+      if (!std::isfinite(std::strtod(a.c_str(), &end)) || end != a.c_str() + a.size()) throw std::invalid_argument(key);
+    }
+  } catch (const std::logic_error&) {  // std::stoi's invalid_argument and out_of_range too
+    throw RecordError(fmt::format("manifest.json: arm {} has a {} that does not parse: \"{}\"", toUtf8(e.arm), key,
+                                  toUtf8(e.value(key))));
+  }
+}
+
+}  // namespace
+
 Manifest manifestFromJson(const json& j) {
   Manifest m;
   try {
@@ -146,7 +212,10 @@ Manifest manifestFromJson(const json& j) {
     m.spec_toml = j.value("spec_toml", std::string());
     m.arms = j.at("arms").get<std::vector<std::string>>();
     m.phases = j.at("phases").get<std::vector<std::string>>();
-    for (const json& e : j.value("effective", json::array())) m.effective.push_back(effectiveFromJson(e));
+    for (const json& e : j.value("effective", json::array())) {
+      m.effective.push_back(effectiveFromJson(e));
+      checkReportSettings(m.effective.back());
+    }
     m.versions = j.value("versions", json::object());
     m.topology = j.value("topology", json::object());
     m.machine = j.value("machine", json::object());
@@ -207,20 +276,20 @@ json toJson(const RepetitionResult& r) {
 RepetitionResult repetitionFromJson(const json& j) {
   RepetitionResult r;
   r.arm = j.at("arm").get<std::string>();
-  r.repetition = j.at("repetition").get<int>();
-  r.attempt = j.value("attempt", 0);
+  r.repetition = whole<int>(j.at("repetition"));
+  r.attempt = wholeOr<int>(j, "attempt", 0);
   r.valid = j.at("valid").get<bool>();
-  r.devices = j.value("devices", std::vector<int>{});
+  r.devices = j.contains("devices") ? wholes<int>(j.at("devices")) : std::vector<int>{};
   r.quiesce = quiesceFromJson(j.at("quiesce"));
   r.disturbed = j.value("disturbed", std::string());
   r.meter = j.value("meter", json(nullptr));
   for (const json& pj : j.at("phases")) {
     PhaseResult p;
     p.phase = pj.at("phase").get<std::string>();
-    p.start_ns = pj.at("start_ns").get<int64_t>();
-    p.end_ns = pj.at("end_ns").get<int64_t>();
-    p.tokens = pj.at("tokens").get<int64_t>();
-    p.steps = pj.at("steps").get<int64_t>();
+    p.start_ns = whole<int64_t>(pj.at("start_ns"));
+    p.end_ns = whole<int64_t>(pj.at("end_ns"));
+    p.tokens = whole<int64_t>(pj.at("tokens"));
+    p.steps = whole<int64_t>(pj.at("steps"));
     p.tok_s = pj.at("tok_s").get<double>();
     p.step_ms = pj.at("step_ms").get<double>();
     p.engine_tok_s = getOpt<double>(pj, "engine_tok_s");
@@ -228,12 +297,12 @@ RepetitionResult repetitionFromJson(const json& j) {
     p.engine = pj.value("engine", json(nullptr));
     if (pj.contains("pm_step") && !pj.at("pm_step").is_null()) p.pm_step = pmStepFromJson(pj.at("pm_step"));
     for (const json& c : pj.value("allreduce", json::array()))
-      p.allreduce.push_back({c.at("path").get<std::string>(), c.at("calls").get<uint64_t>(),
-                             c.at("payload_bytes").get<uint64_t>(), c.at("tx_bytes").get<std::vector<uint64_t>>(),
-                             c.at("rx_bytes").get<std::vector<uint64_t>>()});
+      p.allreduce.push_back({c.at("path").get<std::string>(), whole<uint64_t>(c.at("calls")),
+                             whole<uint64_t>(c.at("payload_bytes")), wholes<uint64_t>(c.at("tx_bytes")),
+                             wholes<uint64_t>(c.at("rx_bytes"))});
     for (const json& g : pj.at("gpus")) {
       GpuTraffic t;
-      t.gpu = g.at("gpu").get<int>();
+      t.gpu = whole<int>(g.at("gpu"));
       t.rx_bytes = getOpt<double>(g, "pcie_rx_bytes");
       t.tx_bytes = getOpt<double>(g, "pcie_tx_bytes");
       t.own_rx_bytes = getOpt<double>(g, "pcie_rx_own_bytes");
@@ -242,10 +311,10 @@ RepetitionResult repetitionFromJson(const json& j) {
       t.tx_mbps = getOpt<double>(g, "pcie_tx_mbps");
       t.nvlink_rx_mbps = getOpt<double>(g, "nvlink_rx_mbps");
       t.nvlink_tx_mbps = getOpt<double>(g, "nvlink_tx_mbps");
-      t.samples = g.value("samples", 0);
+      t.samples = wholeOr<int>(g, "samples", 0);
       t.dmon_rx_mbps = getOpt<double>(g, "dmon_rx_mbps");
       t.dmon_tx_mbps = getOpt<double>(g, "dmon_tx_mbps");
-      t.dmon_samples = g.value("dmon_samples", 0);
+      t.dmon_samples = wholeOr<int>(g, "dmon_samples", 0);
       t.ceiling_mbps = getOpt<double>(g, "pcie_ceiling_mbps");
       p.gpus.push_back(t);
     }
@@ -272,9 +341,9 @@ json toJson(const SampleRow& s) {
 SampleRow sampleFromJson(const json& j) {
   SampleRow s;
   s.arm = j.at("arm").get<std::string>();
-  s.repetition = j.at("repetition").get<int>();
-  s.gpu = j.at("gpu").get<int>();
-  s.t_ns = j.at("t_ns").get<int64_t>();
+  s.repetition = whole<int>(j.at("repetition"));
+  s.gpu = whole<int>(j.at("gpu"));
+  s.t_ns = whole<int64_t>(j.at("t_ns"));
   s.pcie_rx_bytes = getOpt<uint64_t>(j, "pcie_rx_bytes");
   s.pcie_tx_bytes = getOpt<uint64_t>(j, "pcie_tx_bytes");
   s.nvlink_rx_bytes = getOpt<uint64_t>(j, "nvlink_rx_bytes");

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -192,7 +193,7 @@ ReportArm reportArm(const Manifest& man, const std::string& name) {
       a.devices = e.value("devices");
       a.backend = e.value("allreduce_backend");
       a.tokens_per_step = std::stoi(e.value("tokens_per_step").empty() ? "1" : e.value("tokens_per_step"));
-      a.acceptance = std::stod(e.value("acceptance").empty() ? "1" : e.value("acceptance"));
+      a.acceptance = std::strtod(e.value("acceptance").empty() ? "1" : e.value("acceptance").c_str(), nullptr);
       const std::string draft = e.value("draft"), type = e.value("spec_type"), n = e.value("draft_max");
       if ((!draft.empty() && draft != "none") || (!type.empty() && type != "none")) {
         a.speculative = !type.empty() && type != "none" ? type : "draft " + (draft == "self" ? draft : "model");
@@ -233,6 +234,12 @@ std::vector<const RepetitionResult*> validRepetitions(const RunRecord& run, Repo
   return reps;
 }
 
+// A number the engine reported (its JSON is kept as it came), or nullopt where it has none.
+std::optional<double> engineNumber(const nlohmann::json& engine, const char* key) {
+  if (!engine.is_object() || !engine.contains(key) || !engine.at(key).is_number()) return std::nullopt;
+  return engine.at(key).get<double>();
+}
+
 // An arm's figures in one phase across its valid repetitions: tok/s, step time, the engine's own figures,
 // AllReduce calls and paths. The per-card traffic is added from the cells.
 ReportArmPhase phaseFigures(const std::string& arm, const std::string& phase,
@@ -253,8 +260,8 @@ ReportArmPhase phaseFigures(const std::string& arm, const std::string& phase,
       client_tok_s.push_back(p->tok_s);
       engine_ms.push_back(p->engine_ms);
       window_ms.push_back(p->seconds() * 1e3);
-      if (p->engine.is_object() && p->engine.value("draft_n", 0) > 0)
-        acceptance.push_back(p->engine.value("draft_n_accepted", 0.0) / p->engine.value("draft_n", 1.0));
+      if (const auto drafted = engineNumber(p->engine, "draft_n"); drafted && *drafted > 0)
+        acceptance.push_back(engineNumber(p->engine, "draft_n_accepted").value_or(0) / *drafted);
       step_ms.push_back(p->step_ms);
       uint64_t c = 0, payload = 0;
       for (const PathCalls& pc : p->allreduce) {

@@ -97,6 +97,67 @@ TEST(ExperimentRecord, ARecordingLineThatIsNotUtf8IsRepaired) {
   EXPECT_NO_THROW((void)toJson(buildReport(run)).dump());
 }
 
+// Found by fuzz/experiment/run_folder_fuzz.cc: an integer too large for 64 bits parses as a float, and
+// json's get<int64_t>() cast it unchecked (undefined behaviour); settings the report parses with stoi threw
+// std::invalid_argument out of buildReport. Each is now a RecordError naming the file and the line or key.
+TEST(ExperimentRecord, NumbersThatDoNotFitOrParseAreCorruptRecords) {
+  const std::string dir = tempDir("record_numbers");
+  writeStudyRun(dir);
+  auto file = [&](const char* name) {
+    std::ifstream f(dir + "/" + name);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string manifest = file("manifest.json");
+  const std::string results = file("results.jsonl");
+  const nlohmann::json rep = nlohmann::json::parse(results.substr(0, results.find('\n')));
+  auto expectCorrupt = [&](const nlohmann::json& line, const std::string& part) {
+    try {
+      parseRun(dir, manifest, line.dump() + "\n", std::nullopt, std::nullopt);
+      ADD_FAILURE() << "read " << line.dump().substr(0, 200);
+    } catch (const RecordError& e) {
+      EXPECT_NE(std::string(e.what()).find("results.jsonl:1: corrupt record"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  ASSERT_NO_THROW(parseRun(dir, manifest, rep.dump() + "\n", std::nullopt, std::nullopt));
+  nlohmann::json r = rep;
+  r["phases"][0]["steps"] = nlohmann::json::parse("2559223372036854775808");  // a float, 2.6e21
+  ASSERT_TRUE(r["phases"][0]["steps"].is_number_float());
+  expectCorrupt(r, "2.559223372036855e+21 is not a whole number");
+  r = rep, r["phases"][0]["steps"] = 1.5;
+  expectCorrupt(r, "1.5 is not a whole number");
+  r = rep, r["repetition"] = int64_t{3'000'000'000};  // an int field
+  expectCorrupt(r, "out of range");
+  r = rep, r["quiesce"]["other_pids"] = {-1};  // unsigned
+  expectCorrupt(r, "out of range");
+  r = rep, r["phases"][0]["gpus"][0]["samples"] = "many";
+  expectCorrupt(r, "type must be a whole number, but is string");
+  r = rep, r["phases"][0]["end_ns"] = 1e300;
+  expectCorrupt(r, "1e+300 is not a whole number");
+
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"devices", "0,x"}, {"devices", "0,-1"}, {"tokens_per_step", "99999999999"}, {"acceptance", "0.7x"}}) {
+    nlohmann::json m = nlohmann::json::parse(manifest);
+    for (nlohmann::json& s : m["effective"][0]["settings"])
+      if (s["key"] == key) s["value"] = value;
+    m["effective"][0]["settings"].push_back({{"key", key}, {"value", value}, {"source", "arm"}});  // if absent
+    try {
+      parseRun(dir, m.dump(), results, std::nullopt, std::nullopt);
+      ADD_FAILURE() << key << " = " << value << " was read";
+    } catch (const RecordError& e) {
+      EXPECT_NE(std::string(e.what()).find("manifest.json: arm A has a " + key + " that does not parse: \"" + value),
+                std::string::npos)
+          << e.what();
+    }
+  }
+
+  // The engine's own JSON is kept as it came: a draft count that is not a number is no figure, not a throw.
+  r = rep, r["phases"][0]["engine"] = {{"draft_n", "many"}, {"draft_n_accepted", 3}};
+  const RunRecord run = parseRun(dir, manifest, r.dump() + "\n", std::nullopt, std::nullopt);
+  EXPECT_NO_THROW((void)toJson(buildReport(run)).dump());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ExperimentRecord, TheFolderParsesAsItsFilesDo) {
   const std::string dir = tempDir("record_parse");
   const RunRecord written = writeStudyRun(dir);
