@@ -14,10 +14,12 @@
  * other thread while that happens: tpsCommGetAsyncError (an atomic read), tpsCommGetStats and
  * tpsCommResetStats (under the communicator's own lock). Different communicators are independent.
  *
- * Paths. A path is the algorithm one backend ran for a call (tpsPath_t: host kernel, host copy engines,
- * p2p LL one-shot, p2p one-shot, p2p two-shot, NCCL); statistics and reports count calls and bytes per
- * path. The physical route those bytes take (PCIe to host memory, NVLink or PCIe peer links) is the
- * path's medium, never called a path.
+ * Paths. A path is the algorithm one backend ran for a call (host kernel, host copy engines, p2p LL
+ * one-shot, p2p one-shot, p2p two-shot, NCCL, and those added since); statistics and reports count calls
+ * and bytes per path. Paths are numbered 0 .. tpsGetPathCount() - 1: tpsPath_t names the first
+ * tpsNumPaths, whose numbers never change; later ones are read by number and name (tpsGetPathName,
+ * tpsCommGetPathStats), so a library that adds an algorithm keeps this ABI. The physical route those
+ * bytes take (PCIe to host memory, NVLink or PCIe peer links) is the path's medium, never called a path.
  */
 #ifndef TPSCOPE_TPSCOPE_H_
 #define TPSCOPE_TPSCOPE_H_
@@ -288,17 +290,27 @@ typedef struct {
 /* Copies the communicator's statistics since its creation or the last tpsCommResetStats into *stats:
  * cells[path][size class] for every call that was enqueued (a call is counted when it is enqueued, so a
  * call captured into a CUDA graph counts once, however often the graph is replayed; a refused call is
- * not counted). ndev and devices[] are the communicator's. Any thread (under the communicator's lock).
+ * not counted). ndev and devices[] are the communicator's. Only the tpsNumPaths paths of tpsPath_t are
+ * here: tpsCommGetPathStats reads every path. Any thread (under the communicator's lock).
  * tpsInvalidArgument for a NULL comm or stats. */
 tpsResult_t tpsCommGetStats(tpsComm_t comm, tpsStats_t* stats);
+/* The statistics of one path, 0 <= path < tpsGetPathCount(): cells[size class] for
+ * TPS_NUM_SIZE_CLASSES classes, counted as tpsCommGetStats counts them. Any thread.
+ * tpsInvalidArgument for a NULL comm or cells, or a path out of range. */
+tpsResult_t tpsCommGetPathStats(tpsComm_t comm, int path, tpsStatsCell_t* cells);
 /* Sets every cell of the statistics to zero (ndev and devices[] stay). Any thread. tpsInvalidArgument
  * for a NULL comm. */
 tpsResult_t tpsCommResetStats(tpsComm_t comm);
 
 /* Names for printing: "host", "host-kernel" (p2p paths: "p2p-ll", "p2p-oneshot", "p2p-twoshot"), "bf16",
- * "<=64KiB". Never NULL. */
+ * "<=64KiB". Never NULL ("unknown" outside the range). */
 const char* tpsBackendName(tpsBackend_t backend);
 const char* tpsPathName(tpsPath_t path);
+/* How many paths this library has (tpsNumPaths or more), a path's name (NULL outside
+ * 0..tpsGetPathCount()-1), and the path of a name (-1 for none). Any thread. */
+int tpsGetPathCount(void);
+const char* tpsGetPathName(int path);
+int tpsGetPathByName(const char* name);
 const char* tpsDataTypeName(tpsDataType_t dtype);
 const char* tpsSizeClassName(int size_class);
 /* The size class of a message of `bytes` per GPU, and the element size of dtype (0 if unknown). */

@@ -8,12 +8,31 @@
 // No exceptions: every call returns the C status, so the wrapper can sit in code built without them.
 #pragma once
 
+#include <array>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "tpscope/tpscope.h"
 
 namespace tpscope {
+
+// One path's statistics: its name (tpsGetPathName) and a cell per size class.
+struct PathStats {
+  std::string name;
+  std::array<tpsStatsCell_t, TPS_NUM_SIZE_CLASSES> cells{};
+};
+
+// Every path's statistics on `comm`, indexed by path number (tpsCommGetPathStats), into *out.
+[[nodiscard]] inline tpsResult_t allPathStats(tpsComm_t comm, std::vector<PathStats>* out) {
+  std::vector<PathStats> v(static_cast<size_t>(tpsGetPathCount()));
+  for (size_t p = 0; p < v.size(); ++p) {
+    v[p].name = tpsGetPathName(static_cast<int>(p));
+    if (tpsResult_t r = tpsCommGetPathStats(comm, static_cast<int>(p), v[p].cells.data()); r != tpsSuccess) return r;
+  }
+  *out = std::move(v);
+  return tpsSuccess;
+}
 
 class Communicator {
  public:
@@ -58,6 +77,7 @@ class Communicator {
     return r != tpsSuccess ? r : e;
   }
   [[nodiscard]] tpsResult_t stats(tpsStats_t* out) const { return tpsCommGetStats(comm_, out); }
+  [[nodiscard]] tpsResult_t pathStats(std::vector<PathStats>* out) const { return allPathStats(comm_, out); }
   tpsComm_t get() const { return comm_; }
   explicit operator bool() const { return comm_ != nullptr; }
 

@@ -1,87 +1,71 @@
 // SPDX-License-Identifier: Apache-2.0
-// backend.h - the internal interface every AllReduce backend implements (one backend per file).
+// backend.h - a backend on one communicator: the registered algorithms of one kind (host, p2p, nccl),
+// created over the resources they share, and the choice of algorithm for each call.
 //
-// The communicator validates arguments, picks the backend and records statistics; a backend only
-// enqueues work. Backends own their resources (created eagerly in their factory, so failures happen
-// at tpsCommCreate) and see the call through CallArgs.
+// The communicator validates arguments, picks the backend and records statistics; the backend picks
+// the algorithm (chooseAlgorithm, registry.h) and has it enqueue the call. Everything is allocated when
+// the backend is made, so failures happen at creation, not mid-run.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
-#include <algorithm>
-#include <array>
-#include <cstddef>
 #include <memory>
 #include <vector>
 
-#include "allreduce/push.h"
-#include "tpscope/tpscope.h"
+#include "allreduce/algorithm.h"
+#include "allreduce/async_status.h"
+#include "allreduce/backend_call.h"
 
 namespace tpscope::detail {
 
-struct CallArgs {
-  void* const* bufs;  // [ndev] device buffers, in place
-  size_t count;       // elements per buffer
-  tpsDataType_t dtype;
-  const cudaStream_t* streams;  // [ndev] caller streams, one per device
-  size_t bytes() const { return count * tpsDataTypeSize(dtype); }
-};
-
-// The residual add and RMSNorm fused after a reduction (tpsAllReduceAddRmsNorm); bufs are the partials.
-struct NormArgs {
-  const void* const* residual_in;  // [ndev] rows x width
-  void* const* residual_out;       // [ndev] rows x width: residual_in + the sum (may be the partials)
-  const void* const* weight;       // [ndev] width elements, or null: the add alone
-  void* const* normed;             // [ndev] rows x width, written when weight is given
-  size_t rows = 0, width = 0;
-  float eps = 0;
-  bool pushed = false;  // the partials were sent by the caller's kernels (allReducePushedAddRmsNorm)
-};
-
-// The most ranks any one GPU carries: 1 unless the communicator lets ranks share a GPU
-// (tpsConfig_t.shared_devices).
-inline int ranksPerGpu(const std::vector<int>& devices) {
-  int most = 1;
-  for (int d : devices) most = std::max(most, static_cast<int>(std::count(devices.begin(), devices.end(), d)));
-  return most;
-}
-
-// Ranks that share a GPU spin on each other inside their kernels, so the grids of all of them must be
-// resident on it at once. A kernel of 512-thread blocks may hold a whole SM each (the two-shot kernel's
-// 82 registers x 512 threads do), so the ranks on one GPU together launch at most this many such
-// blocks: fewer than an H100's or H200's 132 SMs.
-constexpr int kSharedGpuBlocks = 64;
-
-// `blocks` cut to the shared budget where `ranks_per_gpu` ranks share each GPU.
-inline int sharedGpuGrid(int blocks, int ranks_per_gpu) {
-  return ranks_per_gpu <= 1 ? blocks : std::min(blocks, std::max(1, kSharedGpuBlocks / ranks_per_gpu));
-}
-
-// Bytes one GPU moved for one call over the path's medium (see tpsStatsCell_t).
-struct Traffic {
-  size_t tx = 0;
-  size_t rx = 0;
-};
-
 class Backend {
  public:
-  virtual ~Backend() = default;
-  virtual tpsBackend_t kind() const = 0;
-  // The path a call takes (by its size, and for p2p the buffers' alignment), so that statistics can be
-  // attributed before the call is enqueued.
-  virtual tpsPath_t pathFor(const CallArgs& args) const = 0;
-  // Per-GPU traffic of one call of `bytes` over `path`, identical for every GPU in these algorithms.
-  virtual Traffic trafficFor(tpsPath_t path, size_t bytes) const = 0;
-  // Enqueues the reduction. Arguments are already validated.
-  virtual tpsResult_t allReduce(const CallArgs& args) = 0;
-  // The reduction fused with NormArgs' residual add and RMSNorm, where this backend has such a kernel
-  // for the call; tpsUnavailable (nothing enqueued) where it has not, and the caller runs them apart.
-  virtual tpsResult_t allReduceAddRmsNorm(const CallArgs&, const NormArgs&) { return tpsUnavailable; }
-  // The device-side address book for pushes from rank `rank` (commPushChannel, push.h), where this
-  // backend takes pushed calls; tpsUnavailable where it does not.
-  virtual tpsResult_t pushChannel(int /*rank*/, PushChannel*) const { return tpsUnavailable; }
+  // What a backend is made of: its context and the resources the context points to, which the backend
+  // keeps for its algorithms' lifetime.
+  struct Parts {
+    BackendContext ctx;
+    std::unique_ptr<AsyncStatus> status;
+    std::unique_ptr<HostStaging> staging;
+    std::unique_ptr<PeerMemory> peers;
+  };
+  // Creates every registered algorithm of parts.ctx.backend that runs with its ranks and shape. An
+  // algorithm whose factory returns tpsUnavailable is left out (it has said why); any other error fails
+  // the backend. tpsUnavailable when no algorithm is left.
+  static tpsResult_t create(Parts parts, std::unique_ptr<Backend>* out);
+  ~Backend();
+
+  tpsBackend_t kind() const { return parts_.ctx.backend; }
+  const BackendContext& context() const { return parts_.ctx; }
+  // The paths of the algorithms this backend has, in registry order.
+  const std::vector<int>& paths() const { return paths_; }
+  // The path that carries `a`, or -1 when none of this backend's algorithms takes it.
+  int pathFor(const CallArgs& a) const;
+  // Per-GPU payload of one call of `bytes` on `path` (identical for every GPU in these algorithms).
+  Traffic trafficFor(int path, size_t bytes) const;
+  // Enqueues the call on the path pathFor() names; tpsUnavailable (logged) when there is none.
+  tpsResult_t allReduce(const CallArgs& a);
+  // Enqueues the call on `path`, which must be one of paths() and take the call (the p2p self-check).
+  tpsResult_t launchPath(int path, const CallArgs& a);
+  // The reduction fused with the add and norm, where the call's algorithm has it (else tpsUnavailable,
+  // nothing enqueued); a pushed call goes to the algorithm that gave the push channels. *path: the path
+  // that carried it.
+  tpsResult_t allReduceAddRmsNorm(const CallArgs& a, const NormArgs& m, int* path);
+  // The push channel of local rank `rank`, where one of the algorithms takes pushed calls.
+  tpsResult_t pushChannel(int rank, PushChannel* out) const;
   // tpsSuccess, or an error a kernel reported after its call returned (tpsTimeout).
-  virtual tpsResult_t asyncError() const { return tpsSuccess; }
+  tpsResult_t asyncError() const;
+
+ private:
+  Backend() = default;
+  Algorithm* instance(int path) const;
+
+  Parts parts_;  // declared first: the algorithms below use its resources until they are gone
+  std::vector<int> paths_;
+  std::vector<std::unique_ptr<Algorithm>> algos_;  // [i] runs paths_[i]
 };
+
+// Makes the `kind` backend (host, p2p or nccl) for this process's ranks: every rank on `devices` in one
+// process (group null), or this rank of `group` on its device (devices = {group->device}). Collective over
+// the group. tpsUnavailable when the backend cannot run on these GPUs (the log says why).
+tpsResult_t createBackend(tpsBackend_t kind, const std::vector<int>& devices, RankGroup* group,
+                          const HostTuning& tuning, std::unique_ptr<Backend>* out);
 
 }  // namespace tpscope::detail

@@ -16,13 +16,9 @@
 
 #include "allreduce/auto_table.h"
 #include "allreduce/backend.h"
-#include "allreduce/host_shm.h"
-#include "allreduce/host_staged.h"
-#include "allreduce/nccl_backend.h"
-#include "allreduce/p2p.h"
-#include "allreduce/p2p_ipc.h"
 #include "allreduce/push.h"
 #include "allreduce/rank_setup.h"
+#include "allreduce/registry.h"
 #include "allreduce/selector.h"
 #include "allreduce/selfcheck.h"
 #include "allreduce/tuning.h"
@@ -43,7 +39,9 @@ struct tpsComm {
   std::optional<AutoTable> auto_table;  // the tune file's measured choice for this box, when there is one
   std::array<std::unique_ptr<Backend>, tpsNumBackends> backends;
   std::mutex stats_mutex;  // stats may be read from another thread than the one calling tpsAllReduce
-  tpsStats_t stats{};
+  // [path][size class], a row per registered algorithm (registry.h), so a new algorithm is a new row.
+  std::vector<std::array<tpsStatsCell_t, TPS_NUM_SIZE_CLASSES>> stats =
+      std::vector<std::array<tpsStatsCell_t, TPS_NUM_SIZE_CLASSES>>(algorithms().size());
   // The first asynchronous error; read by tpsCommGetAsyncError from any thread, so atomic.
   std::atomic<tpsResult_t> async_error{tpsSuccess};
   // The buffer and stream each rank passed last time they were validated: a decode loop passes the same
@@ -117,12 +115,12 @@ tpsResult_t validateCall(tpsComm* c, void* const* bufs, size_t count, tpsDataTyp
   return tpsSuccess;
 }
 
-void record(tpsComm* c, const Backend& b, const CallArgs& args) {
+// Counts an enqueued call on the path that carried it.
+void record(tpsComm* c, const Backend& b, int path, const CallArgs& args) {
   const size_t bytes = args.bytes();
-  const tpsPath_t path = b.pathFor(args);
   const Traffic t = b.trafficFor(path, bytes);
   std::lock_guard<std::mutex> lock(c->stats_mutex);
-  tpsStatsCell_t& cell = c->stats.cells[path][tpsSizeClassOf(bytes)];
+  tpsStatsCell_t& cell = c->stats[path][tpsSizeClassOf(bytes)];
   cell.calls += 1;
   cell.payload_bytes += bytes;
   for (size_t r = 0; r < c->devices.size(); ++r) {
@@ -244,11 +242,9 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
   c->requested = requested;
   c->config = resolvedConfig(cfg, requested, tuning);
   c->avail.all_peer_access = allPeerAccess(devs);
-  c->stats.ndev = ndev;
-  std::copy(devs.begin(), devs.end(), c->stats.devices);
   const bool want_all = requested == tpsBackendAuto;
   if (requested == tpsBackendP2p || (want_all && c->avail.all_peer_access)) {
-    tpsResult_t r = createP2pBackend(devs, tuning, &c->backends[tpsBackendP2p]);
+    tpsResult_t r = createBackend(tpsBackendP2p, devs, nullptr, tuning, &c->backends[tpsBackendP2p]);
     if (r != tpsSuccess && !want_all) return r;
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommCreate: the p2p backend could not start; auto continues without it");
     if (r == tpsSuccess) r = checkP2p(c.get(), "tpsCommCreate", !want_all, devs, 0, ndev, nullptr);
@@ -256,7 +252,7 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
     c->avail.p2p = r == tpsSuccess;
   }
   if (want_all || requested == tpsBackendHost) {
-    tpsResult_t r = createHostStagedBackend(devs, tuning, &c->backends[tpsBackendHost]);
+    tpsResult_t r = createBackend(tpsBackendHost, devs, nullptr, tuning, &c->backends[tpsBackendHost]);
     if (r != tpsSuccess && !want_all) return r;
     c->avail.host = r == tpsSuccess;
   }
@@ -265,7 +261,7 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
   TPS_EXPECT(!shared || requested != tpsBackendNccl, tpsUnavailable,
              "tpsCommCreate: the nccl backend takes one rank per GPU, and ranks share a GPU here");
   if ((want_all && !shared) || requested == tpsBackendNccl) {
-    tpsResult_t r = createNcclBackend(devs, &c->backends[tpsBackendNccl]);
+    tpsResult_t r = createBackend(tpsBackendNccl, devs, nullptr, tuning, &c->backends[tpsBackendNccl]);
     if (r != tpsSuccess && !want_all) return r;
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommCreate: NCCL could not start; auto continues without it");
     c->avail.nccl = r == tpsSuccess;
@@ -309,8 +305,11 @@ extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, vo
   TPS_EXPECT(b != nullptr, tpsUnavailable, "tpsAllReduce: backend {} is not available in this communicator",
              tpsBackendName(which));
   CallArgs args{bufs, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
-  TPS_CHECK(b->allReduce(args));
-  record(comm, *b, args);
+  const int path = b->pathFor(args);
+  TPS_EXPECT(path >= 0, tpsUnavailable, "tpsAllReduce: no algorithm of backend {} takes {} B of {} on {} ranks",
+             tpsBackendName(which), bytes, tpsDataTypeName(dtype), comm->nranks);
+  TPS_CHECK(b->launchPath(path, args));
+  record(comm, *b, path, args);
   return tpsSuccess;
 }
 
@@ -348,8 +347,9 @@ extern "C" tpsResult_t tpsAllReduceAddRmsNorm(tpsComm_t comm, tpsBackend_t backe
   if (b == nullptr) return tpsUnavailable;  // quiet: the caller runs the steps apart
   CallArgs args{partial, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
   NormArgs norm{residual_in, residual_out, weight, weight ? normed : nullptr, rows, width, eps};
-  const tpsResult_t r = b->allReduceAddRmsNorm(args, norm);
-  if (r == tpsSuccess) record(comm, *b, args);
+  int path = -1;
+  const tpsResult_t r = b->allReduceAddRmsNorm(args, norm, &path);
+  if (r == tpsSuccess) record(comm, *b, path, args);
   return r;
 }
 
@@ -375,8 +375,9 @@ tpsResult_t tpscope::detail::allReducePushedAddRmsNorm(tpsComm_t comm, void* con
   const size_t count = rows * width;
   CallArgs args{partial, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
   NormArgs norm{residual_in, residual_out, weight, weight ? normed : nullptr, rows, width, eps, true};
-  TPS_CHECK(b->allReduceAddRmsNorm(args, norm));
-  record(comm, *b, args);
+  int path = -1;
+  TPS_CHECK(b->allReduceAddRmsNorm(args, norm, &path));
+  record(comm, *b, path, args);
   return tpsSuccess;
 }
 
@@ -399,15 +400,25 @@ extern "C" tpsResult_t tpsCommGetConfig(tpsComm_t comm, tpsConfig_t* config) {
 
 extern "C" tpsResult_t tpsCommGetStats(tpsComm_t comm, tpsStats_t* stats) {
   if (comm == nullptr || stats == nullptr) return tpsInvalidArgument;
+  std::memset(stats, 0, sizeof(*stats));
+  stats->ndev = static_cast<int>(comm->devices.size());
+  std::copy(comm->devices.begin(), comm->devices.end(), stats->devices);
   std::lock_guard<std::mutex> lock(comm->stats_mutex);
-  *stats = comm->stats;
+  for (int p = 0; p < tpsNumPaths; ++p) std::copy(comm->stats[p].begin(), comm->stats[p].end(), stats->cells[p]);
+  return tpsSuccess;
+}
+
+extern "C" tpsResult_t tpsCommGetPathStats(tpsComm_t comm, int path, tpsStatsCell_t* cells) {
+  if (comm == nullptr || cells == nullptr || path < 0 || path >= tpsGetPathCount()) return tpsInvalidArgument;
+  std::lock_guard<std::mutex> lock(comm->stats_mutex);
+  std::copy(comm->stats[path].begin(), comm->stats[path].end(), cells);
   return tpsSuccess;
 }
 
 extern "C" tpsResult_t tpsCommResetStats(tpsComm_t comm) {
   if (comm == nullptr) return tpsInvalidArgument;
   std::lock_guard<std::mutex> lock(comm->stats_mutex);
-  std::memset(comm->stats.cells, 0, sizeof(comm->stats.cells));
+  for (auto& row : comm->stats) row.fill(tpsStatsCell_t{});
   return tpsSuccess;
 }
 
@@ -474,14 +485,12 @@ extern "C" tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId 
   c->requested = requested;
   c->config = resolvedConfig(cfg, requested, tuning);
   c->avail.all_peer_access = g.all_peer_access;
-  c->stats.ndev = 1;
-  c->stats.devices[0] = device;
   const bool want_all = requested == tpsBackendAuto;
   // A rank that stopped answering (timeout) or left (system error) ends the init even for auto: the
   // next backend's exchanges would only fail the same way.
   auto fatal = [&](tpsResult_t r) { return r != tpsSuccess && (!want_all || r == tpsTimeout || r == tpsSystemError); };
   if (requested == tpsBackendP2p || (want_all && g.all_peer_access)) {
-    tpsResult_t r = createP2pIpcBackend(g, tuning, &c->backends[tpsBackendP2p]);
+    tpsResult_t r = createBackend(tpsBackendP2p, {device}, &g, tuning, &c->backends[tpsBackendP2p]);
     if (fatal(r)) return r;
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommInitRank: the p2p backend could not start; auto continues without it");
     if (r == tpsSuccess) r = checkP2p(c.get(), "tpsCommInitRank", !want_all, {device}, rank, nranks, &g);
@@ -489,13 +498,13 @@ extern "C" tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId 
     c->avail.p2p = r == tpsSuccess;
   }
   if (want_all || requested == tpsBackendHost) {
-    tpsResult_t r = createHostShmBackend(g, tuning, &c->backends[tpsBackendHost]);
+    tpsResult_t r = createBackend(tpsBackendHost, {device}, &g, tuning, &c->backends[tpsBackendHost]);
     if (fatal(r)) return r;
     c->avail.host = r == tpsSuccess;
   }
   // NCCL refuses ranks that share a GPU; auto does not ask it then.
   if (requested == tpsBackendNccl || (want_all && !g.shared_device)) {
-    tpsResult_t r = createNcclRankBackend(g, &c->backends[tpsBackendNccl]);
+    tpsResult_t r = createBackend(tpsBackendNccl, {device}, &g, tuning, &c->backends[tpsBackendNccl]);
     if (fatal(r)) return r;
     if (r != tpsSuccess) TPS_LOG_WARN("tpsCommInitRank: NCCL could not start; auto continues without it");
     c->avail.nccl = r == tpsSuccess;

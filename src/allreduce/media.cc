@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include <algorithm>
+
 #include "allreduce/auto_table.h"
-#include "allreduce/p2p_algo.h"
+#include "allreduce/registry.h"
 
 namespace tpscope {
 
@@ -33,9 +35,11 @@ std::string ncclVersionString(int code) {
 
 BackendsBuilt backendsBuilt() {
   BackendsBuilt b;
-  b.host = true;  // src/allreduce/host_staged.cu
-  b.p2p = true;   // src/allreduce/p2p.cu
-  b.nccl = true;  // src/allreduce/nccl_backend.cc
+  // A backend is built when the registry has an algorithm of it (src/allreduce/algorithms/).
+  auto built = [](tpsBackend_t k) { return !detail::pathsOf(k, 2, detail::kOneProcess).empty(); };
+  b.host = built(tpsBackendHost);
+  b.p2p = built(tpsBackendP2p);
+  b.nccl = built(tpsBackendNccl);
   int v = 0;
   if (ncclGetVersion(&v) == ncclSuccess && v > 0) b.nccl_version = v;
   return b;
@@ -193,19 +197,19 @@ AutoSummary autoPicks(const Topology& topo, const std::vector<MediumStatus>& med
     s.tune_file = fmt::format("tune file {}, measured {}", table->path, table->measured);
   else
     s.note = why_no_table;
+  const int nranks = std::max<int>(2, static_cast<int>(topo.gpus.size()));
+  detail::HostTuning tuning{};
+  tuning.copy_threshold = host_copy_threshold;
   for (uint64_t bytes : autoSizeClasses()) {
     AutoPick pick;
     pick.bytes = bytes;
     bool from_table = false;
     pick.backend = detail::chooseAuto(a, bytes, table, &from_table);
-    switch (pick.backend) {
-      case tpsBackendP2p: pick.algorithm = detail::p2pAlgoName(detail::p2pAlgoFor(bytes)); break;
-      case tpsBackendHost:
-        pick.algorithm = bytes >= host_copy_threshold ? "copy engines" : "kernel";  // host_staged.cu pathFor()
-        break;
-      case tpsBackendNccl: pick.algorithm = "NCCL's choice"; break;
-      default: pick.algorithm = "-";
-    }
+    // The registry's choice within the backend (registry.h), as a communicator of these GPUs makes it.
+    const int path = detail::chooseAlgorithm(detail::pathsOf(pick.backend, nranks, detail::kOneProcess), bytes,
+                                             tpsBfloat16, nranks, detail::kOneProcess, tuning);
+    const detail::AlgorithmInfo* algo = detail::algorithmOf(path);
+    pick.algorithm = algo ? algo->label : "-";
     pick.source = from_table ? s.tune_file : std::string("built-in default");
     s.picks.push_back(std::move(pick));
   }

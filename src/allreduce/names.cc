@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // names.cc - printable names and sizes for the C API's enums.
+#include <cstring>
+
+#include "allreduce/registry.h"
 #include "tpscope/tpscope.h"
 
 // One line per name: the switches read as tables.
@@ -15,17 +18,28 @@ extern "C" const char* tpsBackendName(tpsBackend_t b) {
   }
 }
 
-extern "C" const char* tpsPathName(tpsPath_t p) {
-  switch (p) {
-    case tpsPathHostKernel: return "host-kernel";
-    case tpsPathHostCopyEngine: return "host-copy";
-    case tpsPathP2pOneShot: return "p2p-oneshot";
-    case tpsPathP2pTwoShot: return "p2p-twoshot";
-    case tpsPathNccl: return "nccl";
-    case tpsPathP2pLL: return "p2p-ll";
-    default: return "unknown";
-  }
+// clang-format on
+
+// Paths are the registry's algorithms (allreduce/registry.h): tpsPath_t names the first ones.
+extern "C" int tpsGetPathCount(void) { return static_cast<int>(tpscope::detail::algorithms().size()); }
+
+extern "C" const char* tpsGetPathName(int path) {
+  const tpscope::detail::AlgorithmInfo* a = tpscope::detail::algorithmOf(path);
+  return a ? a->name : nullptr;
 }
+
+extern "C" int tpsGetPathByName(const char* name) { return name == nullptr ? -1 : tpscope::detail::pathByName(name); }
+
+extern "C" const char* tpsPathName(tpsPath_t p) {
+  // A C caller may pass any int; read it as one before it is a tpsPath_t in C++.
+  static_assert(sizeof(p) == sizeof(int), "a C enum is an int");
+  int v = 0;
+  std::memcpy(&v, &p, sizeof(v));
+  const char* name = tpsGetPathName(v);
+  return name ? name : "unknown";
+}
+
+// clang-format off
 
 extern "C" const char* tpsDataTypeName(tpsDataType_t t) {
   switch (t) {

@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// p2p_algo.h - which algorithm the p2p backend runs for a call, by size and alignment.
-//
-// Host-only, so the rule has one home: p2p.cu launches by it, and `tpscope topo` shows it per size
-// class without a GPU. The sizes are bytes per GPU:
-//   LL one-shot  up to kP2pLLMax, when the message is whole 8-byte words and every buffer is 8-byte
-//                aligned: data and sequence number travel in one 16-byte store, so there is no flag
-//                round trip at all (decode sizes);
-//   one-shot     up to kP2pOneShotMax (the receive slot per peer), and at any size when a buffer is
-//                not 16-byte aligned: each GPU reads every peer's message after one flag exchange;
-//   two-shot     above: reduce-scatter then all-gather, each GPU moving 2(N-1)/N of the message.
+// p2p_algo.h - the p2p algorithms' sizes and launch geometry (algorithms/p2p_*.cu), host-only so that
+// their AlgorithmInfo and the unit tests read the same numbers. The sizes are bytes per GPU:
+//   LL one-shot  up to kP2pLLMax, whole 8-byte words: data and sequence number travel in one 16-byte
+//                store, so there is no flag round trip at all (decode sizes);
+//   one-shot     up to kP2pOneShotMax (the receive slot per peer): each GPU reads every peer's message
+//                after one flag exchange;
+//   two-shot     above, in pieces of kP2pTwoShotPiece: reduce-scatter then all-gather, each GPU moving
+//                2(N-1)/N of the message.
 #pragma once
 
 #include <algorithm>
@@ -22,9 +20,8 @@ constexpr size_t kP2pLLMax = 256u << 10;        // LL receive lines per (slot, s
 constexpr size_t kP2pOneShotMax = 1u << 20;     // one-shot receive slot per (slot, peer)
 constexpr size_t kP2pTwoShotPiece = 64u << 20;  // bytes per GPU per two-shot launch
 
-// The launch geometry both p2p backends use (p2p.cu in one process, p2p_ipc.cu across processes), each
-// grid the best of a sweep of grid sizes under CUDA graphs (`tpscope bench allreduce`; docs/PERFORMANCE.md,
-// "AllReduce"):
+// The launch geometry of the p2p algorithms, in both process shapes, each grid the best of a sweep of grid sizes under
+// CUDA graphs (`tpscope bench allreduce`; docs/PERFORMANCE.md, "AllReduce"):
 // - flag one-shot: 64 blocks (of 16 to 128, the best or as good as it from 256 KiB to 1 MiB);
 constexpr int kP2pOneShotBlocks = 64;
 // - LL one-shot: 64 blocks, fixed per communicator (each block keeps its own sequence number); many
@@ -39,20 +36,6 @@ static_assert(kP2pLLThreads % 32 == 0 && kP2pLLThreadsMax % 32 == 0 && kP2pLLThr
 // The limits tpscope.h publishes: a fused call's rows are the LL grid's blocks, its bytes an LL call's.
 static_assert(TPS_FUSED_MAX_ROWS == kP2pLLBlocks && TPS_P2P_LL_MAX_BYTES == kP2pLLMax);
 
-enum class P2pAlgo { kLL, kOneShot, kTwoShot };
-
-// `aligned8` / `aligned16`: every GPU's buffer is 8- / 16-byte aligned (cudaMalloc'd buffers are both).
-constexpr P2pAlgo p2pAlgoFor(size_t bytes, bool aligned8 = true, bool aligned16 = true) {
-  if (bytes <= kP2pLLMax && bytes % 8 == 0 && aligned8) return P2pAlgo::kLL;
-  if (bytes <= kP2pOneShotMax || !aligned16) return P2pAlgo::kOneShot;
-  return P2pAlgo::kTwoShot;
-}
-
-// "LL one-shot", "one-shot", "two-shot".
-constexpr const char* p2pAlgoName(P2pAlgo a) {
-  return a == P2pAlgo::kLL ? "LL one-shot" : a == P2pAlgo::kOneShot ? "one-shot" : "two-shot";
-}
-
 // Threads per block of an LL call of `bytes`: one per 8-byte word of a block's share, rounded up to a
 // warp, within [kP2pLLThreads, kP2pLLThreadsMax].
 constexpr int p2pLLThreads(size_t bytes) {
@@ -61,25 +44,13 @@ constexpr int p2pLLThreads(size_t bytes) {
   return static_cast<int>(std::clamp<size_t>(warps, kP2pLLThreads, kP2pLLThreadsMax));
 }
 
-// The statistics path of an algorithm (a two-shot call's remainder short of N whole vectors goes
-// through one-shot, and counts as two-shot).
-constexpr tpsPath_t p2pPathOf(P2pAlgo a) {
-  return a == P2pAlgo::kLL ? tpsPathP2pLL : a == P2pAlgo::kOneShot ? tpsPathP2pOneShot : tpsPathP2pTwoShot;
-}
-
-// Bytes one GPU sends (and receives) over peer links for one call of `bytes` on `path` among `nranks`:
-// one-shot and LL send the whole message to every peer, two-shot 2(N-1)/N of it.
-constexpr size_t p2pBytesPerGpu(tpsPath_t path, size_t bytes, size_t nranks) {
-  return path == tpsPathP2pTwoShot ? bytes * 2 * (nranks - 1) / nranks : bytes * (nranks - 1);
-}
-
 // Whether a fused add + norm call fits the LL kernels: bf16, an LL-sized message, width a multiple of 4,
 // rows <= LL blocks (each row needs a block), every buffer 8-byte aligned, and, with a norm
 // (`has_weight`), residual_out apart from residual_in (the row's last block reads the whole new
 // residual row; the add alone may update the residual in place).
 constexpr bool p2pFusedFits(tpsDataType_t dtype, size_t bytes, size_t rows, size_t width, bool aligned8,
                             bool has_weight, bool residual_apart) {
-  return dtype == tpsBfloat16 && p2pAlgoFor(bytes, true, false) == P2pAlgo::kLL && width % 4 == 0 &&
+  return dtype == tpsBfloat16 && bytes <= kP2pLLMax && bytes % 8 == 0 && width % 4 == 0 &&
          rows <= static_cast<size_t>(kP2pLLBlocks) && aligned8 && (!has_weight || residual_apart);
 }
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "allreduce/p2p_algo.h"
+#include "allreduce/registry.h"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
 #include "common/param.h"
@@ -20,20 +20,12 @@ namespace tpscope::detail {
 
 namespace {
 
-// One call per algorithm, sized by p2pAlgoFor's rule (float32 elements per GPU).
+// One call per p2p algorithm, of its AlgorithmInfo::selfcheck_count float32 elements (the smallest sizes
+// that reach each one's code, tails included: the check stays a few milliseconds).
 struct CheckCall {
+  int path;
   size_t count;
-  P2pAlgo algo;
 };
-// The smallest sizes that reach each algorithm's code (two-shot just past the one-shot slot, with a
-// remainder that does not split into whole vectors per rank): the check stays a few milliseconds.
-constexpr CheckCall kCalls[] = {
-    {4096, P2pAlgo::kLL},
-    {(kP2pLLMax + 4096) / 4, P2pAlgo::kOneShot},
-    {(kP2pOneShotMax + 65536) / 4 + 3, P2pAlgo::kTwoShot},
-};
-static_assert(p2pAlgoFor(kCalls[0].count * 4) == kCalls[0].algo && p2pAlgoFor(kCalls[1].count * 4) == kCalls[1].algo &&
-              p2pAlgoFor(kCalls[2].count * 4) == kCalls[2].algo);
 constexpr size_t kOffsetAlign = 256;  // each call's region starts aligned, as cudaMalloc'd buffers are
 
 // Rank q's value at element i: an integer in [-512, 511], so sums over 8 ranks are exact in float32
@@ -48,12 +40,15 @@ float checkValue(int q, size_t i) {
 tpsResult_t selfCheckP2p(Backend& p2p, const std::vector<int>& devices, int first_rank, int nranks, std::string* why,
                          double* ms) {
   const auto t0 = std::chrono::steady_clock::now();
+  std::vector<CheckCall> calls;
+  for (int path : p2p.paths())
+    if (const size_t count = algorithmOf(path)->selfcheck_count; count > 0) calls.push_back({path, count});
   const int local = static_cast<int>(devices.size());
   size_t total = 0;
-  size_t offset[std::size(kCalls)];
-  for (size_t c = 0; c < std::size(kCalls); ++c) {
+  std::vector<size_t> offset(calls.size());
+  for (size_t c = 0; c < calls.size(); ++c) {
     offset[c] = total;
-    total += (kCalls[c].count * sizeof(float) + kOffsetAlign - 1) / kOffsetAlign * kOffsetAlign;
+    total += (calls[c].count * sizeof(float) + kOffsetAlign - 1) / kOffsetAlign * kOffsetAlign;
   }
   std::vector<DeviceBuffer> bufs(local);
   std::vector<Stream> streams(local);
@@ -62,8 +57,8 @@ tpsResult_t selfCheckP2p(Backend& p2p, const std::vector<int>& devices, int firs
     const int q = first_rank + r;
     TPS_CHECK(DeviceBuffer::create(devices[r], total, &bufs[r]));
     TPS_CHECK(Stream::create(devices[r], &streams[r]));
-    for (size_t c = 0; c < std::size(kCalls); ++c)
-      for (size_t i = 0; i < kCalls[c].count; ++i) host[offset[c] / sizeof(float) + i] = checkValue(q, i);
+    for (size_t c = 0; c < calls.size(); ++c)
+      for (size_t i = 0; i < calls[c].count; ++i) host[offset[c] / sizeof(float) + i] = checkValue(q, i);
     DeviceGuard g(devices[r]);
     TPS_CUDA_CHECK(cudaMemcpy(bufs[r].get(), host.data(), total, cudaMemcpyHostToDevice));
   }
@@ -71,9 +66,9 @@ tpsResult_t selfCheckP2p(Backend& p2p, const std::vector<int>& devices, int firs
   std::vector<void*> ptrs(local);
   std::vector<cudaStream_t> raw(local);
   for (int r = 0; r < local; ++r) raw[r] = streams[r].get();
-  for (size_t c = 0; c < std::size(kCalls); ++c) {
+  for (size_t c = 0; c < calls.size(); ++c) {
     for (int r = 0; r < local; ++r) ptrs[r] = bufs[r].as<char>() + offset[c];
-    TPS_CHECK(p2p.allReduce(CallArgs{ptrs.data(), kCalls[c].count, tpsFloat32, raw.data()}));
+    TPS_CHECK(p2p.launchPath(calls[c].path, CallArgs{ptrs.data(), calls[c].count, tpsFloat32, raw.data()}));
   }
   for (int r = 0; r < local; ++r) {
     DeviceGuard g(devices[r]);
@@ -85,8 +80,8 @@ tpsResult_t selfCheckP2p(Backend& p2p, const std::vector<int>& devices, int firs
     return async;
   }
   std::vector<float> want(host.size());
-  for (size_t c = 0; c < std::size(kCalls); ++c)
-    for (size_t i = 0; i < kCalls[c].count; ++i) {
+  for (size_t c = 0; c < calls.size(); ++c)
+    for (size_t i = 0; i < calls[c].count; ++i) {
       float sum = 0.f;
       for (int p = 0; p < nranks; ++p) sum += checkValue(p, i);
       want[offset[c] / sizeof(float) + i] = sum;
@@ -96,19 +91,20 @@ tpsResult_t selfCheckP2p(Backend& p2p, const std::vector<int>& devices, int firs
   for (int r = 0; r < local && verdict == tpsSuccess; ++r) {
     const int q = first_rank + r;
     DeviceGuard g(devices[r]);
-    if (fault == q) TPS_CUDA_CHECK(cudaMemset(bufs[r].as<char>() + offset[2] + 4 * 1001, 0x7f, 2));
+    if (fault == q && !calls.empty())  // the last call's element 1001
+      TPS_CUDA_CHECK(cudaMemset(bufs[r].as<char>() + offset.back() + 4 * 1001, 0x7f, 2));
     TPS_CUDA_CHECK(cudaMemcpy(host.data(), bufs[r].get(), total, cudaMemcpyDeviceToHost));
-    for (size_t c = 0; c < std::size(kCalls) && verdict == tpsSuccess; ++c) {
+    for (size_t c = 0; c < calls.size() && verdict == tpsSuccess; ++c) {
       const float* got = host.data() + offset[c] / sizeof(float);
       const float* sum = want.data() + offset[c] / sizeof(float);
-      if (std::memcmp(got, sum, kCalls[c].count * sizeof(float)) == 0) continue;
+      if (std::memcmp(got, sum, calls[c].count * sizeof(float)) == 0) continue;
       size_t i = 0;
       while (std::memcmp(&got[i], &sum[i], sizeof(float)) == 0) ++i;
       if (why)
         *why = fmt::format(
             "p2p self-check: GPU {} (rank {}) holds {} at element {} of a {} AllReduce of {} B where the sum is {}: "
             "peer writes do not arrive intact on this box",
-            devices[r], q, got[i], i, p2pAlgoName(kCalls[c].algo), kCalls[c].count * sizeof(float), sum[i]);
+            devices[r], q, got[i], i, algorithmOf(calls[c].path)->label, calls[c].count * sizeof(float), sum[i]);
       verdict = tpsUnavailable;
     }
   }

@@ -3,10 +3,10 @@
 //
 // Boxes exist whose peer-to-peer writes arrive corrupted with no error from CUDA (consumer cards with
 // patched drivers, broken PCIe switches): an AllReduce over them returns wrong sums silently. So every
-// communicator that sets up the p2p backend first runs one small AllReduce per p2p algorithm (LL
-// one-shot, one-shot, two-shot) over its own buffers, with integer-valued float32 data whose sums are
-// exact, and compares every GPU's result bit for bit with the sum computed on the host. A mismatch
-// refuses p2p for that communicator: forced, the creation fails with tpsUnavailable; under auto the
+// communicator that sets up the p2p backend first runs one small AllReduce per p2p algorithm (each of
+// the backend's algorithms with a self-check call in its AlgorithmInfo) over its own buffers, with integer-valued
+// float32 data whose sums are exact, and compares every GPU's result bit for bit with the sum computed on the host. A
+// mismatch refuses p2p for that communicator: forced, the creation fails with tpsUnavailable; under auto the
 // communicator goes on without p2p (host, or NCCL where it runs). The check's calls are not counted in
 // the statistics.
 #pragma once

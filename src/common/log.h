@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // log.h - leveled logging to stderr, gated by TPSCOPE_DEBUG=WARN|INFO|TRACE (default WARN).
 //
-// Lines look like "tpscope WARN allreduce/host_staged.cu:120 message", so they grep beside NCCL's.
+// Lines look like "tpscope WARN allreduce/backend.cc:120 message", so they grep beside NCCL's.
 // Formatting uses fmt; a disabled level costs one integer compare.
 #pragma once
 

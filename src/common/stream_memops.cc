@@ -46,11 +46,11 @@ const MemOps& memOps() {
 
 bool streamMemOpsAvailable() { return memOps().wait != nullptr && memOps().write != nullptr; }
 
-tpsResult_t streamWaitEquals(cudaStream_t stream, void* device_address, uint32_t value) {
+tpsResult_t streamWaitAtLeast(cudaStream_t stream, void* device_address, uint32_t value) {
   const MemOps& ops = memOps();
   TPS_EXPECT(ops.wait != nullptr, tpsUnavailable, "cuStreamWaitValue32 is not available from this driver");
   const CUresult r = ops.wait(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(device_address), value,
-                              CU_STREAM_WAIT_VALUE_EQ);
+                              CU_STREAM_WAIT_VALUE_GEQ);
   TPS_EXPECT(r == CUDA_SUCCESS, tpsCudaError, "cuStreamWaitValue32 failed (CUresult {})", static_cast<int>(r));
   return tpsSuccess;
 }

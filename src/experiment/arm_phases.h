@@ -27,7 +27,7 @@ struct PhaseOutcome {
   int64_t start_ns = 0, end_ns = 0;
   int64_t tokens = 0;                // tokens produced (decode) or consumed (prefill)
   int64_t steps = 0;                 // forward passes
-  std::vector<PathCalls> allreduce;  // the library's accounting across the phase (tpsStats_t difference)
+  std::vector<PathCalls> allreduce;  // the library's accounting across the phase, per path
   // An engine's own account of the phase (llama-server's `timings`): its tokens/s, milliseconds and
   // raw figures. The report gives its tok/s as the arm's (the study's figure) with the client's beside.
   std::optional<double> engine_tok_s, engine_ms;

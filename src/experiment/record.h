@@ -62,7 +62,7 @@ struct GpuTraffic {
   std::optional<double> ceiling_mbps;  // PCIe per direction
 };
 
-// The library's accounting for one path in one phase (tpsStats_t, differenced across the window).
+// The library's accounting for one path in one phase (tpsCommGetPathStats over the window).
 struct PathCalls {
   std::string path;  // tpsPathName: "host-kernel", "p2p-two-shot", ...
   uint64_t calls = 0;

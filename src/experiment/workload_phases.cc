@@ -25,21 +25,20 @@ tpsBackend_t backendOf(const std::string& name) {
   return tpsBackendAuto;
 }
 
-// The library's accounting, per path summed over size classes, after minus before.
-std::vector<PathCalls> statsDifference(const tpsStats_t& a, const tpsStats_t& b) {
+// The library's accounting per path that carried calls, summed over size classes, scaled by `k`.
+std::vector<PathCalls> pathCalls(const std::vector<PathStats>& stats, int ndev, uint64_t k) {
   std::vector<PathCalls> out;
-  for (int p = 0; p < tpsNumPaths; ++p) {
+  for (const PathStats& path : stats) {
     PathCalls pc;
-    pc.path = tpsPathName(static_cast<tpsPath_t>(p));
-    pc.tx_bytes.assign(b.ndev, 0);
-    pc.rx_bytes.assign(b.ndev, 0);
-    for (int s = 0; s < TPS_NUM_SIZE_CLASSES; ++s) {
-      const tpsStatsCell_t &x = a.cells[p][s], &y = b.cells[p][s];
-      pc.calls += y.calls - x.calls;
-      pc.payload_bytes += y.payload_bytes - x.payload_bytes;
-      for (int g = 0; g < b.ndev; ++g) {
-        pc.tx_bytes[g] += y.tx_bytes[g] - x.tx_bytes[g];
-        pc.rx_bytes[g] += y.rx_bytes[g] - x.rx_bytes[g];
+    pc.path = path.name;
+    pc.tx_bytes.assign(ndev, 0);
+    pc.rx_bytes.assign(ndev, 0);
+    for (const tpsStatsCell_t& c : path.cells) {
+      pc.calls += c.calls * k;
+      pc.payload_bytes += c.payload_bytes * k;
+      for (int g = 0; g < ndev; ++g) {
+        pc.tx_bytes[g] += c.tx_bytes[g] * k;
+        pc.rx_bytes[g] += c.rx_bytes[g] * k;
       }
     }
     if (pc.calls) out.push_back(pc);
@@ -152,15 +151,8 @@ class WorkloadArmPhases : public ArmPhases {
       o.steps = r.steps;
       if (model_->comm()) {
         // The workload's statistics for its window; a decode graph's are one step's, scaled here.
-        tpsStats_t zero{};
-        zero.ndev = r.allreduce_stats.ndev;
-        o.allreduce = statsDifference(zero, r.allreduce_stats);
-        const uint64_t k = static_cast<uint64_t>(std::max(r.stats_scale, 1));
-        for (PathCalls& pc : o.allreduce) {
-          pc.calls *= k, pc.payload_bytes *= k;
-          for (uint64_t& b : pc.tx_bytes) b *= k;
-          for (uint64_t& b : pc.rx_bytes) b *= k;
-        }
+        o.allreduce =
+            pathCalls(r.allreduce_stats, r.allreduce_ranks, static_cast<uint64_t>(std::max(r.stats_scale, 1)));
       }
       out->push_back(o);
     }

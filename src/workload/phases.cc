@@ -27,11 +27,17 @@ struct Traffic {
 
 Traffic traffic(const Model& m) {
   Traffic t;
-  tpsStats_t s;
-  if (!m.comm() || tpsCommGetStats(m.comm(), &s) != tpsSuccess) return t;
-  for (const auto& path : s.cells)
-    for (const tpsStatsCell_t& c : path) t.calls += c.calls, t.bytes += c.payload_bytes;
+  std::vector<PathStats> s;
+  if (!m.comm() || allPathStats(m.comm(), &s) != tpsSuccess) return t;
+  for (const PathStats& path : s)
+    for (const tpsStatsCell_t& c : path.cells) t.calls += c.calls, t.bytes += c.payload_bytes;
   return t;
+}
+
+// The library's statistics into r (allreduce_stats, allreduce_ranks).
+void keepStats(const Model& m, PhaseResult* r) {
+  if (!m.comm() || allPathStats(m.comm(), &r->allreduce_stats) != tpsSuccess) return;
+  (void)tpsCommCount(m.comm(), &r->allreduce_ranks);
 }
 
 void resetTraffic(const Model& m) {
@@ -86,7 +92,7 @@ tpsResult_t runPrefill(Model& model, const PrefillOptions& o, Meter* meter, Phas
   if (e != tpsSuccess) return fail(e, reason, "prefill failed (see the log)");
   const Traffic t = traffic(model);
   r.allreduce_calls = t.calls, r.allreduce_bytes = t.bytes;
-  if (model.comm()) (void)tpsCommGetStats(model.comm(), &r.allreduce_stats);
+  keepStats(model, &r);
   r.seconds = t1 - t0;
   r.tokens_per_s = o.prompt / r.seconds;
   r.ms_per_step = 1e3 * r.seconds / r.steps;
@@ -137,7 +143,7 @@ tpsResult_t runDecode(Model& model, const DecodeOptions& o, Meter* meter, PhaseR
     std::string why;
     if (model.captureForward(o.tokens_per_step, o.ctx, &exec, &why) == tpsSuccess) {
       per_step = traffic(model);  // what the capture enqueued: one step's AllReduces
-      if (model.comm()) (void)tpsCommGetStats(model.comm(), &r.allreduce_stats);
+      keepStats(model, &r);
       r.graph = true;
       if (model.launch(exec) != tpsSuccess || model.synchronize() != tpsSuccess) {
         (void)cudaGraphExecDestroy(exec);
@@ -163,7 +169,7 @@ tpsResult_t runDecode(Model& model, const DecodeOptions& o, Meter* meter, PhaseR
   } else {
     const Traffic t = traffic(model);
     r.allreduce_calls = t.calls, r.allreduce_bytes = t.bytes;
-    if (model.comm()) (void)tpsCommGetStats(model.comm(), &r.allreduce_stats);
+    keepStats(model, &r);
   }
   r.seconds = seconds;
   r.tokens_per_s = r.tokens / r.seconds;

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "tpscope/tpscope.hpp"
 #include "workload/model.h"
 #include "workload/profile.h"
 
@@ -55,7 +57,8 @@ struct PhaseResult {
   double ms_per_step_without_allreduce = 0, allreduce_share = 0;
   // The library's statistics for the timed window (tensor split; zero otherwise). A decode graph is
   // counted once, at capture: then these are one step's, and stats_scale is the steps replayed.
-  tpsStats_t allreduce_stats{};
+  std::vector<PathStats> allreduce_stats;  // by path number (tpsCommGetPathStats)
+  int allreduce_ranks = 0;                 // the communicator's ranks in this process: tx/rx entries per cell
   int stats_scale = 1;
   // `tpscope tp --profile`: one forward of this phase's shape timed op by op (Model::profileForward),
   // per GPU position; empty when not asked for.

@@ -158,47 +158,60 @@ void graphReplay(const std::vector<int>& devs, const tpsConfig_t* cfg, tpsBacken
   f.setUp(devs, cfg);
   f.fill(tpsBfloat16, count, 0, 5);
   const size_t bytes = count * 2;
-  std::vector<void*> pristine(2);
-  for (int r = 0; r < 2; ++r) {
+  const int n = static_cast<int>(devs.size());
+  std::vector<void*> pristine(n);
+  for (int r = 0; r < n; ++r) {
     CUDA_OK(cudaSetDevice(devs[r]));
     CUDA_OK(cudaMalloc(&pristine[r], bytes));
     CUDA_OK(cudaMemcpy(pristine[r], f.input[r].data(), bytes, cudaMemcpyHostToDevice));
   }
-  // Capture on stream 0; stream 1 joins through an event so one graph spans both GPUs.
-  cudaEvent_t fork, join;
+  // Capture on stream 0; the others join through an event so one graph spans every rank.
+  std::vector<cudaEvent_t> join(n);
+  cudaEvent_t fork;
   CUDA_OK(cudaSetDevice(devs[0]));
   CUDA_OK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-  CUDA_OK(cudaSetDevice(devs[1]));
-  CUDA_OK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  for (int r = 0; r < n; ++r) {
+    CUDA_OK(cudaSetDevice(devs[r]));
+    CUDA_OK(cudaEventCreateWithFlags(&join[r], cudaEventDisableTiming));
+  }
   CUDA_OK(cudaSetDevice(devs[0]));
   CUDA_OK(cudaStreamBeginCapture(f.streams[0], cudaStreamCaptureModeRelaxed));
   CUDA_OK(cudaEventRecord(fork, f.streams[0]));
-  CUDA_OK(cudaStreamWaitEvent(f.streams[1], fork, 0));
+  for (int r = 1; r < n; ++r) {
+    CUDA_OK(cudaSetDevice(devs[r]));
+    CUDA_OK(cudaStreamWaitEvent(f.streams[r], fork, 0));
+  }
   for (int it = 0; it < 3; ++it) {
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < n; ++r) {
       CUDA_OK(cudaSetDevice(devs[r]));
       CUDA_OK(cudaMemcpyAsync(f.bufs[r], pristine[r], bytes, cudaMemcpyDeviceToDevice, f.streams[r]));
     }
     TPS_OK(tpsAllReduceWith(f.comm, backend, f.bufs.data(), count, tpsBfloat16,
                             reinterpret_cast<tpsStream_t*>(f.streams.data())));
   }
-  CUDA_OK(cudaSetDevice(devs[1]));
-  CUDA_OK(cudaEventRecord(join, f.streams[1]));
+  for (int r = 1; r < n; ++r) {
+    CUDA_OK(cudaSetDevice(devs[r]));
+    CUDA_OK(cudaEventRecord(join[r], f.streams[r]));
+    CUDA_OK(cudaSetDevice(devs[0]));
+    CUDA_OK(cudaStreamWaitEvent(f.streams[0], join[r], 0));
+  }
   CUDA_OK(cudaSetDevice(devs[0]));
-  CUDA_OK(cudaStreamWaitEvent(f.streams[0], join, 0));
   cudaGraph_t graph;
   CUDA_OK(cudaStreamEndCapture(f.streams[0], &graph));
   cudaGraphExec_t exec;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int rep = 0; rep < 20; ++rep) CUDA_OK(cudaGraphLaunch(exec, f.streams[0]));
   f.sync();
-  f.check(tpsBfloat16, count, (std::string("graph ") + tpsBackendName(backend)).c_str());
+  f.check(
+      tpsBfloat16, count,
+      (std::string("graph ") + tpsBackendName(backend) + " N=" + std::to_string(n) + " count=" + std::to_string(count))
+          .c_str());
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaEventDestroy(fork);
-  cudaEventDestroy(join);
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < n; ++r) {
     cudaSetDevice(devs[r]);
+    cudaEventDestroy(join[r]);
     cudaFree(pristine[r]);
   }
   f.tearDown();

@@ -4,7 +4,7 @@
 // backends (rank-order sums, slots, flags, two-shot slices) on a machine with a single GPU.
 #include <cstdlib>
 
-#include "allreduce/p2p.h"
+#include "allreduce/backend.h"
 #include "allreduce/selfcheck.h"
 #include "allreduce_fixture.cuh"
 #include "gpu_test_util.h"
@@ -57,6 +57,27 @@ TEST(AllReduceSharedGpu, AutoFourRanksOnOneGpu) {
   correctness(tpsBackendAuto, 4, {0, 0, 0, 0}, &cfg);
 }
 
+// Three ranks (3-GPU boxes exist): slices, two-shot's N whole vectors and the grids cut by three.
+TEST(AllReduceSharedGpu, P2pThreeRanksOnOneGpu) {
+  TPS_REQUIRE_GPUS(1);
+  const tpsConfig_t cfg = sharedConfig();
+  correctness(tpsBackendP2p, 3, {0, 0, 0}, &cfg);
+}
+TEST(AllReduceSharedGpu, HostThreeRanksOnOneGpu) {
+  TPS_REQUIRE_GPUS(1);
+  const tpsConfig_t cfg = sharedConfig();
+  correctness(tpsBackendHost, 3, {0, 0, 0}, &cfg);
+}
+TEST(AllReduceSharedGpu, GraphReplayThreeRanks) {
+  TPS_REQUIRE_GPUS(1);
+  tpsConfig_t cfg = sharedConfig();
+  cfg.spin_timeout_ms = 2000;
+  for (size_t count : {size_t{4096}, size_t{65536} + 3, (size_t{1} << 20) + 1})
+    graphReplay({0, 0, 0}, &cfg, tpsBackendP2p, count);
+  graphReplay({0, 0, 0}, &cfg, tpsBackendHost, 4096);
+  graphReplay({0, 0, 0}, &cfg, tpsBackendHost, (8u << 20) + 3);
+}
+
 // A rank that never arrives, on every path (host kernel and copy engines; p2p LL, flag one-shot,
 // two-shot): the copy-engine path at one round and at three (96 MiB, whose later rounds wait for the
 // peers' earlier reads), and with four ranks.
@@ -69,6 +90,7 @@ TEST(AllReduceSharedGpu, MissingPeerTimesOutHostCopyEngine) {
   missingPeerTimesOut(tpsBackendHost, size_t{4} << 20, {0, 0}, true);
   missingPeerTimesOut(tpsBackendHost, size_t{48} << 20, {0, 0}, true);
   missingPeerTimesOut(tpsBackendHost, size_t{4} << 20, {0, 0, 0, 0}, true);
+  missingPeerTimesOut(tpsBackendHost, size_t{80} << 20, {0, 0, 0}, true);  // three rounds, three ranks
 }
 TEST(AllReduceSharedGpu, MissingPeerTimesOutP2pLL) {
   TPS_REQUIRE_GPUS(1);
@@ -101,7 +123,7 @@ TEST(AllReduceSharedGpu, P2pSelfCheckPasses) {
     tpsConfig_t cfg = sharedConfig();
     TPS_OK(tpscope::detail::resolveHostTuning(cfg, &tuning));
     std::unique_ptr<tpscope::detail::Backend> p2p;
-    TPS_OK(tpscope::detail::createP2pBackend(devs, tuning, &p2p));
+    TPS_OK(tpscope::detail::createBackend(tpsBackendP2p, devs, nullptr, tuning, &p2p));
     for (int rep = 0; rep < 3; ++rep) {
       std::string why;
       double ms = -1;

@@ -111,8 +111,8 @@ TEST(WorkloadSplits, TensorDecodePhaseCountsAllReducesAndTheirShare) {
   EXPECT_EQ(r.allreduce_bytes, 10ull * 2 * 4 * 2 * 256 * 2);
   // The per-path statistics of the window: a graph's step, scaled by the steps, gives the same calls.
   unsigned long long window_calls = 0;
-  for (const auto& path : r.allreduce_stats.cells)
-    for (const auto& cell : path) window_calls += cell.calls;
+  for (const auto& path : r.allreduce_stats)
+    for (const auto& cell : path.cells) window_calls += cell.calls;
   EXPECT_EQ(window_calls * r.stats_scale, r.allreduce_calls) << "graph " << r.graph;
   EXPECT_GT(r.ms_per_step_without_allreduce, 0);
   EXPECT_GT(r.allreduce_share, 0);  // host round trips on a 4-layer model: most of the step

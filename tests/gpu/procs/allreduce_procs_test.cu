@@ -186,6 +186,8 @@ TEST(AllReduceProcs, P2pTwoProcesses) { correctness("p2p", tpsBackendP2p, 2); }
 TEST(AllReduceProcs, P2pFourProcesses) { correctness("p2p", tpsBackendP2p, 4); }
 TEST(AllReduceProcs, HostTwoProcesses) { correctness("host", tpsBackendHost, 2); }
 TEST(AllReduceProcs, HostFourProcesses) { correctness("host", tpsBackendHost, 4); }
+TEST(AllReduceProcs, P2pThreeProcesses) { correctness("p2p", tpsBackendP2p, 3); }
+TEST(AllReduceProcs, HostThreeProcesses) { correctness("host", tpsBackendHost, 3); }
 
 void graphReplays(const char* backend_name, tpsBackend_t backend, int nranks) {
   TPS_REQUIRE_GPUS(1);
@@ -207,12 +209,10 @@ void graphReplays(const char* backend_name, tpsBackend_t backend, int nranks) {
 }
 
 TEST(AllReduceProcs, GraphReplaysP2p) {
-  graphReplays("p2p", tpsBackendP2p, 2);
-  graphReplays("p2p", tpsBackendP2p, 4);
+  for (int n : {2, 3, 4}) graphReplays("p2p", tpsBackendP2p, n);
 }
 TEST(AllReduceProcs, GraphReplaysHost) {
-  graphReplays("host", tpsBackendHost, 2);
-  graphReplays("host", tpsBackendHost, 4);
+  for (int n : {2, 3, 4}) graphReplays("host", tpsBackendHost, n);
 }
 
 // The fused call in one process, hashed as the workers hash it.
@@ -245,7 +245,7 @@ std::pair<std::string, std::string> fusedOneProcess(int nranks) {
 
 TEST(AllReduceProcs, FusedAddRmsNormP2p) {
   TPS_REQUIRE_GPUS(1);
-  for (int nranks : {2, 4}) {
+  for (int nranks : {2, 3, 4}) {
     const auto w = runRanks("fused", "p2p", nranks, 10000);
     if (noGpu(w)) GTEST_SKIP() << "the ranks found no GPU";
     expectAllExited(w, "fused");

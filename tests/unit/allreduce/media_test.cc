@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include "allreduce/p2p_algo.h"
 #include "fixtures.h"
 
 namespace tpscope {
@@ -21,19 +20,6 @@ BackendsBuilt allBuilt() {
   b.host = b.p2p = b.nccl = true;
   b.nccl_version = 22803;
   return b;
-}
-
-TEST(P2pAlgo, SizeAndAlignmentPickTheAlgorithm) {
-  using detail::P2pAlgo;
-  using detail::p2pAlgoFor;
-  EXPECT_EQ(p2pAlgoFor(8 << 10), P2pAlgo::kLL);
-  EXPECT_EQ(p2pAlgoFor(detail::kP2pLLMax), P2pAlgo::kLL);
-  EXPECT_EQ(p2pAlgoFor(detail::kP2pLLMax + 8), P2pAlgo::kOneShot);
-  EXPECT_EQ(p2pAlgoFor(12), P2pAlgo::kOneShot) << "not whole 8-byte words";
-  EXPECT_EQ(p2pAlgoFor(8 << 10, /*aligned8=*/false), P2pAlgo::kOneShot);
-  EXPECT_EQ(p2pAlgoFor(detail::kP2pOneShotMax + 16), P2pAlgo::kTwoShot);
-  EXPECT_EQ(p2pAlgoFor(64 << 20, true, /*aligned16=*/false), P2pAlgo::kOneShot);
-  EXPECT_EQ(p2pAlgoFor(detail::kP2pLLMax - 8, /*aligned8=*/false, /*aligned16=*/false), P2pAlgo::kOneShot);
 }
 
 TEST(Media, H200PairUsesNvlinkNotPcieP2p) {

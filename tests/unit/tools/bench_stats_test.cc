@@ -7,15 +7,19 @@
 namespace tpscope::cli {
 namespace {
 
-tpsStats_t empty(int ndev) {
-  tpsStats_t s{};
-  s.ndev = ndev;
+// A snapshot of every path with nothing counted: ndev ranks in the process.
+struct Snapshot {
+  int ndev;
+  std::vector<PathStats> paths;
+};
+Snapshot empty(int ndev) {
+  Snapshot s{ndev, std::vector<PathStats>(tpsGetPathCount())};
+  for (size_t p = 0; p < s.paths.size(); ++p) s.paths[p].name = tpsGetPathName(static_cast<int>(p));
   return s;
 }
 
-void add(tpsStats_t* s, tpsPath_t p, size_t bytes, unsigned long long calls, unsigned long long tx,
-         unsigned long long rx) {
-  tpsStatsCell_t& c = s->cells[p][tpsSizeClassOf(bytes)];
+void add(Snapshot* s, int p, size_t bytes, unsigned long long calls, unsigned long long tx, unsigned long long rx) {
+  tpsStatsCell_t& c = s->paths[p].cells[tpsSizeClassOf(bytes)];
   c.calls += calls;
   c.payload_bytes += calls * bytes;
   for (int r = 0; r < s->ndev; ++r) {
@@ -24,10 +28,14 @@ void add(tpsStats_t* s, tpsPath_t p, size_t bytes, unsigned long long calls, uns
   }
 }
 
+StatsDelta statsDelta(const Snapshot& before, const Snapshot& after) {
+  return cli::statsDelta(before.paths, after.paths, after.ndev);
+}
+
 TEST(BenchStats, OnePathGivesItsNameAndPerCallBytes) {
-  tpsStats_t before = empty(2);
+  Snapshot before = empty(2);
   add(&before, tpsPathNccl, 1 << 20, 7, 1 << 20, 1 << 20);  // earlier calls: not in the delta
-  tpsStats_t after = before;
+  Snapshot after = before;
   add(&after, tpsPathHostKernel, 8192, 20, 8192, 8192);
   const StatsDelta d = statsDelta(before, after);
   EXPECT_EQ(d.calls, 20u);
@@ -39,7 +47,7 @@ TEST(BenchStats, OnePathGivesItsNameAndPerCallBytes) {
 }
 
 TEST(BenchStats, MixedPathsJoinAndAverage) {
-  tpsStats_t before = empty(4), after = empty(4);
+  Snapshot before = empty(4), after = empty(4);
   add(&after, tpsPathHostKernel, 64 << 10, 10, 100, 300);
   add(&after, tpsPathHostCopyEngine, 64 << 20, 10, 1000, 3000);
   add(&after, tpsPathP2pOneShot, 8192, 20, 50, 150);
@@ -55,6 +63,19 @@ TEST(BenchStats, NoCountedCallsGiveNoBytes) {
   EXPECT_EQ(d.calls, 0u);
   EXPECT_EQ(d.paths, "-");
   EXPECT_FALSE(d.bytes_per_call.has_value());
+}
+
+// A path past tpsPath_t's (an algorithm added later) counts like any other, under its own name.
+TEST(BenchStats, PathsBeyondTheEnumCount) {
+  Snapshot before = empty(2), after = empty(2);
+  PathStats extra;
+  extra.name = "host-copy-new";
+  before.paths.push_back(extra);
+  after.paths.push_back(extra);
+  add(&after, static_cast<int>(after.paths.size()) - 1, 64 << 20, 3, 100, 100);
+  const StatsDelta d = statsDelta(before, after);
+  EXPECT_EQ(d.calls, 3u);
+  EXPECT_EQ(d.paths, "host-copy-new");
 }
 
 TEST(BenchStats, PathsMapToTheirMedium) {

@@ -68,22 +68,22 @@ class Rank {
     sync(item);
     // The statistics bracket the timed calls alone: the barrier's 4-byte call is before them.
     if (!plan_.graph) barrier(item);
-    tpsStats_t before{}, after{};
-    tpsOk(tpsCommGetStats(comm_, &before), "tpsCommGetStats");
+    std::vector<PathStats> before, after;
+    tpsOk(allPathStats(comm_, &before), "tpsCommGetPathStats");
     if (!plan_.graph) {
       out.mean_us = timeEager(item, false).front();
-      tpsOk(tpsCommGetStats(comm_, &after), "tpsCommGetStats");
+      tpsOk(allPathStats(comm_, &after), "tpsCommGetPathStats");
       barrier(item);
       out.samples_us = timeEager(item, true);
     } else {
       GraphExec g{capture(item)};
-      tpsOk(tpsCommGetStats(comm_, &after), "tpsCommGetStats");
+      tpsOk(allPathStats(comm_, &after), "tpsCommGetPathStats");
       out.samples_us = timeGraph(g.exec, item);
       double sum = 0;
       for (double v : out.samples_us) sum += v;
       out.mean_us = sum / out.samples_us.size();
     }
-    const StatsDelta d = statsDelta(before, after);
+    const StatsDelta d = statsDelta(before, after, 1);
     out.path = d.paths;
     out.bytes_per_call = d.bytes_per_call;
     if (plan_.check) check(item, &out);

@@ -365,19 +365,19 @@ BenchRow AllReduceBench::measure(tpsBackend_t backend, tpsDataType_t dtype, size
   syncAll();
   throwIfAsyncError(backend, row.bytes());
 
-  tpsStats_t before{}, after{};
-  tpsOk(tpsCommGetStats(comm_, &before), "tpsCommGetStats");
+  std::vector<PathStats> before, after;
+  tpsOk(allPathStats(comm_, &before), "tpsCommGetPathStats");
   std::vector<double> samples;
   if (!options_.graph) {
     const double mean = timeEager(backend, dtype, count, /*marked=*/false).front();
-    tpsOk(tpsCommGetStats(comm_, &after), "tpsCommGetStats");
+    tpsOk(allPathStats(comm_, &after), "tpsCommGetPathStats");
     samples = timeEager(backend, dtype, count, /*marked=*/true);
     row.time = summarizeTimes(samples);
     row.time.mean_us = mean;  // from the unmarked run: nothing but the calls between start and stop
     row.calls = options_.iters;
   } else {
     GraphExec g{capture(backend, dtype, count, options_.iters)};
-    tpsOk(tpsCommGetStats(comm_, &after), "tpsCommGetStats");
+    tpsOk(allPathStats(comm_, &after), "tpsCommGetPathStats");
     samples = timeGraph(g.exec, options_.iters);
     row.time = summarizeTimes(samples);
     row.calls = options_.iters * options_.graph_replays;
@@ -385,7 +385,7 @@ BenchRow AllReduceBench::measure(tpsBackend_t backend, tpsDataType_t dtype, size
   syncAll();
   throwIfAsyncError(backend, row.bytes());
 
-  const StatsDelta delta = statsDelta(before, after);
+  const StatsDelta delta = statsDelta(before, after, static_cast<int>(devices_.size()));
   row.path = delta.paths;
   row.bytes_per_call = delta.bytes_per_call;
   if (backend == kBenchNcclSymm)

@@ -2,29 +2,33 @@
 // bench/stats.cc - statistics snapshots to per-call bytes by medium.
 #include "bench/stats.h"
 
+#include <algorithm>
+
+#include "allreduce/registry.h"
+
 namespace tpscope::cli {
 
-Medium pathMedium(tpsPath_t path) {
-  switch (path) {
-    case tpsPathHostKernel:
-    case tpsPathHostCopyEngine: return Medium::kHost;
-    case tpsPathP2pLL:
-    case tpsPathP2pOneShot:
-    case tpsPathP2pTwoShot: return Medium::kPeer;
+Medium pathMedium(int path) {
+  const detail::AlgorithmInfo* a = detail::algorithmOf(path);
+  if (a == nullptr) return Medium::kNccl;
+  switch (a->medium) {
+    case detail::Medium::kHostMemory: return Medium::kHost;
+    case detail::Medium::kPeerLinks: return Medium::kPeer;
     default: return Medium::kNccl;
   }
 }
 
-StatsDelta statsDelta(const tpsStats_t& before, const tpsStats_t& after) {
+StatsDelta statsDelta(const std::vector<PathStats>& before, const std::vector<PathStats>& after, int ndev) {
   StatsDelta d;
   MediumBytes sum;
-  const int n = after.ndev > 0 ? after.ndev : 1;
-  for (int p = 0; p < tpsNumPaths; ++p) {
+  const int n = std::clamp(ndev, 1, TPS_MAX_DEVICES);
+  const size_t paths = std::min(before.size(), after.size());
+  for (size_t p = 0; p < paths; ++p) {
     unsigned long long calls = 0;
     double tx = 0, rx = 0;  // summed over size classes and GPUs
     for (int c = 0; c < TPS_NUM_SIZE_CLASSES; ++c) {
-      const tpsStatsCell_t& a = before.cells[p][c];
-      const tpsStatsCell_t& b = after.cells[p][c];
+      const tpsStatsCell_t& a = before[p].cells[c];
+      const tpsStatsCell_t& b = after[p].cells[c];
       calls += b.calls - a.calls;
       for (int r = 0; r < n; ++r) {
         tx += static_cast<double>(b.tx_bytes[r] - a.tx_bytes[r]);
@@ -33,10 +37,10 @@ StatsDelta statsDelta(const tpsStats_t& before, const tpsStats_t& after) {
     }
     if (calls == 0) continue;
     d.calls += calls;
-    d.paths += (d.paths.empty() ? "" : "+") + std::string(tpsPathName(static_cast<tpsPath_t>(p)));
+    d.paths += (d.paths.empty() ? "" : "+") + after[p].name;
     static constexpr double MediumBytes::*kTx[] = {&MediumBytes::host_tx, &MediumBytes::peer_tx, &MediumBytes::nccl_tx};
     static constexpr double MediumBytes::*kRx[] = {&MediumBytes::host_rx, &MediumBytes::peer_rx, &MediumBytes::nccl_rx};
-    const int m = static_cast<int>(pathMedium(static_cast<tpsPath_t>(p)));
+    const int m = static_cast<int>(pathMedium(static_cast<int>(p)));
     sum.*kTx[m] += tx / n;
     sum.*kRx[m] += rx / n;
   }

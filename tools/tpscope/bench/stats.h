@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench/stats.h - what the library's accounting says one benchmark step moved: the difference of two
-// tpsCommGetStats snapshots, turned into the `path` column and bytes per call per GPU by medium.
+// snapshots of every path's statistics (tpsCommGetPathStats), turned into the `path` column and bytes per
+// call per GPU by medium.
 //
 // The library counts a call when it is enqueued, so a graph captured once and launched many times counts
 // once per captured call: the benchmark takes its snapshots around the eager timed loop, or around the
@@ -9,9 +10,11 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "bench/table.h"
 #include "tpscope/tpscope.h"
+#include "tpscope/tpscope.hpp"
 
 namespace tpscope::cli {
 
@@ -21,10 +24,12 @@ struct StatsDelta {
   std::optional<MediumBytes> bytes_per_call;  // mean over GPUs, per counted call; nullopt when calls == 0
 };
 
-// The medium a path moves its bytes over: host memory, peer links, or NCCL (whatever transport it chose).
+// The medium a path moves its bytes over: host memory, peer links, or NCCL (whatever transport it chose),
+// as its algorithm declares it (allreduce/registry.h).
 enum class Medium { kHost = 0, kPeer = 1, kNccl = 2 };
-Medium pathMedium(tpsPath_t path);
+Medium pathMedium(int path);
 
-StatsDelta statsDelta(const tpsStats_t& before, const tpsStats_t& after);
+// Snapshots of every path by number (allPathStats) before and after; `ndev` ranks in this process.
+StatsDelta statsDelta(const std::vector<PathStats>& before, const std::vector<PathStats>& after, int ndev);
 
 }  // namespace tpscope::cli

@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// nccl_backend.cc - backend `nccl`. NCCL picks its own transport (NVLink, PCIe P2P, or host shared memory
-// when NCCL_P2P_DISABLE=1); the library's accounting uses the ring estimate 2(N-1)/N x size per
-// direction, which is what a ring moves.
-#include "allreduce/nccl_backend.h"
-
+// algorithms/nccl.cc - nccl: ncclAllReduce over NCCL communicators of the same devices (ncclCommInitAll
+// in one process, ncclCommInitRank with an id rank 0 shares through the bootstrap across processes),
+// grouped over this process's ranks. NCCL picks its own transport (NVLink, PCIe P2P, or host shared
+// memory when NCCL_P2P_DISABLE=1); it takes one rank per GPU.
 #include <nccl.h>
 
 #include <cstring>
 
+#include "allreduce/algorithm.h"
 #include "allreduce/nccl_types.h"
+#include "allreduce/rank_setup.h"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
 
@@ -25,47 +26,39 @@ namespace tpscope::detail {
 
 namespace {
 
-class NcclBackend final : public Backend {
+class Nccl final : public Algorithm {
  public:
-  ~NcclBackend() override {
+  ~Nccl() override {
     for (ncclComm_t c : comms_)
       if (c) (void)ncclCommDestroy(c);
   }
-  tpsResult_t init(const std::vector<int>& devices) {
-    n_ = static_cast<int>(devices.size());
-    comms_.assign(devices.size(), nullptr);
-    TPS_NCCL_CHECK(ncclCommInitAll(comms_.data(), n_, devices.data()));
-    return tpsSuccess;
-  }
-  // One rank of a rank-per-process communicator: rank 0's ncclUniqueId reaches the others through the
-  // bootstrap. n_ is the communicator's size; comms_ holds this process's one communicator.
-  tpsResult_t initRank(RankGroup& g) {
+  tpsResult_t init(BackendContext& ctx) {
+    if (ctx.group == nullptr) {
+      comms_.assign(ctx.devices.size(), nullptr);
+      TPS_NCCL_CHECK(ncclCommInitAll(comms_.data(), static_cast<int>(ctx.devices.size()), ctx.devices.data()));
+      return tpsSuccess;
+    }
+    // One rank of several processes: rank 0's ncclUniqueId reaches the others through the bootstrap.
+    RankGroup& g = *ctx.group;
     ncclUniqueId id{};
     tpsResult_t status = tpsSuccess;
     if (g.rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) status = tpsNcclError;
     std::vector<char> all;
     TPS_CHECK(exchange(g, "sharing the NCCL id", status, &id, sizeof(id), &all));
     std::memcpy(&id, all.data(), sizeof(id));
-    n_ = g.nranks;
     comms_.assign(1, nullptr);
     DeviceGuard dg(g.device);
-    ncclResult_t r = ncclCommInitRank(&comms_[0], g.nranks, id, g.rank);
+    const ncclResult_t r = ncclCommInitRank(&comms_[0], g.nranks, id, g.rank);
     if (r != ncclSuccess) {
       TPS_LOG_WARN("ncclCommInitRank on rank {}: {}", g.rank, ncclGetErrorString(r));
       comms_[0] = nullptr;
     }
     return agree(g, "ncclCommInitRank", r == ncclSuccess ? tpsSuccess : tpsNcclError);
   }
-  tpsBackend_t kind() const override { return tpsBackendNccl; }
-  tpsPath_t pathFor(const CallArgs&) const override { return tpsPathNccl; }
-  Traffic trafficFor(tpsPath_t, size_t bytes) const override {
-    const size_t ring = bytes * 2 * (n_ - 1) / n_;
-    return Traffic{ring, ring};
-  }
-  tpsResult_t allReduce(const CallArgs& a) override {
+  tpsResult_t launch(const CallArgs& a) override {
     TPS_NCCL_CHECK(ncclGroupStart());
     for (size_t r = 0; r < comms_.size(); ++r) {
-      ncclResult_t res =
+      const ncclResult_t res =
           ncclAllReduce(a.bufs[r], a.bufs[r], a.count, ncclTypeOf(a.dtype), ncclSum, comms_[r], a.streams[r]);
       if (res != ncclSuccess) {
         (void)ncclGroupEnd();
@@ -86,24 +79,34 @@ class NcclBackend final : public Backend {
   }
 
  private:
-  int n_ = 0;
   std::vector<ncclComm_t> comms_;
 };
 
-}  // namespace
-
-tpsResult_t createNcclBackend(const std::vector<int>& devices, std::unique_ptr<Backend>* out) {
-  auto b = std::make_unique<NcclBackend>();
-  TPS_CHECK(b->init(devices));
-  *out = std::move(b);
+tpsResult_t create(BackendContext& ctx, std::unique_ptr<Algorithm>* out) {
+  auto a = std::make_unique<Nccl>();
+  TPS_CHECK(a->init(ctx));
+  *out = std::move(a);
   return tpsSuccess;
 }
 
-tpsResult_t createNcclRankBackend(RankGroup& g, std::unique_ptr<Backend>* out) {
-  auto b = std::make_unique<NcclBackend>();
-  TPS_CHECK(b->initRank(g));
-  *out = std::move(b);
-  return tpsSuccess;
+}  // namespace
+
+const AlgorithmInfo& ncclAlgorithm() {
+  static const AlgorithmInfo info = [] {
+    AlgorithmInfo a;
+    a.name = "nccl";
+    a.label = "NCCL's choice";
+    a.backend = tpsBackendNccl;
+    a.medium = Medium::kNccl;
+    // NCCL's ring moves 2(N-1)/N of the message per direction; its own protocol bytes are not counted.
+    a.traffic = [](size_t bytes, int n) {
+      const size_t ring = bytes * 2 * static_cast<size_t>(n - 1) / static_cast<size_t>(n);
+      return Traffic{ring, ring};
+    };
+    a.create = create;
+    return a;
+  }();
+  return info;
 }
 
 }  // namespace tpscope::detail
