@@ -102,6 +102,27 @@ typedef enum {
 /* The most uids a configuration may name besides the process's own (tpsConfig_t.peer_uids). */
 #define TPS_MAX_PEER_UIDS 8
 
+/* Wires: what a call's bytes travel as between the ranks. tpsWireExact, the dtype's own bytes, is the
+ * default and the only wire a communicator uses unless the user names another (tpsConfig_t.wire, or
+ * TPSCOPE_WIRE) or gives tpsWireAuto an error budget. A compressed wire encodes each rank's message in
+ * blocks of 64 values with one float scale each (bf16: float32 messages rounded to bfloat16, no scale);
+ * every rank adds the same decoded payloads, its own included as its peers decode it, in rank order in
+ * float, so every rank still holds the same bits. NaN and +-Inf travel as codes of their own and come
+ * out of the sum as on the exact wire. The host backend carries every wire, on both of its paths; where
+ * the chosen algorithm has no such wire (p2p, NCCL, bf16 for a 16-bit dtype) the call runs exact. The
+ * path in the statistics names the wire a call used ("host-copy+int8"). */
+typedef enum {
+  tpsWireExact = 0, /* the dtype's bytes: what every other wire is measured against */
+  tpsWireBf16 = 1,  /* float32 calls as bfloat16 (half the bytes) */
+  tpsWireInt8 = 2,  /* 8-bit integers and a scale per 64 values: 1.0625 bytes a value */
+  tpsWireFp8 = 3,   /* fp8 e4m3 and a scale per 64 values: 1.0625 bytes a value */
+  tpsWireInt4 = 4,  /* 4-bit integers and a scale per 64 values: 0.5625 bytes a value */
+  tpsWireAuto = 5,  /* per call size, the fastest wire whose relative RMS error `bench allreduce --tune`
+                       measured on this box is within wire_error_budget; exact where none is, or where
+                       the tune file has no wire table for this box */
+  tpsNumWires = 6
+} tpsWire_t;
+
 /* Communicator configuration. Initialise with tpsConfigInit(); a field left at 0 takes its default
  * (environment variable first, then the value measured for this box, then a built-in default). */
 typedef struct {
@@ -135,9 +156,14 @@ typedef struct {
    * refuse ranks of other users: the host backend's shared memory is readable by its own user only. */
   int num_peer_uids;                         /* 0..TPS_MAX_PEER_UIDS, else tpsInvalidArgument */
   unsigned int peer_uids[TPS_MAX_PEER_UIDS]; /* [0, num_peer_uids) are read */
+  /* The wire (above). 0, tpsWireExact: TPSCOPE_WIRE when set (exact, bf16, int8, fp8, int4 or
+   * auto:BUDGET), else exact. Every rank of a communicator must give the same wire. */
+  tpsWire_t wire;
+  float wire_error_budget; /* tpsWireAuto: the relative RMS error per call allowed, in (0, 1) */
+  int reserved[14];        /* zero (tpsConfigInit): room for later options, so the struct keeps its size */
 } tpsConfig_t;
 
-/* Fills *config with zeros and tpsBackendAuto: every field takes its default (no peer_uids). */
+/* Fills *config with zeros and tpsBackendAuto: every field takes its default (no peer_uids, the exact wire). */
 tpsResult_t tpsConfigInit(tpsConfig_t* config);
 
 /* An AllReduce communicator over N devices of this process (opaque, like ncclComm_t). */

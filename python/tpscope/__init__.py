@@ -28,7 +28,7 @@ import os
 import sys
 
 __all__ = [
-    "Status", "DataType", "Backend", "Error", "Config", "Communicator", "get_unique_id", "library",
+    "Status", "DataType", "Backend", "Wire", "Error", "Config", "Communicator", "get_unique_id", "library",
     "UNIQUE_ID_BYTES", "MAX_DEVICES", "MAX_PEER_UIDS",
 ]
 
@@ -55,6 +55,16 @@ class DataType(enum.IntEnum):
     FLOAT32 = 0
     FLOAT16 = 1
     BFLOAT16 = 2
+
+
+class Wire(enum.IntEnum):
+    """tpsWire_t: what a call's bytes travel as. EXACT is the default; the others are lossy (tpscope.h)."""
+    EXACT = 0
+    BF16 = 1
+    INT8 = 2
+    FP8 = 3
+    INT4 = 4
+    AUTO = 5
 
 
 class Backend(enum.IntEnum):
@@ -86,7 +96,8 @@ class _Config(ctypes.Structure):
     _fields_ = [("backend", ctypes.c_int), ("host_copy_threshold", ctypes.c_size_t),
                 ("host_chunk_bytes", ctypes.c_size_t), ("host_blocks", ctypes.c_int),
                 ("spin_timeout_ms", ctypes.c_uint), ("shared_devices", ctypes.c_int),
-                ("num_peer_uids", ctypes.c_int), ("peer_uids", ctypes.c_uint * MAX_PEER_UIDS)]
+                ("num_peer_uids", ctypes.c_int), ("peer_uids", ctypes.c_uint * MAX_PEER_UIDS),
+                ("wire", ctypes.c_int), ("wire_error_budget", ctypes.c_float), ("reserved", ctypes.c_int * 14)]
 
 
 class _UniqueId(ctypes.Structure):
@@ -98,10 +109,13 @@ class Config:
 
     peer_uids: for ``Communicator.init_rank`` only, the uids of other users whose processes may be the
     other ranks (at most MAX_PEER_UIDS); by default only processes of this process's user may join
-    (tpscope.h, tpsCommInitRank, has the rule)."""
+    (tpscope.h, tpsCommInitRank, has the rule).
+
+    wire: Wire.EXACT (the default, which TPSCOPE_WIRE may set), or a compressed wire, or Wire.AUTO with
+    wire_error_budget, the relative RMS error per call allowed, in (0, 1)."""
 
     def __init__(self, backend=Backend.AUTO, host_copy_threshold=0, host_chunk_bytes=0, host_blocks=0,
-                 spin_timeout_ms=0, shared_devices=False, peer_uids=()):
+                 spin_timeout_ms=0, shared_devices=False, peer_uids=(), wire=Wire.EXACT, wire_error_budget=0.0):
         self.backend = Backend(backend)
         self.shared_devices = bool(shared_devices)  # ranks may share a GPU (tests; never for timings)
         self.host_copy_threshold = int(host_copy_threshold)
@@ -117,17 +131,23 @@ class Config:
         for uid in self.peer_uids:
             if not isinstance(uid, int) or isinstance(uid, bool) or not 0 <= uid < 2 ** 32:
                 raise ValueError("Config.peer_uids: %r is no uid" % (uid,))
+        self.wire = Wire(wire)
+        self.wire_error_budget = float(wire_error_budget)
+        if self.wire == Wire.AUTO and not 0.0 < self.wire_error_budget < 1.0:
+            raise ValueError("Config.wire_error_budget is %r: Wire.AUTO takes a relative RMS error in (0, 1)"
+                             % (wire_error_budget,))
 
     @classmethod
     def _from_c(cls, c):
         n = max(0, min(c.num_peer_uids, MAX_PEER_UIDS))
         return cls(Backend(c.backend), c.host_copy_threshold, c.host_chunk_bytes, c.host_blocks, c.spin_timeout_ms,
-                   c.shared_devices != 0, tuple(c.peer_uids[:n]))
+                   c.shared_devices != 0, tuple(c.peer_uids[:n]), Wire(c.wire), c.wire_error_budget)
 
     def _c(self):
         uids = (ctypes.c_uint * MAX_PEER_UIDS)(*self.peer_uids)
         return _Config(int(self.backend), self.host_copy_threshold, self.host_chunk_bytes, self.host_blocks,
-                       self.spin_timeout_ms, 1 if self.shared_devices else 0, len(self.peer_uids), uids)
+                       self.spin_timeout_ms, 1 if self.shared_devices else 0, len(self.peer_uids), uids,
+                       int(self.wire), self.wire_error_budget)
 
 
 # ---- the library -----------------------------------------------------------------------------------

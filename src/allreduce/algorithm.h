@@ -19,6 +19,7 @@
 
 #include "allreduce/backend_call.h"
 #include "allreduce/tuning.h"
+#include "allreduce/wire_codec.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::detail {
@@ -70,8 +71,10 @@ struct AlgorithmInfo {
   size_t align = 1;             // bytes of alignment its kernels need; the algorithm stages a buffer short of it
   size_t granule = 1;           // a call's bytes per GPU are a multiple of this
   size_t max_bytes = SIZE_MAX;  // the largest call it takes, bytes per GPU
-  size_t (*min_bytes)(const HostTuning&) = nullptr;        // the smallest call it takes on a box so tuned (null: any)
-  Traffic (*traffic)(size_t bytes, int nranks) = nullptr;  // payload each GPU sends and receives for one call
+  size_t (*min_bytes)(const HostTuning&) = nullptr;  // the smallest call it takes on a box so tuned (null: any)
+  WireCode wire = WireCode::kExact;                  // what its bytes travel as (wire.h); exact: the dtype's own bytes
+  // Payload one GPU sends and receives for one call of `count` elements, `bytes` in all, on `nranks` ranks.
+  Traffic (*traffic)(size_t bytes, size_t count, int nranks) = nullptr;
   size_t selfcheck_count = 0;  // float32 elements of its call in the p2p self-check (selfcheck.h); 0: none
   tpsResult_t (*create)(BackendContext& ctx, std::unique_ptr<Algorithm>* out) = nullptr;
 };

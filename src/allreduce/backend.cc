@@ -50,12 +50,12 @@ Algorithm* Backend::instance(int path) const {
 
 int Backend::pathFor(const CallArgs& a) const {
   const BackendContext& c = parts_.ctx;
-  return chooseAlgorithm(paths_, a.bytes(), a.dtype, c.nranks, c.shape, c.tuning);
+  return chooseAlgorithm(paths_, a.bytes(), a.dtype, c.nranks, c.shape, c.tuning, a.wire);
 }
 
-Traffic Backend::trafficFor(int path, size_t bytes) const {
+Traffic Backend::trafficFor(int path, const CallArgs& a) const {
   const AlgorithmInfo* info = algorithmOf(path);
-  return info && info->traffic ? info->traffic(bytes, parts_.ctx.nranks) : Traffic{};
+  return info && info->traffic ? info->traffic(a.bytes(), a.count, parts_.ctx.nranks) : Traffic{};
 }
 
 tpsResult_t Backend::allReduce(const CallArgs& a) {

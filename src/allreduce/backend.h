@@ -38,8 +38,8 @@ class Backend {
   const std::vector<int>& paths() const { return paths_; }
   // The path that carries `a`, or -1 when none of this backend's algorithms takes it.
   int pathFor(const CallArgs& a) const;
-  // Per-GPU payload of one call of `bytes` on `path` (identical for every GPU in these algorithms).
-  Traffic trafficFor(int path, size_t bytes) const;
+  // Per-GPU payload of call `a` on `path` (identical for every GPU in these algorithms).
+  Traffic trafficFor(int path, const CallArgs& a) const;
   // Enqueues the call on the path pathFor() names; tpsUnavailable (logged) when there is none.
   tpsResult_t allReduce(const CallArgs& a);
   // Enqueues the call on `path`, which must be one of paths() and take the call (the p2p self-check).

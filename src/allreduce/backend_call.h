@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "allreduce/push.h"
+#include "allreduce/wire_codec.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::detail {
@@ -18,7 +19,8 @@ struct CallArgs {
   void* const* bufs;  // [local ranks] device buffers, in place
   size_t count;       // elements per buffer
   tpsDataType_t dtype;
-  const cudaStream_t* streams;  // [local ranks] caller streams, one per rank, on its GPU
+  const cudaStream_t* streams;       // [local ranks] caller streams, one per rank, on its GPU
+  WireCode wire = WireCode::kExact;  // the wire the communicator asks for this call (wire.h)
   size_t bytes() const { return count * tpsDataTypeSize(dtype); }
 };
 

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // communicator.cc - the C API: communicator lifetime, argument validation, dispatch, statistics.
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,6 +25,7 @@
 #include "allreduce/selector.h"
 #include "allreduce/selfcheck.h"
 #include "allreduce/tuning.h"
+#include "allreduce/wire.h"
 #include "common/checks.h"
 #include "common/param.h"
 #include "tpscope/tpscope.h"
@@ -37,6 +41,8 @@ struct tpsComm {
   tpsConfig_t config{};  // as resolved at creation (tpsCommGetConfig)
   Availability avail;
   std::optional<AutoTable> auto_table;  // the tune file's measured choice for this box, when there is one
+  WirePolicy wire;                      // the wire the calls ask for (wire.h)
+  std::optional<WireTable> wire_table;  // auto's measured wires for this box, when the tune file has them
   std::array<std::unique_ptr<Backend>, tpsNumBackends> backends;
   std::mutex stats_mutex;  // stats may be read from another thread than the one calling tpsAllReduce
   // [path][size class], a row per registered algorithm (registry.h), so a new algorithm is a new row.
@@ -118,7 +124,7 @@ tpsResult_t validateCall(tpsComm* c, void* const* bufs, size_t count, tpsDataTyp
 // Counts an enqueued call on the path that carried it.
 void record(tpsComm* c, const Backend& b, int path, const CallArgs& args) {
   const size_t bytes = args.bytes();
-  const Traffic t = b.trafficFor(path, bytes);
+  const Traffic t = b.trafficFor(path, args);
   std::lock_guard<std::mutex> lock(c->stats_mutex);
   tpsStatsCell_t& cell = c->stats[path][tpsSizeClassOf(bytes)];
   cell.calls += 1;
@@ -184,14 +190,64 @@ tpsResult_t checkP2p(tpsComm* c, const char* what, bool forced, const std::vecto
 }
 
 // The configuration as resolved at creation, for tpsCommGetConfig and the records.
-tpsConfig_t resolvedConfig(const tpsConfig_t& given, tpsBackend_t requested, const HostTuning& tuning) {
+tpsConfig_t resolvedConfig(const tpsConfig_t& given, tpsBackend_t requested, const HostTuning& tuning,
+                           const WirePolicy& wire) {
   tpsConfig_t c = given;
   c.backend = requested;
+  c.wire = wire.automatic ? tpsWireAuto : static_cast<tpsWire_t>(wire.wire);
+  c.wire_error_budget = static_cast<float>(wire.budget);
   c.host_copy_threshold = tuning.copy_threshold;
   c.host_chunk_bytes = tuning.chunk_bytes;
   c.host_blocks = tuning.blocks;
   c.spin_timeout_ms = tuning.spin_timeout_ms;
   return c;
+}
+
+// The wire the communicator's config and TPSCOPE_WIRE ask for; for auto, the tune file's wire table when it
+// was measured on this box (else every call is exact, and the log says why once).
+tpsResult_t resolveWire(const tpsConfig_t& cfg, const char* what, WirePolicy* out) {
+  int v = 0;
+  static_assert(sizeof(cfg.wire) == sizeof(int), "a C enum is an int");
+  std::memcpy(&v, &cfg.wire, sizeof(v));  // a C caller's value outside the enum must not load as a tpsWire_t
+  std::string error;
+  if (requestedWire(v, cfg.wire_error_budget, std::getenv("TPSCOPE_WIRE"), out, &error) != tpsSuccess) {
+    TPS_LOG_WARN("{}: {}", what, error);
+    return tpsInvalidArgument;
+  }
+  return tpsSuccess;
+}
+
+void loadWireTable(tpsComm* c) {
+  if (!c->wire.automatic) return;
+  const std::string path = tuneFilePath();
+  std::ifstream f(path);
+  const nlohmann::json doc = f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
+  std::string why = fmt::format("no \"wires\" table in tune file {} (tpscope bench allreduce --tune --wire all)", path);
+  if (doc.is_object() && doc.contains("wires")) {
+    WireTable t;
+    std::string error;
+    Topology topo;
+    std::string reason;
+    const std::string here =
+        queryTopology(c->devices, &topo, &reason) == tpsSuccess ? boxFingerprint(topo) : "unknown (" + reason + ")";
+    if (!parseWireTable(doc["wires"], &t, &error)) {
+      why = fmt::format("tune file {}: {}", path, error);
+    } else if (t.fingerprint != here) {
+      why = fmt::format("tune file {} measured its wires on \"{}\", these GPUs are \"{}\"", path, t.fingerprint, here);
+    } else {
+      t.path = path;
+      c->wire_table = std::move(t);
+      TPS_LOG_INFO("wire auto:{}: the wires measured in {} ({})", c->wire.budget, path, c->wire_table->measured);
+      return;
+    }
+  }
+  TPS_LOG_INFO("wire auto:{}: {}; every call is exact", c->wire.budget, why);
+}
+
+// The wire a call of `bytes` asks for.
+WireCode callWire(const tpsComm* c, size_t bytes) {
+  if (!c->wire.automatic) return c->wire.wire;
+  return c->wire_table ? c->wire_table->choose(bytes, c->wire.budget) : WireCode::kExact;
 }
 
 }  // namespace
@@ -235,12 +291,15 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
   HostTuning tuning;
   TPS_CHECK(resolveHostTuning(cfg, &tuning));
   tuning.blocks = sharedGpuGrid(tuning.blocks, ranksPerGpu(devs));  // ranks sharing a GPU fit on it together
+  WirePolicy wire;
+  TPS_CHECK(resolveWire(cfg, "tpsCommCreate", &wire));
 
   auto c = std::make_unique<tpsComm>();
   c->devices = devs;
   c->nranks = ndev;
   c->requested = requested;
-  c->config = resolvedConfig(cfg, requested, tuning);
+  c->wire = wire;
+  c->config = resolvedConfig(cfg, requested, tuning, wire);
   c->avail.all_peer_access = allPeerAccess(devs);
   const bool want_all = requested == tpsBackendAuto;
   if (requested == tpsBackendP2p || (want_all && c->avail.all_peer_access)) {
@@ -269,6 +328,7 @@ extern "C" tpsResult_t tpsCommCreate(tpsComm_t* comm, int ndev, const int* devic
   TPS_EXPECT(c->avail.host || c->avail.nccl || c->avail.p2p, tpsUnavailable,
              "tpsCommCreate: no backend can run on these GPUs");
   if (want_all) loadAutoChoice(c.get());
+  loadWireTable(c.get());
   *comm = c.release();
   return tpsSuccess;
 }
@@ -304,7 +364,7 @@ extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, vo
   Backend* b = resolveBackend(comm, backend, bytes, &which);
   TPS_EXPECT(b != nullptr, tpsUnavailable, "tpsAllReduce: backend {} is not available in this communicator",
              tpsBackendName(which));
-  CallArgs args{bufs, count, dtype, reinterpret_cast<const cudaStream_t*>(streams)};
+  CallArgs args{bufs, count, dtype, reinterpret_cast<const cudaStream_t*>(streams), callWire(comm, bytes)};
   const int path = b->pathFor(args);
   TPS_EXPECT(path >= 0, tpsUnavailable, "tpsAllReduce: no algorithm of backend {} takes {} B of {} on {} ranks",
              tpsBackendName(which), bytes, tpsDataTypeName(dtype), comm->nranks);
@@ -473,6 +533,8 @@ extern "C" tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId 
   const std::vector<uint32_t> peer_uids(cfg.peer_uids, cfg.peer_uids + cfg.num_peer_uids);
   HostTuning tuning;
   TPS_CHECK(resolveHostTuning(cfg, &tuning));
+  WirePolicy wire;
+  TPS_CHECK(resolveWire(cfg, "tpsCommInitRank", &wire));
 
   RankGroup g;
   TPS_CHECK(joinRankGroup(id, nranks, rank, device, cfg.shared_devices != 0, static_cast<unsigned>(timeout_ms),
@@ -483,7 +545,8 @@ extern "C" tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId 
   c->nranks = nranks;
   c->first_rank = rank;
   c->requested = requested;
-  c->config = resolvedConfig(cfg, requested, tuning);
+  c->wire = wire;
+  c->config = resolvedConfig(cfg, requested, tuning, wire);
   c->avail.all_peer_access = g.all_peer_access;
   const bool want_all = requested == tpsBackendAuto;
   // A rank that stopped answering (timeout) or left (system error) ends the init even for auto: the
@@ -512,6 +575,7 @@ extern "C" tpsResult_t tpsCommInitRank(tpsComm_t* comm, int nranks, tpsUniqueId 
   TPS_EXPECT(c->avail.host || c->avail.nccl || c->avail.p2p, tpsUnavailable,
              "tpsCommInitRank: no backend can run on these GPUs");
   if (want_all) loadAutoChoice(c.get());
+  loadWireTable(c.get());
   *comm = c.release();
   return tpsSuccess;
 }

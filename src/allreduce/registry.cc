@@ -9,13 +9,21 @@ namespace tpscope::detail {
 // Every algorithm, one line each, in path order: the first six are tpsPath_t's values, so their order
 // is fixed; a new algorithm is appended. Each name is a function of the algorithm's file that returns
 // its AlgorithmInfo.
-#define TPS_ALGORITHMS(X) \
-  X(hostKernelAlgorithm)  \
-  X(hostCopyAlgorithm)    \
-  X(p2pOneShotAlgorithm)  \
-  X(p2pTwoShotAlgorithm)  \
-  X(ncclAlgorithm)        \
-  X(p2pLLAlgorithm)
+#define TPS_ALGORITHMS(X)    \
+  X(hostKernelAlgorithm)     \
+  X(hostCopyAlgorithm)       \
+  X(p2pOneShotAlgorithm)     \
+  X(p2pTwoShotAlgorithm)     \
+  X(ncclAlgorithm)           \
+  X(p2pLLAlgorithm)          \
+  X(hostCopyBf16Algorithm)   \
+  X(hostCopyInt8Algorithm)   \
+  X(hostCopyFp8Algorithm)    \
+  X(hostCopyInt4Algorithm)   \
+  X(hostKernelBf16Algorithm) \
+  X(hostKernelInt8Algorithm) \
+  X(hostKernelFp8Algorithm)  \
+  X(hostKernelInt4Algorithm)
 
 #define TPS_DECLARE_ALGORITHM(fn) const AlgorithmInfo& fn();
 TPS_ALGORITHMS(TPS_DECLARE_ALGORITHM)
@@ -49,17 +57,18 @@ bool algorithmTakes(const AlgorithmInfo& a, size_t bytes, tpsDataType_t dtype, i
 }
 
 int chooseAlgorithm(const std::vector<int>& paths, size_t bytes, tpsDataType_t dtype, int nranks, Shape shape,
-                    const HostTuning& tuning) {
+                    const HostTuning& tuning, WireCode wire) {
   int best = -1;
   size_t best_min = 0, best_max = 0;
   for (int p : paths) {
     const AlgorithmInfo* a = algorithmOf(p);
-    if (a == nullptr || !algorithmTakes(*a, bytes, dtype, nranks, shape, tuning)) continue;
+    if (a == nullptr || a->wire != wire || !algorithmTakes(*a, bytes, dtype, nranks, shape, tuning)) continue;
     const size_t lo = a->min_bytes ? a->min_bytes(tuning) : 0;
     const bool better = best < 0 || lo > best_min || (lo == best_min && a->max_bytes < best_max) ||
                         (lo == best_min && a->max_bytes == best_max && p < best);
     if (better) best = p, best_min = lo, best_max = a->max_bytes;
   }
+  if (best < 0 && wire != WireCode::kExact) return chooseAlgorithm(paths, bytes, dtype, nranks, shape, tuning);
   return best;
 }
 

@@ -21,12 +21,14 @@ int pathByName(std::string_view name);
 const AlgorithmInfo* algorithmOf(int path);
 
 // The algorithm among `paths` (the ones a backend created) that carries a call of `bytes` per GPU of
-// `dtype` on `nranks` ranks in `shape` under `tuning`: of those that take it (algorithmTakes), the one
-// with the largest smallest call (a copy-engine path above its threshold), then the smallest largest
-// call (the most specialised: LL before one-shot before two-shot), then the first registered. -1 when
-// none takes it: the caller says so, never falls back silently.
+// `dtype` on `nranks` ranks in `shape` under `tuning`, on `wire`: of those of that wire that take it
+// (algorithmTakes), the one with the largest smallest call (a copy-engine path above its threshold), then
+// the smallest largest call (the most specialised: LL before one-shot before two-shot), then the first
+// registered. Where no algorithm of a compressed wire takes the call (a size or dtype it does not serve)
+// the exact wire's choice carries it, and its path says so: a call is never made lossier than asked.
+// -1 when none takes it: the caller says so, never falls back silently.
 int chooseAlgorithm(const std::vector<int>& paths, size_t bytes, tpsDataType_t dtype, int nranks, Shape shape,
-                    const HostTuning& tuning);
+                    const HostTuning& tuning, WireCode wire = WireCode::kExact);
 
 // The paths of `backend`'s registered algorithms that can run with `nranks` ranks in `shape`: what its
 // backend creates, and what `tpscope topo` assumes without a communicator.

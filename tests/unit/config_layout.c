@@ -30,6 +30,9 @@ int main(void) {
   FIELD(shared_devices);
   FIELD(num_peer_uids);
   FIELD(peer_uids);
+  FIELD(wire);
+  FIELD(wire_error_budget);
+  FIELD(reserved);
   printf("\n]}\n");
   return 0;
 }

@@ -39,6 +39,7 @@
 #include "allreduce/async_status.h"
 #include "allreduce/host_kernels.cuh"
 #include "allreduce/host_staging.h"
+#include "allreduce/wire_kernels.cuh"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
 #include "common/stream_memops.h"
@@ -119,20 +120,29 @@ __global__ void copyRendezvous(RendezvousHandle h, unsigned ready, unsigned cons
   }
 }
 
+// The copy-engine path on every wire: the exact wire's instance owns the stages, scratch, streams, events
+// and words, and each compressed wire's instance runs its calls on them (calls of one communicator never
+// overlap), so a wire costs only its encoding buffer.
 class HostCopy final : public Algorithm {
  public:
   tpsResult_t init(BackendContext& ctx);
-  tpsResult_t launch(const CallArgs& a) override {
+  // The encoding buffers the compressed wires need, made once (at creation, like everything else).
+  tpsResult_t enableWires();
+  tpsResult_t launch(const CallArgs& a) override { return launchOn<WireCode::kExact>(a); }
+  template <WireCode W>
+  tpsResult_t launchOn(const CallArgs& a) {
     switch (a.dtype) {
-      case tpsFloat32: return run<float>(a);
-      case tpsFloat16: return run<__half>(a);
-      case tpsBfloat16: return run<__nv_bfloat16>(a);
+      case tpsFloat32: return run<float, W>(a);
+      case tpsFloat16: return run<__half, W>(a);
+      case tpsBfloat16: return run<__nv_bfloat16, W>(a);
       default: return tpsInvalidArgument;
     }
   }
+  template <WireCode W>
+  void loadKernels() const;
 
  private:
-  template <typename T>
+  template <typename T, WireCode W>
   tpsResult_t run(const CallArgs& a);
   int n() const { return static_cast<int>(devices_.size()); }
   // Rank q's word of `kind` as rank r's GPU addresses it.
@@ -145,12 +155,43 @@ class HostCopy final : public Algorithm {
   SharedHost stage_;                       // [rank] kStageBytes each
   std::vector<RendezvousHandle> handles_;  // [rank]
   std::vector<DeviceBuffer> counters_, scratch_;
+  std::vector<DeviceBuffer> encoded_;  // [rank] a round's payload on a compressed wire, the D2H's source
   std::vector<Stream> gate_, d2h_, h2d_;
   std::vector<Event> fork_, d2h_done_, gate_done_;
   std::vector<std::array<Event, 2>> h2d_done_, add_done_;  // [rank][half]
   std::vector<std::vector<Event>> d2h_chunk_;              // [rank][chunk in round]: captured calls
   uint32_t chunks_ = 0, rounds_ = 0;  // eager calls' chunks staged and rounds read, so far, by every rank
 };
+
+// Loads a wire's kernels on every GPU now: lazy loading waits for an idle device, which a peer's kernel may
+// never allow.
+template <WireCode W>
+void HostCopy::loadKernels() const {
+  cudaFuncAttributes fa;
+  auto load = [&](auto dtype_tag) {
+    using T = decltype(dtype_tag);
+    if constexpr (W == WireCode::kExact) {
+      (void)cudaFuncGetAttributes(&fa, addPeers<T, true>);
+      (void)cudaFuncGetAttributes(&fa, addPeers<T, false>);
+    } else {
+      (void)cudaFuncGetAttributes(&fa, wireEncodeKernel<T, W>);
+      (void)cudaFuncGetAttributes(&fa, wireAddPeers<T, W>);
+    }
+  };
+  for (int d : devices_) {
+    DeviceGuard g(d);
+    load(float{});
+    load(__half{});
+    load(__nv_bfloat16{});
+  }
+}
+
+tpsResult_t HostCopy::enableWires() {
+  if (!encoded_.empty()) return tpsSuccess;
+  encoded_.resize(devices_.size());
+  for (size_t r = 0; r < devices_.size(); ++r) TPS_CHECK(DeviceBuffer::create(devices_[r], kRoundBytes, &encoded_[r]));
+  return tpsSuccess;
+}
 
 tpsResult_t HostCopy::init(BackendContext& ctx) {
   devices_ = ctx.devices;
@@ -196,21 +237,22 @@ tpsResult_t HostCopy::init(BackendContext& ctx) {
     // Load the kernels now (lazy loading waits for an idle device, which a peer's kernel may never allow).
     cudaFuncAttributes fa;
     TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, copyRendezvous));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<float, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<float, false>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__half, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__half, false>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__nv_bfloat16, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, addPeers<__nv_bfloat16, false>));
   }
+  loadKernels<WireCode::kExact>();
+  TPS_CUDA_CHECK(cudaGetLastError());
   return tpsSuccess;
 }
 
-template <typename T>
+template <typename T, WireCode W>
 tpsResult_t HostCopy::run(const CallArgs& a) {
   const int nr = n();
   const size_t total = a.bytes();
-  const size_t chunk = std::max(kMinChunk, std::min(chunk_max_, roundUp(total / 8, kMinChunk)));
+  // Rounds of kRoundBytes of the message; what a round moves is its payload on the wire.
+  const size_t round_elems = kRoundBytes / sizeof(T);
+  auto moved = [&](size_t elems) { return W == WireCode::kExact ? elems * sizeof(T) : wirePayloadBytes(W, elems); };
+  size_t total_moved = 0;
+  for (size_t off = 0; off < a.count; off += round_elems) total_moved += moved(std::min(round_elems, a.count - off));
+  const size_t chunk = std::max(kMinChunk, std::min(chunk_max_, roundUp(total_moved / 8, kMinChunk)));
   const bool aligned = buffersAligned(a, nr, kAlign);
   auto stage = [&](int q, int half) { return stage_.host + q * kStageBytes + half * kRoundBytes; };
   auto peerRegion = [&](int r, int q, int half) {
@@ -224,9 +266,8 @@ tpsResult_t HostCopy::run(const CallArgs& a) {
   }
   const bool eager = !captured;
   const size_t rounds = (total + kRoundBytes - 1) / kRoundBytes;
-  auto chunksIn = [&](size_t round) {
-    return (std::min(kRoundBytes, total - round * kRoundBytes) + chunk - 1) / chunk;
-  };
+  auto elemsIn = [&](size_t round) { return std::min(round_elems, a.count - round * round_elems); };
+  auto chunksIn = [&](size_t round) { return (moved(elemsIn(round)) + chunk - 1) / chunk; };
   size_t all_chunks = 0;
   for (size_t j = 0; j < rounds; ++j) all_chunks += chunksIn(j);
   // This eager call's word values: chunks c0 + 1 .. c0 + all_chunks, rounds g0 + 1 .. g0 + rounds.
@@ -249,7 +290,8 @@ tpsResult_t HostCopy::run(const CallArgs& a) {
   for (size_t round = 0; round < rounds; ++round) {
     const size_t off = round * kRoundBytes;
     const int half = static_cast<int>(round % 2);
-    const size_t round_bytes = std::min(kRoundBytes, total - off);
+    const size_t elems = elemsIn(round);
+    const size_t round_bytes = moved(elems);
     const size_t nchunks = chunksIn(round);
     const uint32_t g = g0 + static_cast<uint32_t>(round);  // rounds read before this one
     // D2H: this GPU's data into its host stage, chunk by chunk. A half is reused two rounds later, once
@@ -266,6 +308,12 @@ tpsResult_t HostCopy::run(const CallArgs& a) {
             TPS_CUDA_CHECK(cudaStreamWaitEvent(s, h2d_done_[q][half].get(), 0));
         }
       const char* src = static_cast<const char*>(a.bufs[r]) + off;
+      if (W != WireCode::kExact) {  // the round's payload, encoded from the message (after its earlier D2H)
+        const int blocks = static_cast<int>(std::min<size_t>(1024, (wireBlocks(elems) + 7) / 8));
+        wireEncodeKernel<T, W><<<blocks, 256, 0, s>>>(reinterpret_cast<const T*>(src), elems, encoded_[r].get());
+        TPS_CUDA_CHECK_LAUNCH();
+        src = encoded_[r].as<char>();
+      }
       for (size_t k = 0; k < nchunks; ++k) {
         const size_t kb = std::min(chunk, round_bytes - k * chunk);
         TPS_CUDA_CHECK(cudaMemcpyAsync(stage(r, half) + k * chunk, src + k * chunk, kb, cudaMemcpyDeviceToHost, s));
@@ -303,17 +351,25 @@ tpsResult_t HostCopy::run(const CallArgs& a) {
       DeviceGuard dg(devices_[r]);
       TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], d2h_done_[r].get(), 0));
       TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], h2d_done_[r][half].get(), 0));
-      AddArgs args{};
-      for (int q = 0; q < nr; ++q) args.tmp[q] = q == r ? nullptr : peerRegion(r, q, half);
-      args.rank = r;
-      args.nranks = nr;
-      const size_t cnt = round_bytes / sizeof(T);
-      const int blocks = static_cast<int>(std::min<size_t>(1024, (cnt / Vec<T>::kElems + 255) / 256 + 1));
       T* buf = reinterpret_cast<T*>(static_cast<char*>(a.bufs[r]) + off);
-      if (aligned)
-        addPeers<T, true><<<blocks, 256, 0, a.streams[r]>>>(args, buf, cnt);
-      else
-        addPeers<T, false><<<blocks, 256, 0, a.streams[r]>>>(args, buf, cnt);
+      if constexpr (W == WireCode::kExact) {
+        AddArgs args{};
+        for (int q = 0; q < nr; ++q) args.tmp[q] = q == r ? nullptr : peerRegion(r, q, half);
+        args.rank = r;
+        args.nranks = nr;
+        const int blocks = static_cast<int>(std::min<size_t>(1024, (elems / Vec<T>::kElems + 255) / 256 + 1));
+        if (aligned)
+          addPeers<T, true><<<blocks, 256, 0, a.streams[r]>>>(args, buf, elems);
+        else
+          addPeers<T, false><<<blocks, 256, 0, a.streams[r]>>>(args, buf, elems);
+      } else {
+        WireAddArgs args{};
+        for (int q = 0; q < nr; ++q) args.payload[q] = q == r ? nullptr : peerRegion(r, q, half);
+        args.rank = r;
+        args.nranks = nr;
+        const int blocks = static_cast<int>(std::min<size_t>(1024, (wireBlocks(elems) + 7) / 8));
+        wireAddPeers<T, W><<<blocks, 256, 0, a.streams[r]>>>(args, buf, elems);
+      }
       TPS_CUDA_CHECK_LAUNCH();
       TPS_CUDA_CHECK(cudaEventRecord(add_done_[r][half].get(), a.streams[r]));
     }
@@ -341,36 +397,87 @@ tpsResult_t HostCopy::run(const CallArgs& a) {
   return tpsSuccess;
 }
 
+// A compressed wire's calls, on the exact wire's instance.
+template <WireCode W>
+class HostCopyWire final : public Algorithm {
+ public:
+  explicit HostCopyWire(HostCopy* copy) : copy_(copy) {}
+  tpsResult_t launch(const CallArgs& a) override { return copy_->launchOn<W>(a); }
+
+ private:
+  HostCopy* copy_;
+};
+
+template <WireCode W>
 tpsResult_t create(BackendContext& ctx, std::unique_ptr<Algorithm>* out) {
-  if (!streamMemOpsAvailable()) {
-    TPS_LOG_WARN(
-        "host backend: the driver has no stream memory operations, which bound the copy-engine path's waits; "
-        "every size takes the kernel path");
-    return tpsUnavailable;
+  if constexpr (W == WireCode::kExact) {
+    if (!streamMemOpsAvailable()) {
+      TPS_LOG_WARN(
+          "host backend: the driver has no stream memory operations, which bound the copy-engine path's waits; "
+          "every size takes the kernel path");
+      return tpsUnavailable;
+    }
+    auto a = std::make_unique<HostCopy>();
+    TPS_CHECK(a->init(ctx));
+    *out = std::move(a);
+  } else {
+    auto* copy = dynamic_cast<HostCopy*>(ctx.created("host-copy"));
+    if (copy == nullptr) return tpsUnavailable;  // no copy path here: the exact wire's creation said why
+    TPS_CHECK(copy->enableWires());
+    copy->loadKernels<W>();
+    TPS_CUDA_CHECK(cudaGetLastError());
+    *out = std::make_unique<HostCopyWire<W>>(copy);
   }
-  auto a = std::make_unique<HostCopy>();
-  TPS_CHECK(a->init(ctx));
-  *out = std::move(a);
   return tpsSuccess;
+}
+
+template <WireCode W>
+AlgorithmInfo info(const char* name, const char* label) {
+  AlgorithmInfo a;
+  a.name = name;
+  a.label = label;
+  a.backend = tpsBackendHost;
+  a.medium = Medium::kHostMemory;
+  a.wire = W;
+  a.shapes = kOneProcess;  // its events and streams are one process's
+  if (W == WireCode::kBf16) a.dtypes = dtypeBit(tpsFloat32);
+  a.min_bytes = [](const HostTuning& t) { return t.copy_threshold; };
+  // Each GPU writes its payload to host memory once and reads every peer's once.
+  a.traffic = [](size_t bytes, size_t count, int n) {
+    size_t p = bytes;
+    if (W != WireCode::kExact) {  // each round's payload
+      const size_t round = kRoundBytes / (bytes / count);
+      p = 0;
+      for (size_t off = 0; off < count; off += round) p += wirePayloadBytes(W, std::min(round, count - off));
+    }
+    return Traffic{p, p * static_cast<size_t>(n - 1)};
+  };
+  a.create = create<W>;
+  return a;
 }
 
 }  // namespace
 
+// The exact wire, and one algorithm per compressed wire (wire_codec.h).
 const AlgorithmInfo& hostCopyAlgorithm() {
-  static const AlgorithmInfo info = [] {
-    AlgorithmInfo a;
-    a.name = "host-copy";
-    a.label = "copy engines";
-    a.backend = tpsBackendHost;
-    a.medium = Medium::kHostMemory;
-    a.shapes = kOneProcess;  // its events and streams are one process's
-    a.min_bytes = [](const HostTuning& t) { return t.copy_threshold; };
-    // Each GPU writes its data to host memory once and reads every peer's once.
-    a.traffic = [](size_t bytes, int n) { return Traffic{bytes, bytes * static_cast<size_t>(n - 1)}; };
-    a.create = create;
-    return a;
-  }();
-  return info;
+  static const AlgorithmInfo a = info<WireCode::kExact>("host-copy", "copy engines");
+  return a;
+}
+const AlgorithmInfo& hostCopyBf16Algorithm() {
+  static const AlgorithmInfo a = info<WireCode::kBf16>("host-copy+bf16", "copy engines, bf16");
+  return a;
+}
+const AlgorithmInfo& hostCopyInt8Algorithm() {
+  static const AlgorithmInfo a = info<WireCode::kInt8>("host-copy+int8", "copy engines, int8");
+  return a;
+}
+const AlgorithmInfo& hostCopyFp8Algorithm() {
+  static const AlgorithmInfo a = info<WireCode::kFp8>("host-copy+fp8", "copy engines, fp8");
+  return a;
+}
+const AlgorithmInfo& hostCopyInt4Algorithm() {
+  static const AlgorithmInfo a = info<WireCode::kInt4>("host-copy+int4", "copy engines, int4");
+  return a;
 }
 
 }  // namespace tpscope::detail

@@ -19,6 +19,7 @@
 #include "allreduce/host_kernels.cuh"
 #include "allreduce/host_staging.h"
 #include "allreduce/rank_setup.h"
+#include "allreduce/wire_kernels.cuh"
 #include "common/checks.h"
 #include "common/cuda_raii.h"
 
@@ -40,20 +41,44 @@ struct Layout {
   int32_t pad;
 };
 
+// The kernel path on every wire: the exact wire's instance owns the staging, flags and sequence numbers,
+// and each compressed wire's instance runs its calls on them (one sequence for all of a communicator's
+// kernel-path calls, whatever their wire).
 class HostKernel final : public Algorithm {
  public:
   tpsResult_t init(BackendContext& ctx);
-  tpsResult_t launch(const CallArgs& a) override {
+  tpsResult_t launch(const CallArgs& a) override { return launchOn<WireCode::kExact>(a); }
+  template <WireCode W>
+  tpsResult_t launchOn(const CallArgs& a) {
     switch (a.dtype) {
-      case tpsFloat32: return run<float>(a);
-      case tpsFloat16: return run<__half>(a);
-      case tpsBfloat16: return run<__nv_bfloat16>(a);
+      case tpsFloat32: return run<float, W>(a);
+      case tpsFloat16: return run<__half, W>(a);
+      case tpsBfloat16: return run<__nv_bfloat16, W>(a);
       default: return tpsInvalidArgument;
     }
   }
+  // Loads a wire's kernels on every GPU now: with lazy loading the first launch would wait for an idle
+  // device, which a peer GPU's kernel (waiting on this call) may never allow.
+  template <WireCode W>
+  tpsResult_t loadKernels() const {
+    for (int d : devices_) {
+      DeviceGuard g(d);
+      cudaFuncAttributes fa;
+      if constexpr (W == WireCode::kExact) {
+        TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<float, true>));
+        TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<__half, true>));
+        TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<__nv_bfloat16, true>));
+      } else {
+        TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelWire<float, W>));
+        TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelWire<__half, W>));
+        TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelWire<__nv_bfloat16, W>));
+      }
+    }
+    return tpsSuccess;
+  }
 
  private:
-  template <typename T>
+  template <typename T, WireCode W>
   tpsResult_t run(const CallArgs& a);
 
   std::vector<int> devices_;
@@ -109,18 +134,11 @@ tpsResult_t HostKernel::init(BackendContext& ctx) {
     h.timeout_ns = static_cast<unsigned long long>(ctx.tuning.spin_timeout_ms) * 1000000ull;
     h.rank = ctx.first_rank + r;
     h.nranks = n;
-    // Load the kernels now. With CUDA's lazy module loading the first launch would load them, and loading
-    // waits for the device to go idle: a first call whose peer GPU is busy with a kernel that waits on the
-    // host (or on this call) would deadlock inside the launch.
-    cudaFuncAttributes fa;
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<float, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<__half, true>));
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, hostKernelAllReduce<__nv_bfloat16, true>));
   }
-  return tpsSuccess;
+  return loadKernels<WireCode::kExact>();
 }
 
-template <typename T>
+template <typename T, WireCode W>
 tpsResult_t HostKernel::run(const CallArgs& a) {
   const size_t piece = stride_ / sizeof(T);
   for (size_t off = 0; off < a.count; off += piece) {
@@ -128,6 +146,11 @@ tpsResult_t HostKernel::run(const CallArgs& a) {
     for (size_t r = 0; r < devices_.size(); ++r) {
       DeviceGuard g(devices_[r]);
       T* src = static_cast<T*>(a.bufs[r]) + off;
+      if constexpr (W != WireCode::kExact) {  // element loads: any alignment of T
+        hostKernelWire<T, W><<<blocks_, kKernelThreads, 0, a.streams[r]>>>(handles_[r], src, cnt);
+        TPS_CUDA_CHECK_LAUNCH();
+        continue;
+      }
       const bool aligned = reinterpret_cast<uintptr_t>(src) % kAlign == 0;
       T* buf = aligned ? src : scratch_[r].as<T>();
       if (!aligned) TPS_CUDA_CHECK(cudaMemcpyAsync(buf, src, cnt * sizeof(T), cudaMemcpyDeviceToDevice, a.streams[r]));
@@ -139,30 +162,75 @@ tpsResult_t HostKernel::run(const CallArgs& a) {
   return tpsSuccess;
 }
 
+// A compressed wire's calls, on the exact wire's instance.
+template <WireCode W>
+class HostKernelWire final : public Algorithm {
+ public:
+  explicit HostKernelWire(HostKernel* k) : kernel_(k) {}
+  tpsResult_t launch(const CallArgs& a) override { return kernel_->launchOn<W>(a); }
+
+ private:
+  HostKernel* kernel_;
+};
+
+template <WireCode W>
 tpsResult_t create(BackendContext& ctx, std::unique_ptr<Algorithm>* out) {
-  auto a = std::make_unique<HostKernel>();
-  TPS_CHECK(a->init(ctx));
-  *out = std::move(a);
+  if constexpr (W == WireCode::kExact) {
+    auto a = std::make_unique<HostKernel>();
+    TPS_CHECK(a->init(ctx));
+    *out = std::move(a);
+  } else {
+    auto* k = dynamic_cast<HostKernel*>(ctx.created("host-kernel"));
+    TPS_EXPECT(k != nullptr, tpsInternalError, "host backend: a wire of the kernel path without the kernel path");
+    TPS_CHECK(k->loadKernels<W>());
+    *out = std::make_unique<HostKernelWire<W>>(k);
+  }
   return tpsSuccess;
+}
+
+template <WireCode W>
+AlgorithmInfo info(const char* name, const char* label) {
+  AlgorithmInfo a;
+  a.name = name;
+  a.label = label;
+  a.backend = tpsBackendHost;
+  a.medium = Medium::kHostMemory;
+  a.wire = W;
+  a.shapes = kAnyShape;
+  a.align = W == WireCode::kExact ? kAlign : 1;
+  if (W == WireCode::kBf16) a.dtypes = dtypeBit(tpsFloat32);
+  // Each GPU writes its payload to host memory once and reads every peer's once. A call of several pieces
+  // pads each piece's codes to 16 bytes: up to 15 bytes a piece more than counted here.
+  a.traffic = [](size_t bytes, size_t count, int n) {
+    const size_t p = W == WireCode::kExact ? bytes : wirePayloadBytes(W, count);
+    return Traffic{p, p * static_cast<size_t>(n - 1)};
+  };
+  a.create = create<W>;
+  return a;
 }
 
 }  // namespace
 
+// The exact wire, and one algorithm per compressed wire (wire_codec.h).
 const AlgorithmInfo& hostKernelAlgorithm() {
-  static const AlgorithmInfo info = [] {
-    AlgorithmInfo a;
-    a.name = "host-kernel";
-    a.label = "kernel";
-    a.backend = tpsBackendHost;
-    a.medium = Medium::kHostMemory;
-    a.shapes = kAnyShape;
-    a.align = kAlign;
-    // Each GPU writes its data to host memory once and reads every peer's once.
-    a.traffic = [](size_t bytes, int n) { return Traffic{bytes, bytes * static_cast<size_t>(n - 1)}; };
-    a.create = create;
-    return a;
-  }();
-  return info;
+  static const AlgorithmInfo a = info<WireCode::kExact>("host-kernel", "kernel");
+  return a;
+}
+const AlgorithmInfo& hostKernelBf16Algorithm() {
+  static const AlgorithmInfo a = info<WireCode::kBf16>("host-kernel+bf16", "kernel, bf16");
+  return a;
+}
+const AlgorithmInfo& hostKernelInt8Algorithm() {
+  static const AlgorithmInfo a = info<WireCode::kInt8>("host-kernel+int8", "kernel, int8");
+  return a;
+}
+const AlgorithmInfo& hostKernelFp8Algorithm() {
+  static const AlgorithmInfo a = info<WireCode::kFp8>("host-kernel+fp8", "kernel, fp8");
+  return a;
+}
+const AlgorithmInfo& hostKernelInt4Algorithm() {
+  static const AlgorithmInfo a = info<WireCode::kInt4>("host-kernel+int4", "kernel, int4");
+  return a;
 }
 
 }  // namespace tpscope::detail

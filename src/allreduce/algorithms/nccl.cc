@@ -99,7 +99,7 @@ const AlgorithmInfo& ncclAlgorithm() {
     a.backend = tpsBackendNccl;
     a.medium = Medium::kNccl;
     // NCCL's ring moves 2(N-1)/N of the message per direction; its own protocol bytes are not counted.
-    a.traffic = [](size_t bytes, int n) {
+    a.traffic = [](size_t bytes, size_t, int n) {
       const size_t ring = bytes * 2 * static_cast<size_t>(n - 1) / static_cast<size_t>(n);
       return Traffic{ring, ring};
     };

@@ -220,7 +220,7 @@ const AlgorithmInfo& p2pLLAlgorithm() {
     a.max_bytes = kP2pLLMax;
     // Each GPU sends its whole message to every peer (the lines carry as many flag bytes again: payload
     // is what the statistics count).
-    a.traffic = [](size_t bytes, int n) {
+    a.traffic = [](size_t bytes, size_t, int n) {
       const size_t t = bytes * static_cast<size_t>(n - 1);
       return Traffic{t, t};
     };

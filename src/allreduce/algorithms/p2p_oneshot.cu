@@ -122,7 +122,7 @@ const AlgorithmInfo& p2pOneShotAlgorithm() {
     a.align = kAlign;
     a.max_bytes = kP2pOneShotMax;
     // Each GPU sends its whole message to every peer.
-    a.traffic = [](size_t bytes, int n) {
+    a.traffic = [](size_t bytes, size_t, int n) {
       const size_t t = bytes * static_cast<size_t>(n - 1);
       return Traffic{t, t};
     };

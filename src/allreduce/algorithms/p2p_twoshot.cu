@@ -159,7 +159,7 @@ const AlgorithmInfo& p2pTwoShotAlgorithm() {
     a.medium = Medium::kPeerLinks;
     a.align = kAlign;
     // Each GPU sends (and receives) 2(N-1)/N of the message.
-    a.traffic = [](size_t bytes, int n) {
+    a.traffic = [](size_t bytes, size_t, int n) {
       const size_t t = bytes * 2 * static_cast<size_t>(n - 1) / static_cast<size_t>(n);
       return Traffic{t, t};
     };

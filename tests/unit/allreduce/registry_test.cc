@@ -9,6 +9,7 @@
 #include <string>
 
 #include "allreduce/p2p_algo.h"
+#include "allreduce/wire.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::detail {
@@ -79,7 +80,8 @@ TEST(AlgorithmRegistry, HostByThresholdAndShape) {
   EXPECT_EQ(pick(tpsBackendHost, 64 << 10, 2, kOneProcess, tpsFloat32, 32 << 10), "host-copy") << "tuned threshold";
   // The copy engines' events and streams are one process's: across processes the kernel takes every size.
   EXPECT_EQ(pick(tpsBackendHost, size_t{1} << 30, 2, kRankPerProcess), "host-kernel");
-  EXPECT_EQ(pathsOf(tpsBackendHost, 2, kRankPerProcess).size(), 1u);
+  for (int p : pathsOf(tpsBackendHost, 2, kRankPerProcess))
+    EXPECT_EQ(std::string(algorithmOf(p)->name).find("host-copy"), std::string::npos) << algorithmOf(p)->name;
   // Without the copy path (no stream memory operations), the kernel takes every size.
   const std::vector<int> kernel_only = {tpsPathHostKernel};
   EXPECT_EQ(chooseAlgorithm(kernel_only, size_t{1} << 30, tpsFloat32, 2, kOneProcess, tuned(4u << 20)),
@@ -96,13 +98,49 @@ TEST(AlgorithmRegistry, NothingTakesWhatNoAlgorithmServes) {
   EXPECT_EQ(chooseAlgorithm({99}, 4096, tpsFloat32, 2, kOneProcess, tuned(4u << 20)), -1) << "not a path";
 }
 
+TEST(AlgorithmRegistry, WiresAreAskedForAndNeverForcedOnACall) {
+  auto pickWire = [](size_t bytes, tpsDataType_t dtype, WireCode w, Shape shape = kOneProcess) {
+    const int p = chooseAlgorithm(pathsOf(tpsBackendHost, 2, shape), bytes, dtype, 2, shape, tuned(4u << 20), w);
+    return p < 0 ? std::string("none") : std::string(algorithmOf(p)->name);
+  };
+  EXPECT_EQ(pickWire(64 << 20, tpsBfloat16, WireCode::kExact), "host-copy");
+  EXPECT_EQ(pickWire(64 << 20, tpsBfloat16, WireCode::kInt8), "host-copy+int8");
+  EXPECT_EQ(pickWire(64 << 10, tpsBfloat16, WireCode::kFp8), "host-kernel+fp8");
+  EXPECT_EQ(pickWire(64 << 20, tpsFloat32, WireCode::kBf16), "host-copy+bf16");
+  // bf16 on a 16-bit dtype is no wire: the call runs exact, and its path says so.
+  EXPECT_EQ(pickWire(64 << 20, tpsFloat16, WireCode::kBf16), "host-copy");
+  EXPECT_EQ(pickWire(64 << 20, tpsBfloat16, WireCode::kInt4, kRankPerProcess), "host-kernel+int4");
+  // The p2p backend has no compressed wire: exact.
+  EXPECT_EQ(algorithmOf(chooseAlgorithm(pathsOf(tpsBackendP2p, 2, kOneProcess), 64 << 20, tpsBfloat16, 2, kOneProcess,
+                                        tuned(4u << 20), WireCode::kInt8))
+                ->name,
+            std::string("p2p-twoshot"));
+  // Every compressed algorithm names its wire and is lossy only by it.
+  for (const AlgorithmInfo* a : algorithms()) {
+    const std::string name = a->name;
+    const size_t plus = name.find('+');
+    if (a->wire == WireCode::kExact)
+      EXPECT_EQ(plus, std::string::npos) << name;
+    else
+      EXPECT_EQ(name.substr(plus + 1), wireName(a->wire)) << name;
+  }
+}
+
 TEST(AlgorithmRegistry, TrafficPerGpu) {
-  auto traffic = [](const char* name, size_t bytes, int n) { return algorithmOf(pathByName(name))->traffic(bytes, n); };
+  auto traffic = [](const char* name, size_t bytes, int n) {
+    return algorithmOf(pathByName(name))->traffic(bytes, bytes / 2, n);
+  };
   EXPECT_EQ(traffic("host-kernel", 1000, 3).tx, 1000u);
   EXPECT_EQ(traffic("host-copy", 1000, 3).rx, 2000u);
   EXPECT_EQ(traffic("p2p-ll", 1000, 4).tx, 3000u);
   EXPECT_EQ(traffic("p2p-twoshot", 1200, 3).tx, 1600u);
   EXPECT_EQ(traffic("nccl", 1000, 2).rx, 1000u);
+  // A compressed wire counts its payload: 1 MiB of bf16 on int8 is 0.53 MiB a peer.
+  EXPECT_EQ(algorithmOf(pathByName("host-copy+int8"))->traffic(1 << 20, 1 << 19, 2).tx,
+            wirePayloadBytes(WireCode::kInt8, 1 << 19));
+  EXPECT_EQ(algorithmOf(pathByName("host-copy+int8"))->traffic(64 << 20, 32 << 20, 2).tx,
+            2 * wirePayloadBytes(WireCode::kInt8, 16 << 20))
+      << "two rounds of 32 MiB, a payload each";
 }
 
 TEST(AlgorithmRegistry, SelfCheckCallsReachTheirAlgorithm) {
