@@ -67,7 +67,9 @@ tpsResult_t P2pTwoShot::init(BackendContext& ctx) {
   TPS_EXPECT(tail_ != nullptr, tpsUnavailable, "p2p backend: two-shot needs the one-shot algorithm for its tails");
   const int n = nranks_;
   blocks_ = sharedGpuGrid(kP2pTwoShotBlocks, ctx.ranks_per_gpu);  // ranks sharing a GPU (backend_call.h)
-  const size_t recv_stride = kP2pTwoShotPiece / n + 64;
+  // A slice per rank: a piece over N, in whole 16-byte vectors and at 256-byte boundaries (N = 3 divides
+  // no power of two).
+  const size_t recv_stride = (kP2pTwoShotPiece / n + 64 + 255) / 256 * 256;
   SharedDevice recv, flags;
   TPS_CHECK(ctx.peers->allocate(2 * n * recv_stride, &recv));
   TPS_CHECK(ctx.peers->allocate(size_t{2} * 2 * n * blocks_ * kP2pFlagStride * sizeof(unsigned long long), &flags));
