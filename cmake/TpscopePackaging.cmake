@@ -8,8 +8,9 @@
 #
 # NCCL and cuBLAS come from NVIDIA's packages (libnccl2, libcublas-<major>-<minor>) or a CUDA toolkit
 # on the loader's path: they are Recommends, not Depends, since a toolkit installed outside dpkg serves
-# as well; dpkg-shlibdeps gives the Depends on Debian's own libraries. The installed binaries keep no
-# RUNPATH (packaging/debian/drop-run-paths.cmake): a Debian system finds libraries on its loader path.
+# as well; dpkg-shlibdeps gives the Depends on Debian's own libraries. The packaged binaries keep no
+# RUNPATH and tpscope.pc no -L folder of the build machine (packaging/debian/pre-build.cmake): a Debian
+# system finds libraries on its loader's and linker's paths.
 set(_tps_deb COMPONENT deb EXCLUDE_FROM_ALL)
 set(_tps_deb_dir ${PROJECT_SOURCE_DIR}/packaging/debian)
 install(FILES ${_tps_deb_dir}/tpscope-meter.service DESTINATION lib/systemd/system ${_tps_deb})
@@ -34,22 +35,23 @@ set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "${TPSCOPE_DEB_MAINTAINER}")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_INSTALL_CMAKE_PROJECTS "${CMAKE_BINARY_DIR};tpscope;Unspecified;/;${CMAKE_BINARY_DIR};tpscope;deb;/")
-set(CPACK_PRE_BUILD_SCRIPTS ${_tps_deb_dir}/drop-run-paths.cmake)
+set(CPACK_PRE_BUILD_SCRIPTS ${_tps_deb_dir}/pre-build.cmake)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # tpscope_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_DESCRIPTION "tensor-parallel AllReduce and a GPU interconnect meter
- tpscope is a tensor-parallel AllReduce library for the GPUs of one host (host-staged,
- peer-to-peer and NCCL backends behind one C API), and the tools to see what it costs: the
- tpscope command measures the GPUs' PCIe and NVLink bytes, runs a synthetic transformer and
- the four-arm study. This package has the command, libtpscope with its headers, CMake
- package and pkg-config module, and tpscope-meter.service, which serves the meter's byte
- counters to Prometheus on 127.0.0.1:9400.")
+tpscope is a tensor-parallel AllReduce library for the GPUs of one host
+(host-staged, peer-to-peer and NCCL backends behind one C API), and the tools
+to see what it costs: the tpscope command measures the GPUs' PCIe and NVLink
+bytes, runs a synthetic transformer and the four-arm study. This package has
+the command, libtpscope with its headers, CMake package and pkg-config module,
+and tpscope-meter.service, which serves the meter's byte counters to
+Prometheus on 127.0.0.1:9400.")
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libnccl2, libcublas-${CUDAToolkit_VERSION_MAJOR}-${CUDAToolkit_VERSION_MINOR}")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${_tps_deb_dir}/postinst ${_tps_deb_dir}/prerm ${_tps_deb_dir}/postrm
-    ${_tps_deb_dir}/conffiles)
+    ${_tps_deb_dir}/conffiles ${_tps_deb_dir}/triggers)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

@@ -22,13 +22,15 @@ add_executable(tpscope_wheel_cli EXCLUDE_FROM_ALL ${_tps_cli_sources})
 foreach(_tps_pair "tpscope;tpscope_wheel_library" "tpscope_cli;tpscope_wheel_cli")
   list(GET _tps_pair 0 _tps_from)
   list(GET _tps_pair 1 _tps_to)
-  foreach(_tps_property LINK_LIBRARIES LINK_OPTIONS LINK_DEPENDS INTERFACE_INCLUDE_DIRECTORIES)
+  foreach(_tps_property LINK_LIBRARIES LINK_OPTIONS LINK_DEPENDS)
     get_target_property(_tps_value ${_tps_from} ${_tps_property})
     if(_tps_value)
       set_property(TARGET ${_tps_to} PROPERTY ${_tps_property} "${_tps_value}")
     endif()
   endforeach()
 endforeach()
+target_include_directories(tpscope_wheel_library INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+  $<BUILD_INTERFACE:${TPSCOPE_GENERATED_DIR}> $<INSTALL_INTERFACE:tpscope/include>)
 set_target_properties(tpscope_wheel_library PROPERTIES
   OUTPUT_NAME tpscope SOVERSION ${PROJECT_VERSION_MAJOR} EXPORT_NAME tpscope
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/wheel/lib INSTALL_RPATH "${TPSCOPE_WHEEL_RPATH}")
