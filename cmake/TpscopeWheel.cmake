@@ -53,8 +53,3 @@ install(FILES ${CMAKE_BINARY_DIR}/tpscopeConfig.cmake ${CMAKE_BINARY_DIR}/tpscop
   DESTINATION tpscope/lib/cmake/tpscope ${_tps_wheel})
 install(FILES ${CMAKE_BINARY_DIR}/wheel/_version.py DESTINATION tpscope ${_tps_wheel})
 
-# scikit-build-core reads the wheel's version from project(VERSION) too (pyproject.toml); a build it
-# configures says which version it is making, and that must be this one.
-if(DEFINED SKBUILD_PROJECT_VERSION AND NOT SKBUILD_PROJECT_VERSION VERSION_EQUAL PROJECT_VERSION)
-  message(FATAL_ERROR "the wheel's version (${SKBUILD_PROJECT_VERSION}) is not project(VERSION) ${PROJECT_VERSION}")
-endif()
