@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""tpscope.torch without a GPU: the extension compiles against this build's libtpscope.so, importing
+"""tpscope.torch without a GPU: the extension compiles against the libtpscope.so under test, importing
 registers "tpscope" for CUDA, the tensor checks give their one line, and a process group asking for
 it on a machine without CUDA fails with one clear line. The collectives themselves need a GPU
 (python/tests/gpu_torch_backend.py). Skips, with the reason, where torch is not installed."""
