@@ -159,9 +159,15 @@ def main():
     tp = world > 1
     if tp:
         import torch.distributed as dist
-        sys.path.insert(0, os.path.join(HERE, ".."))
-        import tpscope
+        try:
+            import tpscope  # the installed package
+        except ImportError:  # not installed: this checkout's python/ (TPSCOPE_LIBRARY names the library)
+            sys.path.insert(0, os.path.join(HERE, ".."))
+            import tpscope
         import tpscope.torch as tt
+        if rank == 0:
+            print("tpscope %s from %s, library %s" % (tpscope.__version__, os.path.dirname(tpscope.__file__),
+                                                      tpscope.library()._name), file=sys.stderr)
         shared = torch.cuda.device_count() < world
         tt.set_config(tpscope.Config(shared_devices=shared))
         dist.init_process_group("cpu:gloo,cuda:tpscope")

@@ -2,9 +2,12 @@
 """Two processes reduce the same PyTorch tensors with tpscope and with torch.distributed.all_reduce, and
 check that the results agree.
 
-    TPSCOPE_LIBRARY=build/lib/libtpscope.so python3 python/examples/torch_allreduce.py [--nranks 2]
+    torchrun --nproc-per-node 2 python/examples/torch_allreduce.py      # a rank per process, by torchrun
+    python3 python/examples/torch_allreduce.py [--nranks 2]             # the same, spawning its ranks
 
-Each rank takes GPU `rank % device_count`: with fewer GPUs than ranks they share one (a test setup:
+With the wheel installed (pip install tpscope) nothing else is needed; from a source checkout without it,
+TPSCOPE_LIBRARY=build/lib/libtpscope.so names the library. Each rank takes GPU `local rank %
+device_count`: with fewer GPUs than ranks they share one (a test setup:
 tpscope's Config then says shared_devices, which this script does, and torch.distributed uses
 gloo, as NCCL refuses two ranks on one GPU). Rank 0 makes the tpscope id and torch.distributed carries
 it to the others (broadcast_object_list). Exit status 0 when every dtype and size agrees.
@@ -18,18 +21,26 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import tpscope  # noqa: E402
+try:
+    import tpscope  # the installed package
+except ImportError:  # not installed: this checkout's python/ (TPSCOPE_LIBRARY names the library)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import tpscope
 
 SIZES = [8, 4096, 4097, 65536 + 3, (1 << 20) + 1, 8 << 20]
 
 
-def run(rank, nranks, port, backend_name, result):
-    device = rank % torch.cuda.device_count()
+def spawned(rank, nranks, port, backend_name, result):
+    result[rank] = run(rank, rank, nranks, "tcp://127.0.0.1:%d" % port, backend_name)
+
+
+def run(rank, local_rank, nranks, init_method, backend_name):
+    """One rank: 0 when tpscope and torch.distributed agree on every dtype and size, else 1."""
+    device = local_rank % torch.cuda.device_count()
     torch.cuda.set_device(device)
     shared = torch.cuda.device_count() < nranks
-    dist.init_process_group("gloo" if shared else "nccl", init_method="tcp://127.0.0.1:%d" % port,
-                            rank=rank, world_size=nranks)
+    dist.init_process_group("gloo" if shared else "nccl", init_method=init_method, rank=rank, world_size=nranks)
+    status = 0
     # The id is a secret (the ranks prove to rank 0 that they hold it): torch.distributed's channel
     # carries it here, which is as private as torch's own store on this box.
     ids = [tpscope.get_unique_id() if rank == 0 else None]
@@ -55,15 +66,16 @@ def run(rank, nranks, port, backend_name, result):
                 bitwise = bitwise and torch.equal(x, ref)
                 if diff > tol * nranks:
                     print("rank %d: %s n=%d differs from torch.distributed by %g" % (rank, dtype, n, diff))
-                    result[rank] = 1
+                    status = 1
     comm.check()
     comm.close()
     if rank == 0:
+        print("tpscope %s from %s, library %s" % (tpscope.__version__, os.path.dirname(tpscope.__file__),
+                                                  tpscope.library()._name))
         print("tpscope (%s) and torch.distributed (%s) agree on %d ranks: largest difference %.3g per rank, "
               "bit-identical: %s" % (backend_name, "gloo" if shared else "nccl", nranks, worst, bitwise))
     dist.destroy_process_group()
-    if result[rank] == -1:
-        result[rank] = 0
+    return status
 
 
 def main():
@@ -75,8 +87,11 @@ def main():
     if not torch.cuda.is_available():
         print("no CUDA GPU: nothing to compare", file=sys.stderr)
         return 1
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun: this process is one rank
+        return run(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]),
+                   "env://", args.backend)
     result = mp.get_context("spawn").Array("i", [-1] * args.nranks)
-    mp.spawn(run, args=(args.nranks, args.port, args.backend, result), nprocs=args.nranks, join=True)
+    mp.spawn(spawned, args=(args.nranks, args.port, args.backend, result), nprocs=args.nranks, join=True)
     return 0 if all(r == 0 for r in result) else 1
 
 

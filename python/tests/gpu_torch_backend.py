@@ -27,7 +27,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import package_under_test  # noqa: E402
+package_under_test.use()
 import tpscope  # noqa: E402
 
 SIZES = [1, 3, 7, 1000, 4097, 65537, 262147, (1 << 20) + 3, (4 << 20) + 1]

@@ -15,7 +15,9 @@ import unittest
 
 # The join's bound, read once by the library when it first needs it: short, so the timeout test is quick.
 os.environ.setdefault("TPSCOPE_BOOTSTRAP_TIMEOUT_MS", "600")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import package_under_test  # noqa: E402
+package_under_test.use()
 
 import tpscope  # noqa: E402
 
@@ -176,6 +178,25 @@ class ConfigLayout(unittest.TestCase):
         handle = ctypes.c_void_p()
         status = tpscope.library().tpsCommInitRank(ctypes.byref(handle), 2, uid, 0, 0, ctypes.byref(cfg))
         self.assertEqual(status, tpscope.Status.INVALID_ARGUMENT)
+
+
+class PackageUnderTest(unittest.TestCase):
+    """The tests ran against the package they were meant for: the checkout's, or the installed wheel with
+    the library it carries, found without TPSCOPE_LIBRARY, and the version its metadata has."""
+
+    def test_the_package_and_library_under_test(self):
+        path = os.path.realpath(tpscope.__file__)
+        in_checkout = os.path.commonpath([path, os.path.realpath(package_under_test.CHECKOUT)]) == \
+            os.path.realpath(package_under_test.CHECKOUT)
+        if not package_under_test.INSTALLED:
+            self.assertTrue(in_checkout, path)
+            return
+        self.assertFalse(in_checkout, "TPSCOPE_TEST_INSTALLED=1 but tpscope came from the checkout: " + path)
+        self.assertNotIn("TPSCOPE_LIBRARY", os.environ)
+        self.assertEqual(os.path.realpath(tpscope.library()._name), os.path.realpath(tpscope._BUNDLED_LIBRARY))
+        from importlib import metadata
+        self.assertEqual(tpscope.__version__, metadata.version("tpscope"))
+        self.assertEqual(tpscope.version(), tpscope.__version__)
 
 
 class Library(unittest.TestCase):

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""tpscope.torch without a GPU: the extension compiles against this build's libtpscope.so, importing
+"""tpscope.torch without a GPU: the extension compiles against the libtpscope.so under test, importing
 registers "tpscope" for CUDA, the tensor checks give their one line, and a process group asking for
 it on a machine without CUDA fails with one clear line. The collectives themselves need a GPU
 (python/tests/gpu_torch_backend.py). Skips, with the reason, where torch is not installed."""
@@ -11,7 +11,9 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import package_under_test  # noqa: E402
+package_under_test.use()
 
 try:
     import torch
@@ -132,7 +134,7 @@ class TorchBackendTest(unittest.TestCase):
 
 
 def _init_without_cuda(store_path, q):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    package_under_test.use()
     import tpscope.torch  # noqa: F401
     try:
         dist.init_process_group("cpu:gloo,cuda:tpscope", init_method="file://" + store_path, rank=0, world_size=1)

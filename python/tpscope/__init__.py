@@ -17,8 +17,11 @@ pointer, element count, dtype and (unless a stream is given) current CUDA stream
 is PyTorch's default) is refused by the library: run under ``with torch.cuda.stream(torch.cuda.Stream())``.
 Every failure raises ``tpscope.Error``, whose ``status`` is the library's ``Status``.
 
-The library is ``libtpscope.so``: the path in ``TPSCOPE_LIBRARY``, else one beside this package, in
-``<prefix>/lib`` of the running Python, or on the loader's search path.
+The library is ``libtpscope.so``: the path in ``TPSCOPE_LIBRARY``, else the one the wheel carries
+(``lib/`` inside this package), one in ``<prefix>/lib`` of the running Python, or on the loader's search
+path. ``__version__`` is the package's version; in a source checkout, which has no ``_version.py``, the
+loaded library's. ``cmake_prefix_path`` is the folder ``find_package(tpscope)`` looks in for the
+wheel's CMake package (``CMAKE_PREFIX_PATH``), ``get_include()`` the folder of ``tpscope/tpscope.h``.
 """
 
 import ctypes
@@ -29,8 +32,27 @@ import sys
 
 __all__ = [
     "Status", "DataType", "Backend", "Wire", "Error", "Config", "Communicator", "get_unique_id", "library",
-    "UNIQUE_ID_BYTES", "MAX_DEVICES", "MAX_PEER_UIDS",
+    "UNIQUE_ID_BYTES", "MAX_DEVICES", "MAX_PEER_UIDS", "cmake_prefix_path", "get_include",
 ]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# The wheel lays out an install prefix inside the package (cmake/TpscopeWheel.cmake).
+cmake_prefix_path = _HERE
+_BUNDLED_LIBRARY = os.path.join(_HERE, "lib", "libtpscope.so.0")
+
+try:
+    from ._version import __version__  # written by the build from project(VERSION)
+except ImportError:  # a source checkout: the version of the library it runs with
+    def __getattr__(name):
+        if name == "__version__":
+            return version()
+        raise AttributeError("module 'tpscope' has no attribute %r" % name)
+
+
+def get_include():
+    """The folder holding tpscope/tpscope.h in the wheel (None in a source checkout: use include/)."""
+    path = os.path.join(_HERE, "include")
+    return path if os.path.exists(os.path.join(path, "tpscope", "tpscope.h")) else None
 
 UNIQUE_ID_BYTES = 128  # TPS_UNIQUE_ID_BYTES
 MAX_DEVICES = 8  # TPS_MAX_DEVICES
@@ -159,8 +181,7 @@ def _candidates():
     env = os.environ.get("TPSCOPE_LIBRARY")
     if env:
         return [env]
-    here = os.path.dirname(os.path.abspath(__file__))
-    paths = [os.path.join(here, "libtpscope.so"), os.path.join(sys.prefix, "lib", "libtpscope.so")]
+    paths = [_BUNDLED_LIBRARY, os.path.join(sys.prefix, "lib", "libtpscope.so")]
     found = ctypes.util.find_library("tpscope")
     if found:
         paths.append(found)
@@ -183,8 +204,8 @@ def library():
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
     else:
-        raise OSError("libtpscope.so not found; build it (target tpscope) and set TPSCOPE_LIBRARY "
-                      "to its path. Tried: " + ", ".join(tried))
+        raise OSError("libtpscope.so not found; install the wheel (pip install tpscope), or build the library "
+                      "(target tpscope) and set TPSCOPE_LIBRARY to its path. Tried: " + ", ".join(tried))
     vp, sz, i, pi = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(ctypes.c_int)
     sig = {
         "tpsGetErrorString": ([i], ctypes.c_char_p),

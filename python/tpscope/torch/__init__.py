@@ -36,13 +36,21 @@ call raises: destroy the process group.
 ``set_config(tpscope.Config(...))`` sets the configuration of the communicators made after it (for
 example ``shared_devices=True`` to let ranks share one GPU, a test setup; never for timings).
 
-The extension is compiled on first import with ``torch.utils.cpp_extension`` (g++ and ninja, the CUDA
-headers torch was built against) against the libtpscope.so that ``tpscope.library()`` loads and the
-``tpscope/tpscope.h`` beside it (``<prefix>/include``, this checkout's ``include/``, or
-``TPSCOPE_INCLUDE_DIR``); torch caches the build (``TORCH_EXTENSIONS_DIR``).
+The extension is compiled on first use with ``torch.utils.cpp_extension`` (g++ and ninja, the CUDA
+headers torch was built against) against the torch this process runs, the libtpscope.so that
+``tpscope.library()`` loads and the ``tpscope/tpscope.h`` beside it (the wheel's ``include/``,
+``<prefix>/include``, this checkout's ``include/``, or ``TPSCOPE_INCLUDE_DIR``). It is compiled here
+rather than shipped in the wheel because torch's C++ interface changes with every torch release: a
+prebuilt one would pin the torch of everyone who installs tpscope, where a torchrun user's torch is
+chosen by the rest of their stack. The build is kept per tpscope, torch and Python version (under
+``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``); the one process that builds it (of
+all the ranks starting at once) says once on stderr how long that took, the others wait for it.
 """
 
+import hashlib
 import os
+import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -98,7 +106,7 @@ def _include_dir(lib_path):
     here = os.path.dirname(os.path.abspath(__file__))
     lib_dir = os.path.dirname(lib_path)
     candidates = [os.environ.get("TPSCOPE_INCLUDE_DIR", ""),
-                  os.path.join(lib_dir, "..", "include"),  # an install: <prefix>/lib, <prefix>/include
+                  os.path.join(lib_dir, "..", "include"),  # the wheel, an install: <prefix>/lib, <prefix>/include
                   os.path.join(lib_dir, "..", "..", "include"),  # a build folder in a checkout: build/lib
                   os.path.join(here, "..", "..", "..", "include")]  # this checkout: python/tpscope/torch
     for d in candidates:
@@ -117,23 +125,60 @@ def _libstdcxx_flags():
     return [path] if path else []
 
 
+_NAME = "tpscope_c10d"
+
+
+def _build_directory(lib):
+    """Where the extension is built and kept: one folder per tpscope version, torch version, Python and
+    library file, so that no two of them rebuild each other's."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                   "torch_extensions")
+    key = "%s-torch%s-py%d%d-%s" % (tpscope.__version__, torch.__version__, sys.version_info[0], sys.version_info[1],
+                                     hashlib.sha256(lib.encode()).hexdigest()[:10])
+    return os.path.join(root, _NAME + "-" + key.replace("+", "_"))
+
+
+def _compile(lib, build_dir):
+    from torch.utils import cpp_extension
+    # No CUDA sources: the arch list only has to be non-empty where no GPU is there to ask.
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    return cpp_extension.load(
+        name=_NAME,
+        sources=[os.path.join(os.path.dirname(os.path.abspath(__file__)), "backend.cpp")],
+        extra_include_paths=[_include_dir(lib)],
+        extra_cflags=["-O2", "-std=c++17"],
+        extra_ldflags=[lib, "-Wl,-rpath," + os.path.dirname(lib)] + _libstdcxx_flags(),
+        with_cuda=True,
+        build_directory=build_dir,
+        verbose=os.environ.get("TPSCOPE_TORCH_VERBOSE_BUILD") == "1")
+
+
 def extension():
-    """The compiled backend module (built on first call, then cached by torch)."""
+    """The compiled backend module: built on the first call on this machine (one process builds, any
+    others starting at the same time wait for it), then loaded from the build folder."""
     global _ext
     if _ext is None:
-        from torch.utils import cpp_extension
+        from torch.utils.file_baton import FileBaton
         lib = _library_path()
-        # No CUDA sources: the arch list only has to be non-empty where no GPU is there to ask.
-        if not torch.cuda.is_available():
-            os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
-        _ext = cpp_extension.load(
-            name="tpscope_c10d",
-            sources=[os.path.join(os.path.dirname(os.path.abspath(__file__)), "backend.cpp")],
-            extra_include_paths=[_include_dir(lib)],
-            extra_cflags=["-O2", "-std=c++17"],
-            extra_ldflags=[lib, "-Wl,-rpath," + os.path.dirname(lib)] + _libstdcxx_flags(),
-            with_cuda=True,
-            verbose=os.environ.get("TPSCOPE_TORCH_VERBOSE_BUILD") == "1")
+        build_dir = _build_directory(lib)
+        os.makedirs(build_dir, exist_ok=True)
+        if os.path.exists(os.path.join(build_dir, _NAME + ".so")):
+            _ext = _compile(lib, build_dir)  # built: ninja finds nothing to do
+        else:
+            baton = FileBaton(os.path.join(build_dir, "tpscope-build.lock"))
+            if baton.try_acquire():
+                try:
+                    start = time.monotonic()
+                    sys.stderr.write("tpscope.torch: compiling the torch.distributed extension against torch %s "
+                                     "(once; kept in %s)\n" % (torch.__version__, build_dir))
+                    _ext = _compile(lib, build_dir)
+                    sys.stderr.write("tpscope.torch: the extension took %.0f s to build\n" % (time.monotonic() - start))
+                finally:
+                    baton.release()
+            else:
+                baton.wait()
+                _ext = _compile(lib, build_dir)
         if _ext.config_bytes() != len(bytes(tpscope.Config()._c())):
             raise RuntimeError("tpscope.torch: the library's tpsConfig_t is %d bytes, the binding's %d"
                                % (_ext.config_bytes(), len(bytes(tpscope.Config()._c()))))
