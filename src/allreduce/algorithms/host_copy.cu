@@ -19,13 +19,14 @@
 //     stage half waits until every peer has read the round that last used it, and the call's end waits
 //     until every peer has read its last round, so the next call may overwrite the stage.
 // Beside the first copies, on a gate stream of its own, a rendezvous kernel publishes the call's sequence
-// number and waits, bounded, for every peer's. A rank that gives up (or finds an error recorded) records
+// number and waits, bounded, for every peer's; the same stream then relays the D2H copies' events to the
+// `ready` word. A rank that gives up (or finds an error recorded) records
 // tpsTimeout and opens every rank's words for this call, so each GPU's call ends within the timeout plus
 // its own copy time, with the error reported. The words count across calls (32 bits, compared
 // cyclically); host counters give each eager call its targets, the same on every rank since all ranks make
 // the same calls. Every write is enqueued, in host order, before any wait for it (a round's D2H operations
-// of all ranks before its H2D operations), so streams that share a hardware queue never hold a write
-// behind a wait for it.
+// and relays of all ranks before its H2D operations), so streams that share a hardware queue never hold a
+// write behind a wait for it.
 //
 // A captured call cannot use host counters (a graph replays the same values): it orders the copies across
 // GPUs with events instead, which in one graph are edges between branches that start together.
@@ -317,12 +318,19 @@ tpsResult_t HostCopy::run(const CallArgs& a) {
       for (size_t k = 0; k < nchunks; ++k) {
         const size_t kb = std::min(chunk, round_bytes - k * chunk);
         TPS_CUDA_CHECK(cudaMemcpyAsync(stage(r, half) + k * chunk, src + k * chunk, kb, cudaMemcpyDeviceToHost, s));
-        if (eager)
-          TPS_CHECK(streamWrite(s, word(r, kReady, r), c + static_cast<uint32_t>(k) + 1));
-        else
-          TPS_CUDA_CHECK(cudaEventRecord(d2h_chunk_[r][k].get(), s));
+        TPS_CUDA_CHECK(cudaEventRecord(d2h_chunk_[r][k].get(), s));
       }
       TPS_CUDA_CHECK(cudaEventRecord(d2h_done_[r].get(), s));
+    }
+    // Eager: the gate stream relays each staged chunk to the peers as this rank's `ready` word. The write's
+    // fence runs there, off the copy stream, whose copies then follow each other as closely as events
+    // let them (a write on the copy stream itself drains it at every chunk).
+    for (int r = 0; r < nr && eager; ++r) {
+      DeviceGuard dg(devices_[r]);
+      for (size_t k = 0; k < nchunks; ++k) {
+        TPS_CUDA_CHECK(cudaStreamWaitEvent(gate_[r].get(), d2h_chunk_[r][k].get(), 0));
+        TPS_CHECK(streamWrite(gate_[r].get(), word(r, kReady, r), c + static_cast<uint32_t>(k) + 1));
+      }
     }
     // H2D: each peer's chunk as soon as that peer has staged it, into this half of the scratch, which the
     // add of two rounds before has consumed.
