@@ -12,31 +12,23 @@ namespace tpscope {
 
 namespace {
 
-using WaitFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 using WriteFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
 struct MemOps {
-  WaitFn wait = nullptr;
   WriteFn write = nullptr;
 };
 
-// The entry points of the CUDA 12 interface (the _v2 functions behind cuStreamWaitValue32 in cuda.h).
+// The entry point of the CUDA 12 interface (the _v2 function behind cuStreamWriteValue32 in cuda.h).
 const MemOps& memOps() {
   static MemOps ops;
   static std::once_flag once;
   std::call_once(once, [] {
-    void* wait = nullptr;
     void* write = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &wait, 12000, cudaEnableDefault, &found) ==
+    if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &write, 12000, cudaEnableDefault, &found) ==
             cudaSuccess &&
-        found == cudaDriverEntryPointSuccess &&
-        cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &write, 12000, cudaEnableDefault, &found) ==
-            cudaSuccess &&
-        found == cudaDriverEntryPointSuccess) {
-      ops.wait = reinterpret_cast<WaitFn>(wait);
+        found == cudaDriverEntryPointSuccess)
       ops.write = reinterpret_cast<WriteFn>(write);
-    }
     (void)cudaGetLastError();
   });
   return ops;
@@ -44,16 +36,7 @@ const MemOps& memOps() {
 
 }  // namespace
 
-bool streamMemOpsAvailable() { return memOps().wait != nullptr && memOps().write != nullptr; }
-
-tpsResult_t streamWaitAtLeast(cudaStream_t stream, void* device_address, uint32_t value) {
-  const MemOps& ops = memOps();
-  TPS_EXPECT(ops.wait != nullptr, tpsUnavailable, "cuStreamWaitValue32 is not available from this driver");
-  const CUresult r = ops.wait(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(device_address), value,
-                              CU_STREAM_WAIT_VALUE_GEQ);
-  TPS_EXPECT(r == CUDA_SUCCESS, tpsCudaError, "cuStreamWaitValue32 failed (CUresult {})", static_cast<int>(r));
-  return tpsSuccess;
-}
+bool streamMemOpsAvailable() { return memOps().write != nullptr; }
 
 tpsResult_t streamWrite(cudaStream_t stream, void* device_address, uint32_t value) {
   const MemOps& ops = memOps();

@@ -105,8 +105,8 @@ TEST(AllReduceSharedGpu, MissingPeerTimesOutP2pTwoShot) {
   missingPeerTimesOut(tpsBackendP2p, 2u << 20, {0, 0}, true);
 }
 
-// The copy-engine path captured in one graph over both ranks' streams and replayed: its gate words are
-// stream memory operations, which a capture must take, and its rendezvous count lives in device memory.
+// The copy-engine path captured in one graph over both ranks' streams and replayed: a captured call starts
+// its side streams from events (the gate's call number would be a constant in the graph).
 TEST(AllReduceSharedGpu, GraphReplayHostCopyPath) {
   TPS_REQUIRE_GPUS(1);
   tpsConfig_t cfg = sharedConfig();

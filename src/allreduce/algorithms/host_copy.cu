@@ -1,35 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 // algorithms/host_copy.cu - host-copy: the host backend's copy-engine path, for calls at or above the
-// tuned threshold (HostTuning::copy_threshold), with every rank in this process. Where the driver has no
-// stream memory operations (which bound its waits) it is not created, and the kernel path takes every size.
+// tuned threshold (HostTuning::copy_threshold), with every rank in this process.
 //
 // In rounds of up to kRoundBytes per GPU, each GPU copies its data into its host stage in chunks on a D2H
-// side stream; each chunk, once every peer's D2H of it is done, is copied H2D into the GPU's scratch on a
-// second side stream; an add kernel on the caller's stream then sums the round in rank order. D2H and H2D
-// run on separate copy engines and directions of the link, and a round's add overlaps the next round's
-// copies.
+// side stream; each chunk, once every peer's D2H of it is done (cross-device events), is copied H2D into
+// the GPU's scratch on a second side stream; an add kernel on a third then sums the round in rank order,
+// and the caller's stream joins it. D2H and H2D run on separate copy engines and directions of the link,
+// and a round's add overlaps the next round's copies.
 //
-// Bounded waits. A GPU's own D2H copies depend on no peer: they start from the caller's stream through
-// an event, as soon as its earlier work is done. Only what crosses GPUs waits on peers, and in an eager
-// call those waits are on host words that the copy streams write with stream memory operations, never on
-// another GPU's events (a wait on an event cannot be bounded):
-//   - `ready` (one per rank) counts the chunks the rank has staged: a GPU's H2D copy of a peer's chunk
-//     waits until the peer's word counts it;
-//   - `consumed` (one per rank) counts the rounds the rank has read from its peers' stages: a D2H into a
-//     stage half waits until every peer has read the round that last used it, and the call's end waits
-//     until every peer has read its last round, so the next call may overwrite the stage.
-// Beside the first copies, on a gate stream of its own, a rendezvous kernel publishes the call's sequence
-// number and waits, bounded, for every peer's; the same stream then relays the D2H copies' events to the
-// `ready` word. A rank that gives up (or finds an error recorded) records
-// tpsTimeout and opens every rank's words for this call, so each GPU's call ends within the timeout plus
-// its own copy time, with the error reported. The words count across calls (32 bits, compared
-// cyclically); host counters give each eager call its targets, the same on every rank since all ranks make
-// the same calls. Every write is enqueued, in host order, before any wait for it (a round's D2H operations
-// and relays of all ranks before its H2D operations), so streams that share a hardware queue never hold a
-// write behind a wait for it.
+// Bounded waits. Every wait of one GPU on another is an event of a side stream, never of a caller's stream,
+// so each wait ends once every rank's side streams run. A rank's D2H stream is what could be held: its first
+// copy must follow the caller's earlier work (the buffer is ready). So in an eager call it starts behind a
+// gate kernel rather than an event: the caller's stream writes this call's number into the gate word (device
+// memory, a stream memory operation after its earlier work), and the gate kernel, already waiting on the
+// D2H stream, sees it and ends, and the copies follow. The gate kernel publishes this rank's arrival to
+// host memory; while its own caller has not arrived it watches its peers' arrivals, and once one of them
+// has waited spin_timeout_ms for it, it records tpsTimeout and ends anyway: the held rank's copies then run
+// (meaningless, with the error reported), every event the other GPUs wait on completes, and each GPU's
+// call ends within the timeout plus its own copy time. The adds run on their own stream, not the caller's,
+// so a later round's H2D never waits behind a held caller either.
 //
-// A captured call cannot use host counters (a graph replays the same values): it orders the copies across
-// GPUs with events instead, which in one graph are edges between branches that start together.
+// A captured call starts the D2H stream from an event on the caller's stream instead: the gate's number
+// would be a constant in the graph, and one graph's branches start together.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -61,63 +53,48 @@ constexpr size_t kMaxChunks = (kRoundBytes + kMinChunk - 1) / kMinChunk;
 
 size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-// The host words: [kind][rank] lines of kFlagStride u64 (one 64-byte line each, so writers never share
-// one); the 32-bit counters sit in a line's first word, the rendezvous sequence numbers fill theirs.
-enum Line { kReady = 0, kConsumed = 1, kSeq = 2, kNumLines = 3 };
-
-struct RendezvousHandle {
-  unsigned long long* lines;    // mapped host: [kNumLines][nranks] x kFlagStride
-  unsigned long long* counter;  // device: this rank's eager call count
-  unsigned* status;             // mapped host: [nranks], nonzero after a timeout
+// One rank's gate: its gate word (device memory, written by its caller's stream) and every rank's arrival
+// (mapped host memory, one 64-byte line each, written by each rank's gate kernel).
+struct GateHandle {
+  const unsigned* gate;      // device: this call's number once the caller's earlier work is done
+  unsigned long long* seen;  // mapped host: [nranks] x kFlagStride, the last call each rank's gate passed
+  unsigned* status;          // mapped host: [nranks], nonzero after a timeout
   unsigned long long timeout_ns;
   int rank;
   int nranks;
 };
 
-__device__ inline unsigned long long* line(const RendezvousHandle& h, int kind, int q) {
-  return h.lines + (static_cast<size_t>(kind) * h.nranks + q) * kFlagStride;
-}
-
-__device__ inline void storeRelease32(unsigned* p, unsigned v) {
-  asm volatile("st.release.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-// One warp: lane q (q != rank) waits for peer q's sequence number. When a peer did not come in time, or
-// another rank has recorded an error, every rank's words are opened up to this call's targets (`ready`,
-// `consumed`): every copy stream of every GPU then runs through (its copies now meaningless), and no
-// event or word another GPU waits on stays unwritten.
-__global__ void copyRendezvous(RendezvousHandle h, unsigned ready, unsigned consumed) {
+// One warp. Lane 0 waits for this rank's caller (the gate word reaching `call`, compared cyclically);
+// lanes q < nranks, q != rank, watch peer q's arrival, and a peer that arrived starts the clock. The gate
+// opens when the caller arrives (lane 0 then publishes it), when a peer has waited timeout_ns (tpsTimeout
+// recorded), or at once when another rank has recorded an error. While it waits it takes one warp of one
+// SM; its caller's earlier kernels have the rest.
+__global__ void copyGate(GateHandle h, unsigned call) {
   const int lane = threadIdx.x;
-  unsigned long long s = 0;
-  if (lane == 0) {
-    s = *h.counter + 1;
-    *h.counter = s;
-    storeRelease(line(h, kSeq, h.rank), s);
-  }
-  s = __shfl_sync(0xffffffffu, s, 0);
-  bool gave_up = false, error = false;
-  if (lane < h.nranks && lane != h.rank) {
-    const unsigned long long* f = line(h, kSeq, lane);
-    const unsigned long long t0 = globalTimerNs();
-    for (unsigned polls = 1; loadAcquire(f) < s; ++polls) {
-      if (polls % kStatusPollInterval == 0 && errorRecorded(h.status, h.nranks)) {
-        error = true;
-        break;
-      }
-      if (globalTimerNs() - t0 > h.timeout_ns) {
-        gave_up = true;
-        break;
-      }
-      __nanosleep(64);
+  const unsigned long long* peer = h.seen + static_cast<size_t>(lane < h.nranks ? lane : 0) * kFlagStride;
+  const bool watch = lane < h.nranks && lane != h.rank;
+  unsigned long long t0 = 0;  // when this lane first saw its peer arrive; 0: not yet
+  for (unsigned polls = 1;; ++polls) {
+    int open = 0;  // 3: the caller arrived (it wins); 2: an error is recorded; 1: a peer waited too long
+    if (lane == 0 && static_cast<int>(*reinterpret_cast<const volatile unsigned*>(h.gate) - call) >= 0) open = 3;
+    // The peers' lines and the status words are host memory: read once per 16 polls (a PCIe round trip each).
+    if (polls % 16 == 0) {
+      if (watch && t0 == 0 && static_cast<int>(static_cast<unsigned>(loadAcquire(peer)) - call) >= 0)
+        t0 = globalTimerNs();
+      if (watch && t0 != 0 && globalTimerNs() - t0 > h.timeout_ns) open = max(open, 1);
+      if (lane == 0 && polls % kStatusPollInterval == 0 && errorRecorded(h.status, h.nranks)) open = max(open, 2);
     }
-  }
-  const bool timed_out = __any_sync(0xffffffffu, gave_up);
-  if (__any_sync(0xffffffffu, gave_up || error) && lane == 0) {
-    if (timed_out) reportTimeout(h.status, h.rank);
-    for (int q = 0; q < h.nranks; ++q) {
-      storeRelease32(reinterpret_cast<unsigned*>(line(h, kReady, q)), ready);
-      storeRelease32(reinterpret_cast<unsigned*>(line(h, kConsumed, q)), consumed);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) open = max(open, __shfl_xor_sync(0xffffffffu, open, o));
+    if (open == 3) {
+      if (lane == 0) storeRelease(h.seen + static_cast<size_t>(h.rank) * kFlagStride, call);
+      return;
     }
+    if (open != 0) {
+      if (lane == 0 && open == 1) reportTimeout(h.status, h.rank);
+      return;
+    }
+    __nanosleep(64);
   }
 }
 
@@ -146,22 +123,18 @@ class HostCopy final : public Algorithm {
   template <typename T, WireCode W>
   tpsResult_t run(const CallArgs& a);
   int n() const { return static_cast<int>(devices_.size()); }
-  // Rank q's word of `kind` as rank r's GPU addresses it.
-  unsigned long long* word(int r, Line kind, int q) const {
-    return handles_[r].lines + (static_cast<size_t>(kind) * n() + q) * kFlagStride;
-  }
 
   std::vector<int> devices_;
   size_t chunk_max_ = 0;
-  SharedHost stage_;                       // [rank] kStageBytes each
-  std::vector<RendezvousHandle> handles_;  // [rank]
-  std::vector<DeviceBuffer> counters_, scratch_;
+  SharedHost stage_;                 // [rank] kStageBytes each
+  std::vector<GateHandle> handles_;  // [rank]
+  std::vector<DeviceBuffer> gates_, scratch_;
   std::vector<DeviceBuffer> encoded_;  // [rank] a round's payload on a compressed wire, the D2H's source
-  std::vector<Stream> gate_, d2h_, h2d_;
-  std::vector<Event> fork_, d2h_done_, gate_done_;
+  std::vector<Stream> d2h_, h2d_, add_;
+  std::vector<Event> fork_, d2h_done_;
   std::vector<std::array<Event, 2>> h2d_done_, add_done_;  // [rank][half]
-  std::vector<std::vector<Event>> d2h_chunk_;              // [rank][chunk in round]: captured calls
-  uint32_t chunks_ = 0, rounds_ = 0;  // eager calls' chunks staged and rounds read, so far, by every rank
+  std::vector<std::vector<Event>> d2h_chunk_;              // [rank][chunk in round]
+  uint32_t calls_ = 0;  // eager calls so far: the gate's number (the same on every rank)
 };
 
 // Loads a wire's kernels on every GPU now: lazy loading waits for an idle device, which a peer's kernel may
@@ -198,46 +171,44 @@ tpsResult_t HostCopy::init(BackendContext& ctx) {
   devices_ = ctx.devices;
   chunk_max_ = ctx.tuning.chunk_bytes;
   const int nr = n();
-  SharedHost lines;
-  TPS_CHECK(ctx.staging->allocate(size_t{kNumLines} * nr * kFlagStride * sizeof(unsigned long long), &lines));
+  SharedHost seen;
+  TPS_CHECK(ctx.staging->allocate(size_t{1} * nr * kFlagStride * sizeof(unsigned long long), &seen));
   TPS_CHECK(ctx.staging->allocate(kStageBytes * nr, &stage_));
   handles_.resize(nr);
-  counters_.resize(nr);
+  gates_.resize(nr);
   scratch_.resize(nr);
-  gate_.resize(nr);
   d2h_.resize(nr);
   h2d_.resize(nr);
+  add_.resize(nr);
   fork_.resize(nr);
   d2h_done_.resize(nr);
-  gate_done_.resize(nr);
   h2d_done_.resize(nr);
   add_done_.resize(nr);
   d2h_chunk_.resize(nr);
   for (int r = 0; r < nr; ++r) {
     const int d = devices_[r];
-    TPS_CHECK(DeviceBuffer::create(d, sizeof(unsigned long long), &counters_[r]));
+    TPS_CHECK(DeviceBuffer::create(d, sizeof(unsigned), &gates_[r]));
     TPS_CHECK(DeviceBuffer::create(d, kStageBytes * (nr - 1), &scratch_[r]));
     DeviceGuard g(d);
-    TPS_CUDA_CHECK(cudaMemset(counters_[r].get(), 0, sizeof(unsigned long long)));
+    TPS_CUDA_CHECK(cudaMemset(gates_[r].get(), 0, sizeof(unsigned)));
     TPS_CUDA_CHECK(cudaDeviceSynchronize());
-    RendezvousHandle& h = handles_[r];
-    h.lines = reinterpret_cast<unsigned long long*>(lines.device[r]);
-    h.counter = counters_[r].as<unsigned long long>();
+    GateHandle& h = handles_[r];
+    h.gate = gates_[r].as<unsigned>();
+    h.seen = reinterpret_cast<unsigned long long*>(seen.device[r]);
     TPS_CHECK(ctx.status->devicePointer(d, &h.status));
     h.timeout_ns = static_cast<unsigned long long>(ctx.tuning.spin_timeout_ms) * 1000000ull;
     h.rank = r;
     h.nranks = nr;
-    TPS_CHECK(Stream::create(d, &gate_[r]));
     TPS_CHECK(Stream::create(d, &d2h_[r]));
     TPS_CHECK(Stream::create(d, &h2d_[r]));
-    for (Event* e : {&fork_[r], &d2h_done_[r], &gate_done_[r], &h2d_done_[r][0], &h2d_done_[r][1], &add_done_[r][0],
-                     &add_done_[r][1]})
+    TPS_CHECK(Stream::create(d, &add_[r]));
+    for (Event* e : {&fork_[r], &d2h_done_[r], &h2d_done_[r][0], &h2d_done_[r][1], &add_done_[r][0], &add_done_[r][1]})
       TPS_CHECK(Event::create(d, e, false));
     d2h_chunk_[r].resize(kMaxChunks);
     for (Event& e : d2h_chunk_[r]) TPS_CHECK(Event::create(d, &e, false));
     // Load the kernels now (lazy loading waits for an idle device, which a peer's kernel may never allow).
     cudaFuncAttributes fa;
-    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, copyRendezvous));
+    TPS_CUDA_CHECK(cudaFuncGetAttributes(&fa, copyGate));
   }
   loadKernels<WireCode::kExact>();
   TPS_CUDA_CHECK(cudaGetLastError());
@@ -265,49 +236,40 @@ tpsResult_t HostCopy::run(const CallArgs& a) {
     TPS_CUDA_CHECK(cudaStreamIsCapturing(a.streams[r], &cs));
     captured = captured || cs != cudaStreamCaptureStatusNone;
   }
-  const bool eager = !captured;
   const size_t rounds = (total + kRoundBytes - 1) / kRoundBytes;
   auto elemsIn = [&](size_t round) { return std::min(round_elems, a.count - round * round_elems); };
   auto chunksIn = [&](size_t round) { return (moved(elemsIn(round)) + chunk - 1) / chunk; };
-  size_t all_chunks = 0;
-  for (size_t j = 0; j < rounds; ++j) all_chunks += chunksIn(j);
-  // This eager call's word values: chunks c0 + 1 .. c0 + all_chunks, rounds g0 + 1 .. g0 + rounds.
-  const uint32_t c0 = chunks_, g0 = rounds_;
-  const uint32_t c_end = c0 + static_cast<uint32_t>(all_chunks), g_end = g0 + static_cast<uint32_t>(rounds);
+  const uint32_t call = calls_ + 1;  // this eager call's gate number
 
-  // Start: the side streams after the caller's earlier work; in an eager call, the rendezvous beside them.
+  // Start ("Bounded waits" above): the D2H stream behind the gate (eager) or an event (captured); the
+  // H2D and add streams need nothing of the caller (they write the scratch, and the adds follow the D2H).
   for (int r = 0; r < nr; ++r) {
     DeviceGuard g(devices_[r]);
-    TPS_CUDA_CHECK(cudaEventRecord(fork_[r].get(), a.streams[r]));
-    TPS_CUDA_CHECK(cudaStreamWaitEvent(d2h_[r].get(), fork_[r].get(), 0));
-    TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), fork_[r].get(), 0));
-    if (eager) {
-      TPS_CUDA_CHECK(cudaStreamWaitEvent(gate_[r].get(), fork_[r].get(), 0));
-      copyRendezvous<<<1, 32, 0, gate_[r].get()>>>(handles_[r], c_end, g_end);
+    if (captured) {
+      TPS_CUDA_CHECK(cudaEventRecord(fork_[r].get(), a.streams[r]));
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(d2h_[r].get(), fork_[r].get(), 0));
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(h2d_[r].get(), fork_[r].get(), 0));
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(add_[r].get(), fork_[r].get(), 0));
+    } else {
+      copyGate<<<1, 32, 0, d2h_[r].get()>>>(handles_[r], call);
       TPS_CUDA_CHECK_LAUNCH();
+      TPS_CHECK(streamWrite(a.streams[r], gates_[r].get(), call));
     }
   }
-  uint32_t c = c0;  // chunks staged before this round
   for (size_t round = 0; round < rounds; ++round) {
     const size_t off = round * kRoundBytes;
     const int half = static_cast<int>(round % 2);
     const size_t elems = elemsIn(round);
     const size_t round_bytes = moved(elems);
     const size_t nchunks = chunksIn(round);
-    const uint32_t g = g0 + static_cast<uint32_t>(round);  // rounds read before this one
-    // D2H: this GPU's data into its host stage, chunk by chunk. A half is reused two rounds later, once
-    // every peer has read it.
+    // D2H: this GPU's data (or its payload on a compressed wire) into its host stage, chunk by chunk. A half
+    // is reused two rounds later, once every peer has read it, and the first two rounds' halves once the
+    // peers have read the last call's (events recorded then).
     for (int r = 0; r < nr; ++r) {
       DeviceGuard dg(devices_[r]);
       const cudaStream_t s = d2h_[r].get();
-      if (round >= 2)
-        for (int q = 0; q < nr; ++q) {
-          if (q == r) continue;
-          if (eager)
-            TPS_CHECK(streamWaitAtLeast(s, word(r, kConsumed, q), g - 1));
-          else
-            TPS_CUDA_CHECK(cudaStreamWaitEvent(s, h2d_done_[q][half].get(), 0));
-        }
+      for (int q = 0; q < nr; ++q)
+        if (q != r) TPS_CUDA_CHECK(cudaStreamWaitEvent(s, h2d_done_[q][half].get(), 0));
       const char* src = static_cast<const char*>(a.bufs[r]) + off;
       if (W != WireCode::kExact) {  // the round's payload, encoded from the message (after its earlier D2H)
         const int blocks = static_cast<int>(std::min<size_t>(1024, (wireBlocks(elems) + 7) / 8));
@@ -322,43 +284,30 @@ tpsResult_t HostCopy::run(const CallArgs& a) {
       }
       TPS_CUDA_CHECK(cudaEventRecord(d2h_done_[r].get(), s));
     }
-    // Eager: the gate stream relays each staged chunk to the peers as this rank's `ready` word. The write's
-    // fence runs there, off the copy stream, whose copies then follow each other as closely as events
-    // let them (a write on the copy stream itself drains it at every chunk).
-    for (int r = 0; r < nr && eager; ++r) {
-      DeviceGuard dg(devices_[r]);
-      for (size_t k = 0; k < nchunks; ++k) {
-        TPS_CUDA_CHECK(cudaStreamWaitEvent(gate_[r].get(), d2h_chunk_[r][k].get(), 0));
-        TPS_CHECK(streamWrite(gate_[r].get(), word(r, kReady, r), c + static_cast<uint32_t>(k) + 1));
-      }
-    }
-    // H2D: each peer's chunk as soon as that peer has staged it, into this half of the scratch, which the
-    // add of two rounds before has consumed.
+    // H2D: each peer's chunk as soon as that peer's D2H of it is done, into this half of the scratch, once
+    // the add of two rounds before (or of the last call) has consumed it.
     for (int r = 0; r < nr; ++r) {
       DeviceGuard dg(devices_[r]);
       const cudaStream_t s = h2d_[r].get();
-      if (round >= 2) TPS_CUDA_CHECK(cudaStreamWaitEvent(s, add_done_[r][half].get(), 0));
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(s, add_done_[r][half].get(), 0));
       for (size_t k = 0; k < nchunks; ++k) {
         const size_t kb = std::min(chunk, round_bytes - k * chunk);
         for (int q = 0; q < nr; ++q) {
           if (q == r) continue;
-          if (eager)
-            TPS_CHECK(streamWaitAtLeast(s, word(r, kReady, q), c + static_cast<uint32_t>(k) + 1));
-          else
-            TPS_CUDA_CHECK(cudaStreamWaitEvent(s, d2h_chunk_[q][k].get(), 0));
+          TPS_CUDA_CHECK(cudaStreamWaitEvent(s, d2h_chunk_[q][k].get(), 0));
           TPS_CUDA_CHECK(cudaMemcpyAsync(peerRegion(r, q, half) + k * chunk, stage(q, half) + k * chunk, kb,
                                          cudaMemcpyHostToDevice, s));
         }
       }
-      if (eager) TPS_CHECK(streamWrite(s, word(r, kConsumed, r), g + 1));
       TPS_CUDA_CHECK(cudaEventRecord(h2d_done_[r][half].get(), s));
     }
-    // Add on the caller's stream once this GPU's own D2H of the round (the data is overwritten in place)
-    // and its H2D copies are done; the next round's copies go on meanwhile.
+    // Add on the add stream once this GPU's own D2H of the round (the data is overwritten in place) and its
+    // H2D copies are done; the next round's copies go on meanwhile.
     for (int r = 0; r < nr; ++r) {
       DeviceGuard dg(devices_[r]);
-      TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], d2h_done_[r].get(), 0));
-      TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], h2d_done_[r][half].get(), 0));
+      const cudaStream_t s = add_[r].get();
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(s, d2h_done_[r].get(), 0));
+      TPS_CUDA_CHECK(cudaStreamWaitEvent(s, h2d_done_[r][half].get(), 0));
       T* buf = reinterpret_cast<T*>(static_cast<char*>(a.bufs[r]) + off);
       if constexpr (W == WireCode::kExact) {
         AddArgs args{};
@@ -367,45 +316,37 @@ tpsResult_t HostCopy::run(const CallArgs& a) {
         args.nranks = nr;
         const int blocks = static_cast<int>(std::min<size_t>(1024, (elems / Vec<T>::kElems + 255) / 256 + 1));
         if (aligned)
-          addPeers<T, true><<<blocks, 256, 0, a.streams[r]>>>(args, buf, elems);
+          addPeers<T, true><<<blocks, 256, 0, s>>>(args, buf, elems);
         else
-          addPeers<T, false><<<blocks, 256, 0, a.streams[r]>>>(args, buf, elems);
+          addPeers<T, false><<<blocks, 256, 0, s>>>(args, buf, elems);
       } else {
         WireAddArgs args{};
         for (int q = 0; q < nr; ++q) args.payload[q] = q == r ? nullptr : peerRegion(r, q, half);
         args.rank = r;
         args.nranks = nr;
         const int blocks = static_cast<int>(std::min<size_t>(1024, (wireBlocks(elems) + 7) / 8));
-        wireAddPeers<T, W><<<blocks, 256, 0, a.streams[r]>>>(args, buf, elems);
+        wireAddPeers<T, W><<<blocks, 256, 0, s>>>(args, buf, elems);
       }
       TPS_CUDA_CHECK_LAUNCH();
-      TPS_CUDA_CHECK(cudaEventRecord(add_done_[r][half].get(), a.streams[r]));
+      TPS_CUDA_CHECK(cudaEventRecord(add_done_[r][half].get(), s));
     }
-    c += static_cast<uint32_t>(nchunks);
   }
-  // Join: the next call's D2H starts from the caller's stream, so the caller's stream goes on only once
-  // every peer has read this GPU's stage (eager: the peers' `consumed` words, waited on the gate stream
-  // after the rendezvous; captured: the peers' last H2D events).
+  // Join: the caller's stream continues after this GPU's last add, and, since the next call's D2H may
+  // start at once, after every peer's last reads of this GPU's host stage (the last one or two rounds).
+  const int last_half = static_cast<int>((rounds - 1) % 2);
   for (int r = 0; r < nr; ++r) {
     DeviceGuard dg(devices_[r]);
-    if (eager) {
-      for (int q = 0; q < nr; ++q)
-        if (q != r) TPS_CHECK(streamWaitAtLeast(gate_[r].get(), word(r, kConsumed, q), g_end));
-      TPS_CUDA_CHECK(cudaEventRecord(gate_done_[r].get(), gate_[r].get()));
-      TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], gate_done_[r].get(), 0));
-    } else {
-      for (int q = 0; q < nr; ++q) {
-        if (q == r) continue;
-        for (size_t half = 0; half < std::min<size_t>(rounds, 2); ++half)
-          TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], h2d_done_[q][half].get(), 0));
-      }
+    TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], add_done_[r][last_half].get(), 0));
+    for (int q = 0; q < nr; ++q) {
+      if (q == r) continue;
+      for (size_t half = 0; half < std::min<size_t>(rounds, 2); ++half)
+        TPS_CUDA_CHECK(cudaStreamWaitEvent(a.streams[r], h2d_done_[q][half].get(), 0));
     }
   }
-  if (eager) chunks_ = c_end, rounds_ = g_end;
+  if (!captured) calls_ = call;
   return tpsSuccess;
 }
 
-// A compressed wire's calls, on the exact wire's instance.
 template <WireCode W>
 class HostCopyWire final : public Algorithm {
  public:
@@ -421,8 +362,8 @@ tpsResult_t create(BackendContext& ctx, std::unique_ptr<Algorithm>* out) {
   if constexpr (W == WireCode::kExact) {
     if (!streamMemOpsAvailable()) {
       TPS_LOG_WARN(
-          "host backend: the driver has no stream memory operations, which bound the copy-engine path's waits; "
-          "every size takes the kernel path");
+          "host backend: the driver has no stream memory operations, which open the copy-engine path's gate "
+          "(its bounded start); every size takes the kernel path");
       return tpsUnavailable;
     }
     auto a = std::make_unique<HostCopy>();
