@@ -1,21 +1,20 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""scripts/trace_summary.py - where one host copy-path AllReduce call's time goes, from a cupti_trace
-timeline (benchmarks/cupti_trace.cc).
+"""scripts/trace_summary.py - where a host copy-path AllReduce call's time goes, from a cupti_trace
+timeline (benchmarks/cupti_trace.cc) of calls of two ranks with one round each.
 
-    scripts/trace_summary.py TRACE.jsonl [--adds-per-call N] [--json]
+    scripts/trace_summary.py TRACE.jsonl [--chunk-bytes B] [--chunks K] [--json]
     scripts/trace_summary.py --self-test
 
-The last call of the trace is the copies and kernels after the previous call's add kernels ended, up to the
-end of its own last add kernel (a call ends with one add kernel per rank and round: --adds-per-call, default
-2). Printed: the call's length; per stream, each copy and kernel with its start and end from the call's
-start in us and the stream's idle time between them; per direction, the bytes and the time the link carried
-them (union of busy intervals); the wait between a chunk's D2H ending and the H2D of the same chunk on the
-other streams starting.
+The trace's copies of B bytes are the calls' chunks, K per rank and call, in order on each stream. Per
+call: its length from the first D2H to the end of the add after the last H2D; how long each H2D started
+after the peer's D2H of the same chunk ended (the cost of the wait that orders them); the gaps between a
+rank's D2H chunks; the tail from the last H2D to the add's end.
 """
 
 import argparse
 import json
+import statistics
 import sys
 
 
@@ -24,111 +23,86 @@ def load(path):
         return [json.loads(l) for l in f if l.strip()]
 
 
-def is_add(r):
-    return r["kind"] == "kernel" and ("addPeers" in r["name"] or "wireAddPeers" in r["name"])
+def per_call(recs, chunk_bytes, chunks):
+    """Per call of a two-rank host copy-path trace: its length from the first D2H to the last add, the
+    wait of each H2D after the peer's D2H of the same chunk, the gaps between D2H chunks, the tail."""
+    copies = [r for r in recs if r["kind"] == "memcpy" and r["bytes"] == chunk_bytes]
+    d2h_streams = sorted({r["stream"] for r in copies if r["dir"] == "DtoH"})
+    h2d_streams = sorted({r["stream"] for r in copies if r["dir"] == "HtoD"})
+    if len(d2h_streams) != 2 or len(h2d_streams) != 2:
+        raise SystemExit("trace_summary: expected two D2H and two H2D streams of %d-byte chunks" % chunk_bytes)
+    on = lambda s, d: sorted((r for r in copies if r["stream"] == s and r["dir"] == d), key=lambda r: r["start_ns"])
+    d2h = [on(s, "DtoH") for s in d2h_streams]
+    h2d = [on(s, "HtoD") for s in h2d_streams]
+    adds = sorted((r for r in recs if r["kind"] == "kernel" and "ddPeers" in r["name"]), key=lambda r: r["end_ns"])
+    calls = min(len(d) for d in d2h + h2d) // chunks
+    rows = []
+    for c in range(calls):
+        dc = [d[c * chunks:(c + 1) * chunks] for d in d2h]
+        hc = [h[c * chunks:(c + 1) * chunks] for h in h2d]
+        t0 = min(d[0]["start_ns"] for d in dc)
+        last_h2d = max(h[-1]["end_ns"] for h in hc)
+        ends = [a["end_ns"] for a in adds if a["end_ns"] >= last_h2d]
+        t1 = min(ends) if ends else last_h2d
+        # rank r's H2D carries the other rank's chunks (two ranks: its D2H stream is the other one)
+        waits = [(h["start_ns"] - dc[1 - r][k]["end_ns"]) / 1e3 for r, hs in enumerate(hc) for k, h in enumerate(hs)]
+        gaps = [(d[k + 1]["start_ns"] - d[k]["end_ns"]) / 1e3 for d in dc for k in range(len(d) - 1)]
+        rows.append({"length_us": (t1 - t0) / 1e3, "h2d_wait_median_us": statistics.median(waits),
+                     "h2d_wait_max_us": max(waits), "d2h_gap_median_us": statistics.median(gaps) if gaps else 0.0,
+                     "tail_us": (t1 - last_h2d) / 1e3})
+    return rows
 
 
-def last_call(recs, adds_per_call):
-    adds = sorted((r for r in recs if is_add(r)), key=lambda r: r["end_ns"])
-    if len(adds) < adds_per_call:
-        raise SystemExit("trace_summary: fewer than %d add kernels in the trace" % adds_per_call)
-    end = adds[-1]["end_ns"]
-    start = adds[-1 - adds_per_call]["end_ns"] if len(adds) > adds_per_call else min(r["start_ns"] for r in recs)
-    return [r for r in recs if r["start_ns"] >= start and r["end_ns"] <= end], start, end
-
-
-def busy(intervals):
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total
-
-
-def summarize(recs, adds_per_call):
-    call, start, end = last_call(recs, adds_per_call)
-    t0 = min([r["start_ns"] for r in call] + [end])
-    out = {"call_us": (end - t0) / 1e3, "streams": {}, "directions": {}, "h2d_waits_us": []}
-    by_stream = {}
-    for r in call:
-        by_stream.setdefault(r["stream"], []).append(r)
-    for s, rs in sorted(by_stream.items()):
-        rs.sort(key=lambda r: r["start_ns"])
-        idle = sum(max(0, b["start_ns"] - a["end_ns"]) for a, b in zip(rs, rs[1:]))
-        out["streams"][s] = {
-            "ops": [{"what": r.get("dir", "kernel"), "bytes": r.get("bytes"), "start_us": (r["start_ns"] - t0) / 1e3,
-                     "end_us": (r["end_ns"] - t0) / 1e3} for r in rs],
-            "idle_between_us": idle / 1e3}
-    for d in ("DtoH", "HtoD"):
-        iv = [(r["start_ns"], r["end_ns"]) for r in call if r.get("dir") == d]
-        out["directions"][d] = {"bytes": sum(r["bytes"] for r in call if r.get("dir") == d),
-                                "busy_us": busy(iv) / 1e3}
-    d2h = sorted((r for r in call if r.get("dir") == "DtoH"), key=lambda r: r["end_ns"])
-    h2d = sorted((r for r in call if r.get("dir") == "HtoD"), key=lambda r: r["start_ns"])
-    # The k-th H2D of a stream carries the peer's k-th chunk: its wait is its start after that D2H's end.
-    per_stream_d2h, per_stream_h2d = {}, {}
-    for r in d2h:
-        per_stream_d2h.setdefault(r["stream"], []).append(r)
-    for r in h2d:
-        per_stream_h2d.setdefault(r["stream"], []).append(r)
-    d2h_streams = sorted(per_stream_d2h)
-    for hs, rs in per_stream_h2d.items():
-        for k, r in enumerate(rs):
-            ends = [per_stream_d2h[ds][k]["end_ns"] for ds in d2h_streams if k < len(per_stream_d2h[ds])]
-            if ends:
-                out["h2d_waits_us"].append((r["start_ns"] - max(ends)) / 1e3)
-    return out
-
-
-def show(s):
-    print("# call: %.1f us" % s["call_us"])
-    for d, v in s["directions"].items():
-        print("# %s: %d bytes, link busy %.1f us (%.2f GB/s while busy)" %
-              (d, v["bytes"], v["busy_us"], v["bytes"] / max(v["busy_us"], 1e-9) / 1e3))
-    w = s["h2d_waits_us"]
-    if w:
-        print("# H2D start after the chunk's last D2H end: min %.1f, median %.1f, max %.1f us over %d copies" %
-              (min(w), sorted(w)[len(w) // 2], max(w), len(w)))
-    for st, v in s["streams"].items():
-        print("# stream %s: idle between ops %.1f us" % (st, v["idle_between_us"]))
-        for o in v["ops"]:
-            print("  %-6s %10s %9.1f -> %9.1f us" % (o["what"], o["bytes"] if o["bytes"] else "", o["start_us"],
-                                                    o["end_us"]))
+def show(rows):
+    print("# per call: length from the first D2H to the add after the last H2D; H2D start after the peer's D2H "
+          "of that chunk (median, max); gap between D2H chunks (median); from the last H2D to the add's end (us)")
+    print("%6s %10s %10s %10s %10s %8s" % ("call", "length", "h2d_wait", "h2d_max", "d2h_gap", "tail"))
+    for i, r in enumerate(rows):
+        print("%6d %10.1f %10.1f %10.1f %10.1f %8.1f" % (i, r["length_us"], r["h2d_wait_median_us"],
+                                                     r["h2d_wait_max_us"], r["d2h_gap_median_us"], r["tail_us"]))
+    for key in ("length_us", "h2d_wait_median_us", "d2h_gap_median_us"):
+        print("# median %s over the calls after the first: %.1f" %
+              (key, statistics.median(r[key] for r in rows[1:] or rows)))
 
 
 def self_test():
     recs = []
-    # Two ranks, one round of two chunks: D2H on streams 1 and 2, H2D on 3 and 4, adds on 5 and 6.
-    for st, base in ((1, 0), (2, 5)):
-        recs += [{"kind": "memcpy", "dir": "DtoH", "bytes": 100, "start_ns": base, "end_ns": base + 100,
-                  "device": 0, "stream": st},
-                 {"kind": "memcpy", "dir": "DtoH", "bytes": 100, "start_ns": base + 100, "end_ns": base + 200,
-                  "device": 0, "stream": st}]
-    for st in (3, 4):
-        recs += [{"kind": "memcpy", "dir": "HtoD", "bytes": 100, "start_ns": 130, "end_ns": 230, "device": 0,
-                  "stream": st},
-                 {"kind": "memcpy", "dir": "HtoD", "bytes": 100, "start_ns": 230, "end_ns": 330, "device": 0,
-                  "stream": st}]
-    recs += [{"kind": "kernel", "name": "addPeers", "start_ns": 330, "end_ns": 400, "device": 0, "stream": 5},
-             {"kind": "kernel", "name": "addPeers", "start_ns": 330, "end_ns": 410, "device": 0, "stream": 6}]
-    s = summarize(recs, 2)
-    ok = abs(s["call_us"] - 0.41) < 1e-9 and s["directions"]["DtoH"]["bytes"] == 400
-    ok = ok and abs(s["directions"]["DtoH"]["busy_us"] - 0.205) < 1e-9
-    ok = ok and sorted(s["h2d_waits_us"]) == [0.025, 0.025, 0.025, 0.025]
-    print("trace_summary self-test:", "ok" if ok else "FAILED %s" % s)
+    # Two calls of two ranks, two chunks each: rank 0's D2H on stream 1, rank 1's on 2; H2D on 3 (rank 0,
+    # the chunks of rank 1) and 4 (rank 1, the chunks of rank 0); adds on 5 and 6.
+    for c in range(2):
+        base = c * 1000
+        for k in range(2):
+            recs.append({"kind": "memcpy", "dir": "DtoH", "bytes": 64, "start_ns": base + 100 * k,
+                         "end_ns": base + 100 * k + 90, "device": 0, "stream": 1})
+            recs.append({"kind": "memcpy", "dir": "DtoH", "bytes": 64, "start_ns": base + 200 + 100 * k,
+                         "end_ns": base + 200 + 100 * k + 90, "device": 0, "stream": 2})
+            recs.append({"kind": "memcpy", "dir": "HtoD", "bytes": 64, "start_ns": base + 200 + 100 * k + 95,
+                         "end_ns": base + 200 + 100 * k + 180, "device": 0, "stream": 3})
+            recs.append({"kind": "memcpy", "dir": "HtoD", "bytes": 64, "start_ns": base + 100 * k + 100,
+                         "end_ns": base + 100 * k + 190, "device": 0, "stream": 4})
+        for st in (5, 6):
+            recs.append({"kind": "kernel", "name": "addPeers", "start_ns": base + 480, "end_ns": base + 520,
+                         "device": 0, "stream": st})
+    rows = per_call(recs, 64, 2)
+    ok = len(rows) == 2 and all(abs(r["length_us"] - 0.52) < 1e-9 for r in rows)
+    ok = ok and all(abs(r["h2d_wait_median_us"] - 0.0075) < 1e-9 for r in rows)
+    ok = ok and all(abs(r["d2h_gap_median_us"] - 0.01) < 1e-9 for r in rows)
+    # A broken trace (one rank's H2D missing) is refused, not summarized.
+    broken = [r for r in recs if r["stream"] != 4]
+    try:
+        per_call(broken, 64, 2)
+        ok = False
+    except SystemExit:
+        pass
+    print("trace_summary self-test:", "ok" if ok else "FAILED %s" % rows)
     return 0 if ok else 1
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace", nargs="?")
-    ap.add_argument("--adds-per-call", type=int, default=2)
+    ap.add_argument("--chunk-bytes", type=int, default=4 << 20, help="the calls' chunk size (4 MiB at 32 MiB)")
+    ap.add_argument("--chunks", type=int, default=8, help="chunks per rank and call")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--self-test", action="store_true")
     a = ap.parse_args()
@@ -136,11 +110,11 @@ def main():
         return self_test()
     if not a.trace:
         ap.error("give a trace file")
-    s = summarize(load(a.trace), a.adds_per_call)
+    rows = per_call(load(a.trace), a.chunk_bytes, a.chunks)
     if a.json:
-        json.dump(s, sys.stdout, indent=1)
+        json.dump(rows, sys.stdout, indent=1)
     else:
-        show(s)
+        show(rows)
     return 0
 
 
