@@ -195,6 +195,11 @@ def main(argv):
     args = ap.parse_args(argv)
     try:
         if args.cmd == "steps":
+            try:
+                import numpy  # noqa: F401
+            except ImportError:
+                raise KlError("steps needs numpy, which this Python (%s) lacks: install it (Debian: python3-numpy) "
+                              "or run kl.py with a Python that has it" % sys.executable)
             meta = {}
             for kv in args.meta:
                 if "=" not in kv:

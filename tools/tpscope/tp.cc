@@ -201,6 +201,8 @@ class TpCommand : public Command {
     if (capture_rows_ < 0) throw UsageError("--capture-rows must be 0 (every row) or more");
     if (std::string error; !force_tokens_.empty() && !workload::readTokens(force_tokens_, &forced_, &error))
       throw UsageError("--force-tokens: " + error);
+    if (!logits_out_.empty() && !std::ofstream(logits_out_, std::ios::binary))  // before a model is made
+      throw UsageError("--logits-out: cannot write " + logits_out_ + ": give a file in a folder that exists");
     const std::string bad = workload::validateConfig(o_.config, o_.split, static_cast<int>(o_.devices.size()));
     if (!bad.empty()) throw UsageError(bad);
   }
@@ -210,12 +212,12 @@ class TpCommand : public Command {
     workload::TokenDecodeOptions t;
     t.prompt = o_.prefill.prompt, t.ubatch = o_.prefill.ubatch, t.steps = o_.decode.tokens;
     t.forced = forced_;
-    std::string error;
     t.capture_dir = capture_dir_, t.capture_rows = capture_rows_;
-    std::string reason;
+    std::string reason, error;
     workload::TokenDecodeResult r;
     nlohmann::json doc = workload::tokenDecodeJson(model, t, r);  // the settings, for the capture's index
-    for (const char* k : {"tokens", "greedy", "rank_mismatch_steps", "allreduce_calls_by_path"}) doc.erase(k);
+    for (const char* k : {"tokens", "greedy", "rank_mismatch_steps", "allreduce_calls_by_path", "capture"})
+      doc.erase(k);
     t.capture_model = doc;
     if (tpsResult_t e = workload::runTokenDecode(model, t, &r, &reason); e != tpsSuccess)
       return fail(e == tpsInvalidArgument ? kExitUsage : kExitRuntime, reason);

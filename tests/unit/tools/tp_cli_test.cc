@@ -56,6 +56,7 @@ TEST(TpCli, TokenDecodeOptionsAreChecked) {
   expectUsageError("--preset tiny --split tensor --logits-out a.npy --capture-allreduce d --capture-rows -1",
                    "--capture-rows");
   expectUsageError("--preset tiny --logits-out a.npy --force-tokens /nonexistent/run.json", "cannot open");
+  expectUsageError("--preset tiny --logits-out /nonexistent/a.npy", "cannot write");
 }
 
 TEST(TpCli, BadSplitsAndDevicesAreUsageErrors) {
