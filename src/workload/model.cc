@@ -202,9 +202,9 @@ bool Model::preparePush(int tokens) {
   return push;
 }
 
-tpsResult_t Model::forwardTensor(int tokens, int pos0) {
+tpsResult_t Model::forwardTensor(int tokens, int pos0, int token) {
   const bool pushed = preparePush(tokens);
-  for (auto& s : shards_) TPS_CHECK(s->fillInput(tokens, pos0));
+  for (auto& s : shards_) TPS_CHECK(s->fillInput(tokens, pos0, token));
   for (int l = 0; l < options_.config.layers; ++l) {
     for (auto& s : shards_) TPS_CHECK(s->attentionBlock(l, tokens, pos0));
     TPS_CHECK(reduceThenResidual(l, tokens, Shard::kAfterAttention, pushed));
@@ -216,6 +216,15 @@ tpsResult_t Model::forwardTensor(int tokens, int pos0) {
 
 tpsResult_t Model::reduceThenResidual(int layer, int tokens, Shard::After after, bool pushed) {
   const NormCall c(shards_, layer, after);
+  if (tap_ && !capturing_) {
+    // The partials are complete in every position's buffer (a pushed projection writes it too) once
+    // the streams have run up to here.
+    TPS_CHECK(synchronize());
+    std::vector<const bf16_t*> partials;
+    std::vector<int> devices;
+    for (auto& s : shards_) partials.push_back(s->partial()), devices.push_back(s->device());
+    TPS_CHECK(tap_->onAllReduce(layer, after == Shard::kAfterAttention, tokens, partials, devices));
+  }
   const size_t rows = static_cast<size_t>(tokens), width = options_.config.hidden;
   if (pushed) {
     // In place: the by-row kernel reads each residual word before the same thread writes it.
@@ -277,18 +286,27 @@ tpsResult_t Model::forwardStage(size_t st, int tokens, int pos0) {
   return tpsSuccess;
 }
 
-tpsResult_t Model::forward(int tokens, int pos0) {
+tpsResult_t Model::forward(int tokens, int pos0) { return forwardFrom(tokens, pos0, -1); }
+
+tpsResult_t Model::forwardToken(int token, int pos) {
+  TPS_EXPECT(token >= 0, tpsInvalidArgument, "token id {} is negative", token);
+  return forwardFrom(1, pos, token);
+}
+
+const Shard& Model::output() const { return options_.split == SplitMode::kLayer ? *shards_.back() : *shards_.front(); }
+
+tpsResult_t Model::forwardFrom(int tokens, int pos0, int token) {
   TPS_EXPECT(tokens >= 1 && tokens <= options_.shape.max_tokens, tpsInvalidArgument,
              "forward of {} tokens: the buffers hold 1..{}", tokens, options_.shape.max_tokens);
   switch (options_.split) {
     case SplitMode::kNone: {
       Shard& s = *shards_[0];
-      TPS_CHECK(s.fillInput(tokens, pos0));
+      TPS_CHECK(s.fillInput(tokens, pos0, token));
       return forwardStage(0, tokens, pos0);
     }
-    case SplitMode::kTensor: return forwardTensor(tokens, pos0);
+    case SplitMode::kTensor: return forwardTensor(tokens, pos0, token);
     case SplitMode::kLayer:
-      TPS_CHECK(shards_[0]->fillInput(tokens, pos0));
+      TPS_CHECK(shards_[0]->fillInput(tokens, pos0, token));
       for (size_t st = 0; st < shards_.size(); ++st) TPS_CHECK(forwardStage(st, tokens, pos0));
       return tpsSuccess;
   }
@@ -323,7 +341,7 @@ tpsResult_t Model::synchronize() {
 
 tpsResult_t Model::readOutput(int tokens, std::vector<float>* out) {
   TPS_CHECK(synchronize());
-  const Shard& s = options_.split == SplitMode::kLayer ? *shards_.back() : *shards_.front();
+  const Shard& s = output();
   std::vector<uint16_t> raw(static_cast<size_t>(tokens) * options_.config.hidden);
   DeviceGuard on(s.device());
   TPS_CUDA_CHECK(cudaMemcpy(raw.data(), s.out(), raw.size() * 2, cudaMemcpyDeviceToHost));

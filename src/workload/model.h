@@ -25,6 +25,19 @@ namespace tpscope::workload {
 
 class Shard;
 
+// Sees each `tensor` AllReduce's inputs before the reduction runs (capture.h's writer, through the token
+// decode): every GPU position's partial sums, tokens x hidden bf16 on its GPU, after the model has waited
+// for every position's stream. While a tap is set the forwards run eagerly as before, one host wait more
+// per reduction; without one, nothing is added to a forward.
+class AllReduceTap {
+ public:
+  virtual ~AllReduceTap() = default;
+  // `after_attention`: the reduction after the attention output projection, else after the FFN down
+  // projection. partials[i] is GPU position i's buffer. An error stops the forward.
+  virtual tpsResult_t onAllReduce(int layer, bool after_attention, int tokens,
+                                  const std::vector<const bf16_t*>& partials, const std::vector<int>& devices) = 0;
+};
+
 struct ModelOptions {
   ModelConfig config;
   SplitMode split = SplitMode::kNone;
@@ -51,6 +64,9 @@ class Model {
 
   // One forward pass over `tokens` tokens at positions pos0.. from the generated input.
   tpsResult_t forward(int tokens, int pos0);
+  // One forward pass of one token at position `pos`, its input the generated embedding of token id
+  // `token` (Shard::fillInput), for decoding a token sequence.
+  tpsResult_t forwardToken(int token, int pos);
   // The prompt of `prompt` tokens in micro-batches of `ubatch` (pipelined across GPUs in `layer`).
   tpsResult_t prefill(int prompt, int ubatch);
   // Cache positions [0, positions) of every layer filled with generated K/V (decode's context).
@@ -71,6 +87,14 @@ class Model {
   // Measurement aid: while set, `tensor` forwards skip their AllReduces (the result is wrong, the
   // compute is the same), so the step time without them shows the AllReduces' share of a step.
   void setSkipAllReduce(bool skip) { skip_allreduce_ = skip; }
+  // `tensor`: the tap that sees every AllReduce's inputs from now on (null: none). Not during a capture.
+  void setAllReduceTap(AllReduceTap* tap) { tap_ = tap; }
+
+  // The GPU positions' shards: output() holds the final hidden states of the last forward (the last
+  // stage's in `layer`, every position's in `tensor`, where they are equal).
+  size_t shardCount() const { return shards_.size(); }
+  const Shard& shard(size_t i) const { return *shards_[i]; }
+  const Shard& output() const;
 
   const ModelOptions& options() const { return options_; }
   tpsComm_t comm() const { return comm_; }  // null unless `tensor`
@@ -79,7 +103,8 @@ class Model {
 
  private:
   Model() = default;
-  tpsResult_t forwardTensor(int tokens, int pos0);
+  tpsResult_t forwardFrom(int tokens, int pos0, int token);  // token >= 0: its embedding is the input
+  tpsResult_t forwardTensor(int tokens, int pos0, int token);
   tpsResult_t forwardStage(size_t stage, int tokens, int pos0);  // layer split: one stage and its hand-off
   tpsResult_t allReduce(int tokens);
   // `tensor`: the AllReduce of the partials and the residual add + next RMSNorm: pushed (the
@@ -96,6 +121,7 @@ class Model {
   std::vector<cudaEvent_t> ready_, consumed_, join_;  // per shard: hand-off and capture events
   bool capturing_ = false;
   bool skip_allreduce_ = false;
+  AllReduceTap* tap_ = nullptr;
   std::vector<detail::PushChannel> push_;  // `tensor` with p2p: each shard's push channel (empty: no pushes)
 };
 

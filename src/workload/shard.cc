@@ -132,9 +132,14 @@ tpsResult_t Shard::generateWeights() {
   return tpsSuccess;
 }
 
-tpsResult_t Shard::fillInput(int tokens, int pos0) {
+tpsResult_t Shard::fillInput(int tokens, int pos0, int token) {
   DeviceGuard on(device_);
   const int h = config_.hidden;
+  if (token >= 0) {
+    TPS_EXPECT(tokens == 1, tpsInvalidArgument, "a token's embedding is one row, not {}", tokens);
+    TPS_CUDA_CHECK(launchFillHash(x(), 1, h, h, token, 0, h, seed_, kEmbeddingTensor, 1.0f, 0, stream()));
+    return mark("embedding");
+  }
   TPS_CUDA_CHECK(launchFillHash(x(), tokens, h, h, pos0, 0, h, seed_, kInputTensor, 1.0f, 0, stream()));
   return mark("input");
 }

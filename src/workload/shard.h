@@ -37,8 +37,10 @@ class Shard {
                             uint64_t seed, bool cudnn_attention, const DecodeKernels& kernels,
                             std::unique_ptr<Shard>* out, std::string* reason);
 
-  // x = the model input for `tokens` tokens at positions pos0.. (generated from the seed).
-  tpsResult_t fillInput(int tokens, int pos0);
+  // x = the model input for `tokens` tokens at positions pos0.. (generated from the seed); with token >= 0
+  // (one token), the embedding of token id `token` instead: row `token` of a generated table, so a
+  // sequence of tokens, not positions, decides the inputs.
+  tpsResult_t fillInput(int tokens, int pos0, int token = -1);
   // Fills cache positions [0, positions) of every local layer with generated K and V: the context
   // a decode step attends to, without running a prefill first.
   tpsResult_t fillContext(int positions);
@@ -113,5 +115,7 @@ class Shard {
 constexpr uint64_t kTensorsPerLayer = 16;
 constexpr uint64_t kFinalNormTensor = 1ull << 40;
 constexpr uint64_t kInputTensor = (1ull << 40) + 1;
+constexpr uint64_t kEmbeddingTensor = (1ull << 40) + 2;
+constexpr uint64_t kLmHeadTensor = (1ull << 40) + 3;
 
 }  // namespace tpscope::workload

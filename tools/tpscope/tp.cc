@@ -10,6 +10,7 @@
 #include "topology/topology.h"
 #include "workload/model.h"
 #include "workload/roofline.h"
+#include "workload/token_decode.h"
 
 namespace tpscope::cli {
 
@@ -75,6 +76,20 @@ class TpCommand : public Command {
                    "Also time one forward of each phase op by op on every GPU (eager, ops back to back)");
     sub_->add_option("--seed", o_.seed, "Seed of the generated weights, context and inputs")->capture_default_str();
     sub_->add_flag("--estimate", estimate_only_, "Print the memory needed per GPU and exit (no GPU needed)");
+    // The wires' end-to-end accuracy (benchmarks/wires): a token decode instead of the timed phases.
+    sub_->add_option("--logits-out", logits_out_,
+                     "Instead of timing: prefill --prompt, then decode --tokens steps one token at a time at growing "
+                     "positions (token embeddings in, a 32000-token vocabulary head out) and write each step's "
+                     "logits to this .npy file (float32, steps x 32000); stdout gets the run (tokens, wire, paths)");
+    sub_->add_option("--force-tokens", force_tokens_,
+                     "With --logits-out: the steps' input tokens from this JSON file's \"tokens\" (an earlier "
+                     "run's --format json output) instead of the run's own greedy tokens");
+    sub_->add_option("--capture-allreduce", capture_dir_,
+                     "With --logits-out and --split tensor: write the AllReduce inputs of the prompt's first "
+                     "micro-batch and of the first decode step to this folder (index.json, prefill.bin, decode.bin)");
+    sub_->add_option("--capture-rows", capture_rows_,
+                     "With --capture-allreduce: rows kept per call, spread evenly (0: every row)")
+        ->capture_default_str();
     sub_->add_option("--format", o_.format, "Output format")
         ->check(CLI::IsMember({"table", "json"}))
         ->capture_default_str();
@@ -83,7 +98,11 @@ class TpCommand : public Command {
 
   int run() override {
     validate();
-    const workload::RunShape shape = runShape(o_);
+    workload::RunShape shape = runShape(o_);
+    if (!logits_out_.empty()) {  // the token decode: the prompt and every step's position in the cache
+      shape.ctx_capacity = o_.prefill.prompt + o_.decode.tokens;
+      shape.max_tokens = std::min(o_.prefill.ubatch, o_.prefill.prompt);
+    }
     const std::vector<workload::GpuMemory> need =
         workload::estimateMemory(o_.config, o_.split, static_cast<int>(o_.devices.size()), shape);
     if (estimate_only_) return print(need, {});
@@ -98,7 +117,7 @@ class TpCommand : public Command {
                                      count == 1 ? "" : "s", count - 1));
     // The copy rate is measured before the model takes the memory (it needs 2 GiB per GPU).
     std::vector<double> copy_gbps;
-    if (o_.phase != "prefill" && !no_roofline_) {
+    if (o_.phase != "prefill" && !no_roofline_ && logits_out_.empty()) {
       for (int d : o_.devices) {
         double g = 0;
         if (workload::measureCopyBandwidth(d, &g) != tpsSuccess) {
@@ -124,6 +143,7 @@ class TpCommand : public Command {
     o_.prefill_attention = workload::prefillAttentionName(model->options().prefill_attention);
     o_.attention_pdl = workload::attentionPdlName(model->options().kernels.attention_pdl);
     if (tpsConfig_t cfg; model->comm() && tpsCommGetConfig(model->comm(), &cfg) == tpsSuccess) o_.communicator = cfg;
+    if (!logits_out_.empty()) return runTokenDecode(*model);
     std::vector<workload::PhaseResult> results;
     if (o_.phase != "decode") {
       workload::PhaseResult r;
@@ -174,8 +194,47 @@ class TpCommand : public Command {
     if (o_.split != workload::SplitMode::kTensor && o_.backend != "auto")
       throw UsageError("--backend applies to --split tensor only");
     o_.decode.graph = !no_graph_;
+    if (logits_out_.empty() && (!force_tokens_.empty() || !capture_dir_.empty()))
+      throw UsageError("--force-tokens and --capture-allreduce go with --logits-out");
+    if (!capture_dir_.empty() && o_.split != workload::SplitMode::kTensor)
+      throw UsageError("--capture-allreduce needs --split tensor (no AllReduce otherwise)");
+    if (capture_rows_ < 0) throw UsageError("--capture-rows must be 0 (every row) or more");
+    if (std::string error; !force_tokens_.empty() && !workload::readTokens(force_tokens_, &forced_, &error))
+      throw UsageError("--force-tokens: " + error);
+    if (!logits_out_.empty() && !std::ofstream(logits_out_, std::ios::binary))  // before a model is made
+      throw UsageError("--logits-out: cannot write " + logits_out_ + ": give a file in a folder that exists");
     const std::string bad = workload::validateConfig(o_.config, o_.split, static_cast<int>(o_.devices.size()));
     if (!bad.empty()) throw UsageError(bad);
+  }
+
+  // --logits-out: the token decode, its logits to the file, the run on stdout.
+  int runTokenDecode(workload::Model& model) {
+    workload::TokenDecodeOptions t;
+    t.prompt = o_.prefill.prompt, t.ubatch = o_.prefill.ubatch, t.steps = o_.decode.tokens;
+    t.forced = forced_;
+    t.capture_dir = capture_dir_, t.capture_rows = capture_rows_;
+    std::string reason, error;
+    workload::TokenDecodeResult r;
+    nlohmann::json doc = workload::tokenDecodeJson(model, t, r);  // the settings, for the capture's index
+    for (const char* k : {"tokens", "greedy", "rank_mismatch_steps", "allreduce_calls_by_path", "capture"})
+      doc.erase(k);
+    t.capture_model = doc;
+    if (tpsResult_t e = workload::runTokenDecode(model, t, &r, &reason); e != tpsSuccess)
+      return fail(e == tpsInvalidArgument ? kExitUsage : kExitRuntime, reason);
+    if (!workload::writeNpy(logits_out_, r.logits.data(), {r.tokens.size(), size_t(workload::kVocab)}, &error))
+      return fail(kExitRuntime, error);
+    doc = workload::tokenDecodeJson(model, t, r);
+    doc["logits"] = logits_out_;
+    if (o_.format == "json") {
+      std::printf("%s\n", doc.dump(1).c_str());
+    } else {
+      std::printf("# token decode: %s split %s, wire %s, %d steps after a %d-token prompt; logits in %s\n",
+                  doc["preset"].get<std::string>().c_str(), doc["split"].get<std::string>().c_str(),
+                  doc["wire"].get<std::string>().c_str(), t.steps, t.prompt, logits_out_.c_str());
+      std::printf("rank_mismatch_steps %d\nallreduce_calls_by_path %s\n", r.rank_mismatch_steps,
+                  doc["allreduce_calls_by_path"].dump().c_str());
+    }
+    return kExitOk;
   }
 
   int print(const std::vector<workload::GpuMemory>& need, const std::vector<workload::PhaseResult>& results) {
@@ -189,6 +248,9 @@ class TpCommand : public Command {
   CLI::App* sub_ = nullptr;
   TpOptions o_;
   std::string preset_ = "8b", dims_, split_ = "none", devices_;
+  std::string logits_out_, force_tokens_, capture_dir_;
+  int capture_rows_ = 0;
+  std::vector<int> forced_;
   bool no_graph_ = false, no_roofline_ = false, estimate_only_ = false, profile_ = false;
 };
 

@@ -49,6 +49,16 @@ TEST(TpCli, BadDecodeAndPrefillOptionsAreUsageErrors) {
   expectUsageError("--preset tiny --format csv", "--format");
 }
 
+TEST(TpCli, TokenDecodeOptionsAreChecked) {
+  expectUsageError("--preset tiny --force-tokens run.json", "go with --logits-out");
+  expectUsageError("--preset tiny --capture-allreduce dir", "go with --logits-out");
+  expectUsageError("--preset tiny --logits-out a.npy --capture-allreduce dir", "needs --split tensor");
+  expectUsageError("--preset tiny --split tensor --logits-out a.npy --capture-allreduce d --capture-rows -1",
+                   "--capture-rows");
+  expectUsageError("--preset tiny --logits-out a.npy --force-tokens /nonexistent/run.json", "cannot open");
+  expectUsageError("--preset tiny --logits-out /nonexistent/a.npy", "cannot write");
+}
+
 TEST(TpCli, BadSplitsAndDevicesAreUsageErrors) {
   expectUsageError("--split row", "--split");
   expectUsageError("--split none --devices 0,1", "one GPU");
