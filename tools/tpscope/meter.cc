@@ -25,6 +25,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/utf8.h"
 #include "engine/process.h"
 #include "meter/control.h"
 #include "meter/record.h"
@@ -342,7 +343,9 @@ class MeterCommand : public Command {
             err = book.end(cl.name, t, &w);
             if (!err) meter.addWindow(w.name, w.start_ns, w.end_ns);
           }
-          if (err) warn("control pipe: " + *err + " (line '" + line.substr(0, 80) + "'); ignored");
+          // The line is the command's bytes: shown with its control characters escaped, never sent to
+          // the terminal as they came (an escape sequence would act on it).
+          if (err) warn(printable("control pipe: " + *err + " (line '" + line.substr(0, 80) + "')") + "; ignored");
         },
         &error);
     engine::SpawnOptions sp;
