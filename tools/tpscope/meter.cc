@@ -401,7 +401,7 @@ class MeterCommand : public Command {
     summary.own_mbps = meter.ownMBps();
     summary.pm = meter.pmStatus();
     if (format_ == "json")
-      std::printf("%s\n", summaryJson(summary).dump(2).c_str());
+      writeSummaryJson(summary, stdout);
     else if (format_ == "csv")
       std::fputs(summaryCsv(summary).c_str(), stdout);
     else
