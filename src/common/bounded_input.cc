@@ -94,6 +94,7 @@ std::string parserMessage(const nlohmann::json::exception& e) {
 }
 
 struct TooDeep {};
+struct TooMany {};
 
 }  // namespace
 
@@ -140,9 +141,11 @@ std::optional<nlohmann::json> parseJsonBounded(std::string_view text, std::strin
   using nlohmann::json;
   // The parser reports the depth of each array or object it opens (0 for the outermost); one at
   // max_depth would be the (max_depth + 1)-th level.
-  const json::parser_callback_t limit = [max_depth](int depth, json::parse_event_t event, json&) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= max_depth)
-      throw TooDeep{};
+  size_t values = 0;
+  const json::parser_callback_t limit = [max_depth, &values](int depth, json::parse_event_t event, json&) {
+    const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
+    if (opens && depth >= max_depth) throw TooDeep{};
+    if ((opens || event == json::parse_event_t::value) && ++values > kMaxJsonValues) throw TooMany{};
     return true;
   };
   try {
@@ -151,6 +154,8 @@ std::optional<nlohmann::json> parseJsonBounded(std::string_view text, std::strin
     const size_t at = tooDeepAt(text, max_depth);
     *error = fmt::format("{}arrays and objects nested deeper than {} levels",
                          at == std::string_view::npos ? "" : fmt::format("line {}: ", lineAt(text, at)), max_depth);
+  } catch (const TooMany&) {
+    *error = fmt::format("more than {} values in one document", kMaxJsonValues);
   } catch (const json::out_of_range& e) {
     // 406: a number literal beyond a double's range, the one way JSON text holds a non-finite number.
     const std::string m = parserMessage(e);

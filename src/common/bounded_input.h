@@ -21,6 +21,11 @@ namespace tpscope {
 // (a run folder's manifest and results, a tune file) nest fewer than 10 levels, a server's answers fewer
 // than 8.
 constexpr int kMaxJsonDepth = 64;
+// The most values (numbers, strings, arrays, objects...) one document from outside may hold. tpscope's
+// largest, a results line with a PM step of 20,000 records on 8 GPUs, holds about 500,000; the cap keeps a
+// document's memory, and the memory freeing it takes (nlohmann frees a document through a stack of its
+// values: 16 MB at most here, which common/memory_reserve.h holds back), bounded whatever its size in bytes.
+constexpr size_t kMaxJsonValues = size_t{1} << 20;
 
 // Why a file was not read.
 enum class FileReadError {
@@ -36,10 +41,11 @@ enum class FileReadError {
 // blocks on a FIFO and never reads more than max_bytes + 1 bytes.
 FileReadError readRegularFile(const std::string& path, size_t max_bytes, std::string* out, std::string* error);
 
-// One JSON document from `text`, nested at most max_depth arrays and objects deep; nullopt with *error
-// otherwise: "line L, column C: <the parser's message>" for a syntax error, "line L: ... nested deeper
-// than N levels", and for a number too large for a double (JSON has no NaN or infinity, so that is how
-// a non-finite number comes) "line L: \"key\" = 1e999 is not a finite number".
+// One JSON document from `text`, nested at most max_depth arrays and objects deep and holding at most
+// kMaxJsonValues values; nullopt with *error otherwise: "line L, column C: <the parser's message>" for a
+// syntax error, "line L: ... nested deeper than N levels", "more than N values in one document", and for
+// a number too large for a double (JSON has no NaN or infinity, so that is how a non-finite number comes)
+// "line L: \"key\" = 1e999 is not a finite number".
 std::optional<nlohmann::json> parseJsonBounded(std::string_view text, std::string* error,
                                                int max_depth = kMaxJsonDepth);
 

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "common/bounded_input.h"
+#include "common/memory_reserve.h"
 #include "common/utf8.h"
 #include "meter/window.h"
 
@@ -502,6 +503,7 @@ void parseJsonl(const std::string& path, const std::string& text, std::vector<st
     at = terminated ? nl + 1 : all.size();
     ++n;
     if (line.empty()) continue;
+    checkMemory();  // between two records: where running out of memory may throw (common/memory_reserve.h)
     std::string error;
     std::optional<json> j = parseJsonBounded(line, &error);
     if (!j && !terminated) {

@@ -53,6 +53,20 @@ TEST(BoundedJson, AMillionLevelsAreRefusedWithoutRecursion) {
   EXPECT_NE(error.find("nested deeper"), std::string::npos) << error;
 }
 
+// Values are capped per document, whatever its size in bytes: an array of kMaxJsonValues - 1 numbers (the
+// array itself is a value) parses, one more does not.
+TEST(BoundedJson, ValuesAreCappedPerDocument) {
+  auto array = [](size_t n) {
+    std::string s = "[";
+    for (size_t i = 0; i < n; ++i) s += i ? ",0" : "0";
+    return s + "]";
+  };
+  std::string error;
+  EXPECT_TRUE(parseJsonBounded(array(kMaxJsonValues - 1), &error)) << error;
+  EXPECT_FALSE(parseJsonBounded(array(kMaxJsonValues), &error));
+  EXPECT_EQ(error, "more than 1048576 values in one document");
+}
+
 TEST(BoundedJson, ANumberBeyondADoubleIsNamedWithItsKeyAndLine) {
   std::string error;
   EXPECT_FALSE(parseJsonBounded("{\"a\": 1,\n \"tok_s\" : 1e999}", &error));
