@@ -528,16 +528,20 @@ TEST(MeterCalibration, OwnBytesSoFarIsReadsTimesTheCalibratedCost) {
 // as it did, a copy of) every GPU's whole series, so the windows of a long run come out in a blink.
 TEST(MeterSampler, ManyWindowsCostTheReadsAroundEachNotTheWholeSeries) {
   std::vector<FakeGpuScript> s(2);
-  s[0].background_bytes_per_s = {5e9, 5e9, 0, 0, 0, 0};  // busy: read at the 2 ms period
-  s[1].background_bytes_per_s = {5e9, 5e9, 0, 0, 0, 0};
-  auto m = startFake(s);
+  for (FakeGpuScript& g : s) {
+    g.background_bytes_per_s = {5e9, 5e9, 0, 0, 0, 0};  // busy: read at the period
+    g.read_cost_ns = g.nvlink_read_cost_ns = 20000;     // quick reads: a long series in two seconds
+  }
+  MeterOptions o;
+  o.period_us = 250;
+  auto m = startFake(s, o);
   const int64_t t0 = Meter::now();
   std::this_thread::sleep_for(milliseconds(2000));
   const int64_t t1 = Meter::now();
   m->stop();
   const size_t rows = m->samples().size();
-  ASSERT_GT(rows, 1500u);
-  const int kWindows = 20000;
+  ASSERT_GT(rows, 20000u);
+  const int kWindows = 10000;
   for (int i = 0; i < kWindows; ++i) {
     const int64_t a = t0 + (t1 - t0) * i / kWindows;
     ASSERT_EQ(m->addWindow("w", a, a + (t1 - t0) / kWindows), tpsSuccess);
@@ -546,8 +550,8 @@ TEST(MeterSampler, ManyWindowsCostTheReadsAroundEachNotTheWholeSeries) {
   const std::vector<MeterWindow> ws = m->windows();
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(ws.size(), static_cast<size_t>(kWindows));
-  // A pass over each series per window is 20,000 x ~1,000 rows x 2 GPUs (a copy of each made it several
-  // seconds); the reads around each window are a handful.
+  // A pass over (and a copy of) each series per window is 10,000 x 2 GPUs x about 15,000 rows: seconds;
+  // the reads around each window are a handful: milliseconds.
   EXPECT_LT(took, 1.0) << rows << " rows";
   // The windows tile the run: their bytes add up to the run's.
   double sum = 0;

@@ -150,6 +150,7 @@ void writeFourArms(const std::string& path, bool with_recording) {
     spec.replace(at, from.size(), to);
   };
   replace("idle_seconds = 8", "idle_seconds = 0.2");
+  replace("baseline_threshold_mbps = 100", "baseline_threshold_mbps = 5000");  // the fake GPU 0 idles at 2000
   replace("meter_period_ms = 2", "meter_period_ms = 5");
   replace("recorded_run = \"recorded/h200x2-quick\"",
           with_recording ? "recorded_run = \"" + std::string(TPSCOPE_SOURCE_DIR) + "/examples/recorded/h200x2-quick\""
@@ -173,6 +174,7 @@ TEST_F(ArmsCli, OneGpuMeasuresWhatFitsAndShowsTheRecordingForTheRest) {
             std::string::npos)
       << r.err;
   EXPECT_NE(r.out.find("\n| A | single GPU | "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\n| A | single GPU | N/A"), std::string::npos) << "arm A was measured: " << r.out;
   for (const char* arm : {"B", "C", "C'"})
     EXPECT_NE(r.out.find(std::string("\n| ") + arm + " (recorded) | 2 GPUs"), std::string::npos) << arm << r.out;
   EXPECT_NE(r.out.find("(recorded): an arm this box cannot run, not measured here but shown from " + rec +
