@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <ctime>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -31,6 +33,42 @@ std::string trafficAfter(const MeterWindow& w, const std::vector<MeterGpu>& gpus
   return "";
 }
 
+// While alive, watches RunnerConfig::interrupt and calls phases.interrupt() once it is set, so that an
+// engine's long call (a server's start or request) ends soon after the run is asked to stop.
+class InterruptWatch {
+ public:
+  InterruptWatch(const RunnerConfig& c, ArmPhases& phases) {
+    if (!c.interrupt) return;
+    const std::atomic<int>* flag = c.interrupt;
+    thread_ = std::thread([this, flag, &phases] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!done_) {
+        if (flag->load() != 0) {
+          phases.interrupt();
+          return;
+        }
+        cv_.wait_for(lock, std::chrono::milliseconds(50));
+      }
+    });
+  }
+  ~InterruptWatch() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  InterruptWatch(const InterruptWatch&) = delete;
+  InterruptWatch& operator=(const InterruptWatch&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 void say(const RunnerConfig& c, const std::string& line) {
   if (c.progress) *c.progress << line << "\n" << std::flush;
 }
@@ -52,7 +90,16 @@ bool probeEngines(const RunnerConfig& c, std::vector<EffectiveSettings>* arms, R
     std::unique_ptr<ArmPhases> phases = c.make_phases(arm);
     std::vector<Setting> reported;
     std::string reason;
-    if (!phases || phases->prepare(arm, &reported, &reason) != tpsSuccess) {
+    if (!phases) {
+      out->message = "arm " + arm.arm + ": no engine for it";
+      return false;
+    }
+    tpsResult_t prepared;
+    {
+      InterruptWatch watch(c, *phases);
+      prepared = phases->prepare(arm, &reported, &reason);
+    }
+    if (prepared != tpsSuccess) {
       out->message = "arm " + arm.arm + ": " + (phases ? reason : "no engine for it");
       return false;
     }
@@ -212,7 +259,12 @@ bool prepareArm(const RunnerConfig& c, const EffectiveSettings& arm, ArmPhases& 
                      arm.value("devices"), arm.value("allreduce_backend")));
   std::vector<Setting> decisions;
   std::string reason;
-  if (phases.prepare(arm, &decisions, &reason) != tpsSuccess) {
+  tpsResult_t prepared;
+  {
+    InterruptWatch watch(c, phases);
+    prepared = phases.prepare(arm, &decisions, &reason);
+  }
+  if (prepared != tpsSuccess) {
     out->message = "arm " + arm.arm + ": " + reason;
     return false;
   }
@@ -303,9 +355,16 @@ Attempt runAttempt(RunContext& x, const EffectiveSettings& arm, ArmPhases& phase
   }
   std::vector<PhaseOutcome> outcomes;
   phases.useMeter(meter.get());
-  const tpsResult_t ran = phases.runPhases(sh.phases, &outcomes, &reason);
+  tpsResult_t ran;
+  {
+    InterruptWatch watch(c, phases);
+    ran = phases.runPhases(sh.phases, &outcomes, &reason);
+  }
   phases.useMeter(nullptr);
   if (ran != tpsSuccess) {
+    // A Ctrl-C from the terminal reaches the engine's processes too (a server in tpscope's process group
+    // stops): the attempt then failed because the run was stopped, and nothing of it is recorded.
+    if (interrupted(c)) return Attempt::kInterrupted;
     x.out.message = fmt::format("{}: {}", tag, reason);
     return Attempt::kAbort;
   }
@@ -361,7 +420,10 @@ bool runArm(RunContext& x, const EffectiveSettings& arm, const QuiesceOptions& q
     x.out.message = "arm " + arm.arm + ": no workload for it";
     return false;
   }
-  if (!prepareArm(x.c, arm, *phases, &x.out)) return false;
+  if (!prepareArm(x.c, arm, *phases, &x.out)) {
+    if (interrupted(x.c)) x.out.status = RunOutcome::Status::kInterrupted;  // as in runAttempt
+    return false;
+  }
   QuiesceOptions arm_qo = qo;
   arm_qo.own_pids = phases->processes();
   for (const auto& [rep, first] : todo) {
@@ -438,7 +500,10 @@ RunOutcome runExperiment(const RunnerConfig& c) {
     out.message = e.what();
     return out;
   }
-  if (c.probe && !probeAndCompare(c, &arms, &m, *writer, &out)) return out;
+  if (c.probe && !probeAndCompare(c, &arms, &m, *writer, &out)) {
+    if (interrupted(c) && out.status == RunOutcome::Status::kFailed) out.status = RunOutcome::Status::kInterrupted;
+    return out;
+  }
 
   RunContext x{c,
                c.start_meter ? c.start_meter : MeterFactory(&Meter::start),
@@ -458,8 +523,9 @@ RunOutcome runExperiment(const RunnerConfig& c) {
 
   // 4. The report, from the folder as written.
   try {
-    out.run = readRun(c.out_dir);
-    out.report = buildReport(out.run);
+    const RunRecord run = readRun(c.out_dir);
+    out.manifest = run.manifest;
+    out.report = buildReport(run);
     out.report_markdown = formatMarkdown(out.report);
   } catch (const std::exception& e) {
     out.message = std::string("the run folder cannot be read back: ") + e.what();

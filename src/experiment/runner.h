@@ -79,7 +79,7 @@ struct RunOutcome {
   std::string message;
   Report report;                // kDone: the report of the run folder (for plots)
   std::string report_markdown;  // kDone: formatMarkdown(report)
-  RunRecord run;                // kDone: the run folder as read back
+  Manifest manifest;            // kDone: the run folder's manifest as read back
   // Over the whole run folder, a resumed run's earlier attempts included.
   int attempts = 0, failed_attempts = 0, failed_repetitions = 0;
   int skipped_repetitions = 0;    // finished before a resume, not run again

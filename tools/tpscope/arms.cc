@@ -260,7 +260,7 @@ class ArmsCommand : public Command {
   // and one line on stderr saying which is which.
   experiment::Report withRecording(const experiment::RunOutcome& o, const experiment::RunnerConfig& c) {
     std::vector<std::string> measured, left, missing;
-    for (const experiment::EffectiveSettings& e : o.run.manifest.effective) measured.push_back(e.arm);
+    for (const experiment::EffectiveSettings& e : o.manifest.effective) measured.push_back(e.arm);
     for (const experiment::Refusal& r : o.left_out) {
       const std::vector<std::string>& has = recording_->manifest.arms;
       (std::find(has.begin(), has.end(), r.arm) != has.end() ? left : missing).push_back(r.arm);

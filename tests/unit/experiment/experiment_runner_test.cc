@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "experiment/report_render.h"
 #include "experiment/runner.h"
@@ -611,6 +614,49 @@ TEST_F(Runner, AnInterruptedRunResumesWithoutRepeatingARepetition) {
   ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
   EXPECT_EQ(quiesced, 0);
   EXPECT_EQ(lines(dir_ + "/results.jsonl").size(), 6u);
+}
+
+// An engine whose call would run long (a server's request of 20,000 tokens) is told to stop when the run
+// is: the call fails at once, the attempt is not recorded, the run ends interrupted.
+TEST_F(Runner, AStopEndsAnEnginesLongCallAtOnce) {
+  class Long : public ArmPhases {
+   public:
+    explicit Long(std::atomic<int>* interrupts) : interrupts_(interrupts) {}
+    tpsResult_t prepare(const EffectiveSettings&, std::vector<Setting>*, std::string*) override { return tpsSuccess; }
+    tpsResult_t runPhases(const std::vector<std::string>&, std::vector<PhaseOutcome>*, std::string* r) override {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_for(lock, std::chrono::seconds(20), [this] { return stopped_; })) return tpsSuccess;
+      *r = "the server went away";
+      return tpsSystemError;
+    }
+    void interrupt() override {
+      ++*interrupts_;
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+      cv_.notify_all();
+    }
+
+   private:
+    std::atomic<int>* interrupts_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stopped_ = false;
+  };
+  std::atomic<int> stop{0}, interrupts{0};
+  c_.interrupt = &stop;
+  c_.make_phases = [&](const EffectiveSettings&) { return std::make_unique<Long>(&interrupts); };
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // after the 0.2 s baseline: in the call
+    stop = 1;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunOutcome o = runExperiment(c_);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stopper.join();
+  EXPECT_EQ(o.status, RunOutcome::Status::kInterrupted) << o.message;
+  EXPECT_EQ(interrupts, 1);
+  EXPECT_LT(took, 5.0);
+  EXPECT_EQ(lines(dir_ + "/results.jsonl").size(), 0u);
 }
 
 // A repetition whose baseline failed before the interrupt goes on from its next attempt; one that used
