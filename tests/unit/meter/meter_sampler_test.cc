@@ -583,6 +583,10 @@ TEST(MeterFakeScript, BurstsCountFromTheEpochAndBadScriptsSayWhy) {
     EXPECT_EQ(parseFakeScript(bad, 0, &g, &reason), tpsInvalidArgument) << bad;
     EXPECT_NE(reason.find("fake meter script"), std::string::npos) << reason;
   }
+  // A script is outside input too: nested too deep, it is refused like any other JSON from outside.
+  const std::string deep = R"({"gpus": [{"name": )" + std::string(100000, '[') + std::string(100000, ']') + "}]}";
+  EXPECT_EQ(parseFakeScript(deep, 0, &g, &reason), tpsInvalidArgument);
+  EXPECT_NE(reason.find("nested deeper than 64 levels"), std::string::npos) << reason;
 }
 
 }  // namespace tpscope::detail
