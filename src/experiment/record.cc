@@ -488,10 +488,17 @@ void RunWriter::append(const std::vector<SampleRow>& samples) {
 
 namespace {
 
+// Whether a parse error is the parser reaching the end of a line of `length` bytes: what a line cut short
+// gives (the error's column lies past its last byte), and no other error does.
+bool endsShort(const std::string& error, size_t length) {
+  const size_t at = error.find(", column ");
+  return at != std::string::npos && std::strtoull(error.c_str() + at + 9, nullptr, 10) > length;
+}
+
 // Each line of a JSONL file parsed (within the depth limit) and handed to `each` with its number. A line
-// counts once its newline is written: a last line without one that does not parse is what a run stopped
-// while writing leaves, and is left out with a note in *notes; any other line that does not parse, or
-// that `each` refuses, is a RecordError naming the file and the line.
+// counts once its newline is written: a last line without one that ends before its JSON does is what a
+// run stopped while writing leaves, and is left out with a note in *notes; any other line that does not
+// parse, or that `each` refuses, is a RecordError naming the file and the line.
 template <typename F>
 void parseJsonl(const std::string& path, const std::string& text, std::vector<std::string>* notes, F&& each) {
   const std::string_view all(text);
@@ -506,7 +513,7 @@ void parseJsonl(const std::string& path, const std::string& text, std::vector<st
     checkMemory();  // between two records: where running out of memory may throw (common/memory_reserve.h)
     std::string error;
     std::optional<json> j = parseJsonBounded(line, &error);
-    if (!j && !terminated) {
+    if (!j && !terminated && endsShort(error, line.size())) {
       notes->push_back(
           fmt::format("{}:{}: the last line was cut off (the run stopped while writing it); it is left out", path, n));
       return;

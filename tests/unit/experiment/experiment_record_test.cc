@@ -388,8 +388,19 @@ TEST(ExperimentRecord, ALastLineCutOffIsLeftOutWithANote) {
                               "/results.jsonl:13: the last line was cut off (the run stopped while writing it); "
                               "it is left out");
   EXPECT_NE(f.error(f.manifest, f.results + cut + "\n").find("results.jsonl:13: corrupt record"), std::string::npos);
-  // A last line without its newline that is whole is read.
+  // Wherever the write stopped (in a key, a string, a number, between tokens), the same.
+  const std::string whole = f.rep.dump();
+  for (size_t at = 1; at < whole.size(); at += 7) {
+    const RunRecord r = parseRun(f.dir, f.manifest, f.results + whole.substr(0, at), std::nullopt, std::nullopt);
+    EXPECT_EQ(r.repetitions.size(), 12u) << at;
+    EXPECT_EQ(r.notes.size(), 1u) << at << ": " << whole.substr(0, at);
+  }
+  // A last line without its newline that is whole is read; one that is wrong otherwise than cut short
+  // (nested too deep) is corrupt, not taken for an interrupted write.
   EXPECT_EQ(parseRun(f.dir, f.manifest, f.rep.dump(), std::nullopt, std::nullopt).repetitions.size(), 1u);
+  EXPECT_NE(f.error(f.manifest, f.results + std::string(100, '[') + std::string(100, ']'))
+                .find("results.jsonl:13: corrupt record (line 1: arrays and objects nested deeper"),
+            std::string::npos);
 }
 
 // A number too large for a double in a results line names its key.
