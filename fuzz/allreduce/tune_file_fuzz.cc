@@ -31,7 +31,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // As resolveHostTuning() and loadAutoTable() read the file: within the depth limit, or not at all.
+  std::string why;
+  const std::optional<nlohmann::json> parsed = td::parseTuneText(text, "tune.json", &why);
+  FUZZ_CHECK(parsed || why.find("tune.json") != std::string::npos);
+  const nlohmann::json doc = parsed ? *parsed : nlohmann::json(nlohmann::json::value_t::discarded);
 
   td::HostTuning t{4u << 20, 4u << 20, 32, 10000, "built-in"};
   td::applyTuneDocument(doc, "tune.json", &t);

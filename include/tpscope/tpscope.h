@@ -226,10 +226,13 @@ tpsResult_t tpsGetUniqueId(tpsUniqueId* id);
  * proves the id's secret (compared in constant time), whole within one second of connecting. Every
  * other rank checks rank 0's user the same way, against its own uid and config->peer_uids, before it
  * sends the secret. A refused connection (another user, no proof of the secret, bytes that are no
- * hello, a hello that does not come in time; past 16 connections waiting for their hello at once, the
- * oldest) is logged at WARN with its pid and uid, closed, and never counts as a rank: the real ranks
- * still join. What a connection sends, a proven rank's exchanges included, costs rank 0 bounded memory
- * and time.
+ * hello, a hello that does not come in time) is logged at WARN with its pid and uid, closed, and never
+ * counts as a rank: the real ranks still join. Past 16 connections waiting for their hello at once,
+ * rank 0 first reads every hello that has come, then refuses the oldest connection of the process that
+ * holds the most of them and tells it to connect again, which a rank does until its timeout: a flood of
+ * silent or slow connections, from any number of processes, never pushes a rank out of the join. The
+ * refusal a connection is sent says what kind it is and names no process or user (rank 0's log does).
+ * What a connection sends, a proven rank's exchanges included, costs rank 0 bounded memory and time.
  * Errors: tpsInvalidArgument (NULL comm, nranks or rank out of range, a device that does not exist,
  * bytes that are not an id, num_peer_uids out of range, ranks disagreeing on nranks, one rank number
  * taken by two processes, ranks sharing a GPU), tpsInvalidUsage (this process already joined with this

@@ -11,9 +11,17 @@ Checks, each printed as one line "PASS|FAIL name: detail":
   funcol          torch.distributed._functional_collectives.all_reduce / all_gather_tensor agree
   graph           a decode step (matmul, all-reduce, matmul, functional all-reduce) captured with
                   torch.cuda.graph replays with the same bits as the step run eagerly
+  broadcast       dist.broadcast from each rank in turn, every dtype: every rank holds the root's bits
+                  (default stream and async_op on a side stream)
+  ops             every ReduceOp but SUM (MAX, MIN, PRODUCT, AVG, BAND, BOR, BXOR, PREMUL_SUM) is refused
+                  with one line, by dist.all_reduce and by the functional all_reduce, and leaves the
+                  tensor as it was
   dead-rank       rank 1 exits after init; rank 0's Work raises within the spin timeout
   refusals        bad dtype, non-contiguous and CPU-only (tpscope-only group) tensors get one line
-Exit status 0 when every check passes.
+  wrong-device    a tensor on another GPU than the rank's is refused naming both devices (the backend's
+                  check on every box; through dist.all_reduce where the box has two GPUs)
+Exit status 0 when every check passes; 77 (skipped), with the reason, where torch or a GPU is missing.
+CTest runs it under the label gpu (tests/CMakeLists.txt).
 """
 
 import argparse
@@ -23,9 +31,13 @@ import socket
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as e:  # reported by main(): the check needs torch
+    torch = None
+    TORCH_MISSING = str(e)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import package_under_test  # noqa: E402
@@ -33,9 +45,10 @@ package_under_test.use()
 import tpscope  # noqa: E402
 
 SIZES = [1, 3, 7, 1000, 4097, 65537, 262147, (1 << 20) + 3, (4 << 20) + 1]
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16} if torch else {}
+INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16} if torch else {}
 SPIN_MS = 3000
+SKIPPED = 77  # CTest's SKIP_RETURN_CODE for this test
 
 
 def free_port():
@@ -153,6 +166,94 @@ def check_graph(rank, nranks, out):
                     else "; ".join(bad))
 
 
+def check_broadcast(rank, nranks, out):
+    side = torch.cuda.Stream()
+    bad = []
+    for name, dtype in DTYPES.items():
+        for root in range(nranks):
+            for n in (1, 4097, (1 << 20) + 3):
+                want = data(root, n, dtype)
+                x = data(rank, n, dtype).cuda()
+                dist.broadcast(x, src=root)
+                if not torch.equal(bits(x), bits(want)):
+                    bad.append("%s root %d n=%d" % (name, root, n))
+                with torch.cuda.stream(side):
+                    y = data(rank, n, dtype).cuda()
+                    dist.broadcast(y, src=root, async_op=True).wait()
+                    y2 = y * 1
+                torch.cuda.current_stream().wait_stream(side)
+                if not torch.equal(bits(y2), bits(want)):
+                    bad.append("%s root %d n=%d side stream" % (name, root, n))
+    out["broadcast"] = (not bad, "every root, 3 dtypes, 3 sizes, two streams" if not bad else "; ".join(bad[:4]))
+
+
+def check_ops(rank, nranks, out):
+    import torch.distributed._functional_collectives as funcol
+    ops = [dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.PRODUCT, dist.ReduceOp.AVG, dist.ReduceOp.BAND,
+           dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
+    if hasattr(dist, "_make_nccl_premul_sum"):
+        ops.append(dist._make_nccl_premul_sum(2.0))
+    bad = []
+    for op in ops:
+        x = data(rank, 4097, torch.float32).cuda()
+        before = x.clone()
+        try:
+            dist.all_reduce(x, op=op)
+            bad.append("%s was not refused" % op)
+        except Exception as e:
+            line = str(e).splitlines()[0] if str(e) else repr(e)
+            # The backend's own line, or torch's where it refuses the op before any backend sees it.
+            if "tpscope: all_reduce supports ReduceOp.SUM only" not in line and "support" not in line.lower():
+                bad.append("%s: %s" % (op, line))
+        torch.cuda.synchronize()
+        if not torch.equal(bits(x), bits(before)):
+            bad.append("%s changed the tensor" % op)
+    for name in ("max", "min", "product", "avg"):
+        try:
+            funcol.wait_tensor(funcol.all_reduce(data(rank, 8, torch.float32).cuda(), name, dist.group.WORLD))
+            bad.append("functional %s was not refused" % name)
+        except Exception as e:
+            if "SUM only" not in str(e) and "support" not in str(e).lower():
+                bad.append("functional %s: %s" % (name, (str(e).splitlines() or [repr(e)])[0]))
+    # The communicator still works after the refusals.
+    x = data(rank, 4097, torch.float32).cuda()
+    dist.all_reduce(x)
+    want = sum(data(r, 4097, torch.float32).float() for r in range(nranks))
+    if not torch.equal(bits(x), bits(want)):
+        bad.append("SUM after the refusals differs")
+    out["ops"] = (not bad, "%d ops refused with one line each, the tensor untouched; SUM works after" % len(ops)
+                  if not bad else "; ".join(bad[:4]))
+
+
+def check_wrong_device(rank, nranks, out):
+    import tpscope.torch as tt
+    ext = tt.extension()
+    mine = torch.cuda.current_device()
+    details = []
+    # The backend's own check, on every box: this rank's tensor, judged for another device index.
+    try:
+        ext.check_tensor(torch.zeros(4, device="cuda:%d" % mine), mine + 1, "all_reduce")
+        details.append("a tensor on cuda:%d passed as cuda:%d's" % (mine, mine + 1))
+    except Exception as e:
+        want = "takes tensors on this rank's device cuda:%d; got one on cuda:%d" % (mine + 1, mine)
+        if want not in str(e):
+            details.append("check_tensor: %s" % str(e).splitlines()[0])
+    ok = not details
+    if torch.cuda.device_count() > 1:  # through the collective, where another GPU exists
+        other = (mine + 1) % torch.cuda.device_count()
+        try:
+            dist.all_reduce(torch.zeros(8, device="cuda:%d" % other))
+            details.append("dist.all_reduce took a tensor on cuda:%d" % other)
+        except Exception as e:
+            if "this rank's device cuda:%d" % mine not in str(e):
+                details.append("dist.all_reduce: %s" % str(e).splitlines()[0])
+        ok = not details
+        scope = "check_tensor and dist.all_reduce"
+    else:
+        scope = "check_tensor (one GPU: no other device for dist.all_reduce)"
+    out["wrong-device"] = (ok, scope if ok else "; ".join(details))
+
+
 def check_refusals(rank, out):
     lines = {}
     for label, t in (("dtype", torch.zeros(8, dtype=torch.int32, device="cuda")),
@@ -171,7 +272,7 @@ def worker(rank, nranks, port, result):
     out = {}
     try:
         setup(rank, nranks, port)
-        for check in (check_bits, check_funcol, check_graph):
+        for check in (check_bits, check_funcol, check_graph, check_broadcast, check_ops, check_wrong_device):
             try:
                 check(rank, nranks, out)
             except Exception as e:
@@ -260,11 +361,18 @@ def main():
     ap.add_argument("--nranks", type=int, default=2)
     ap.add_argument("--json")
     args = ap.parse_args()
+    if torch is None:
+        print("skipped: torch is not installed for this python (%s; scripts/setup installs it into .deps/torch)"
+              % TORCH_MISSING)
+        return SKIPPED
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        print("skipped: no CUDA GPU visible to torch (this check runs tpscope.torch on a GPU)")
+        return SKIPPED
     import tpscope.torch as tt
     tt.extension()  # compile once, before the ranks start
     checks = {}
     t0 = time.monotonic()
-    res = spawn(worker, args.nranks, 75)
+    res = spawn(worker, args.nranks, 120)
     for rank in range(args.nranks):
         code = res["exitcodes"][rank]
         got = res.get(rank, {"ranks": (False, "rank %d gave no result (exit code %s)" % (rank, code))})

@@ -5,10 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <set>
 
+#include "allreduce/tuning.h"
 #include "common/log.h"
 
 namespace tpscope::detail {
@@ -117,11 +117,15 @@ AutoTableLoad selectAutoTable(const nlohmann::json& doc, const std::string& path
 }
 
 AutoTableLoad loadAutoTable(const std::string& path, const std::function<std::string()>& fingerprint) {
-  std::ifstream f(path);
-  if (!f) return AutoTableLoad{std::nullopt, fmt::format("no tune file at {}", path), false};
-  const nlohmann::json doc = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  std::string why;
+  const std::optional<nlohmann::json> read = readTuneFile(path, &why);
+  // A file that cannot be read, or is not a JSON object, was reported already by resolveHostTuning(),
+  // which reads it first.
+  if (!read)
+    return why.empty() ? AutoTableLoad{std::nullopt, fmt::format("no tune file at {}", path), false}
+                       : AutoTableLoad{std::nullopt, why, true};
+  const nlohmann::json& doc = *read;
   AutoTableLoad out = selectAutoTable(doc, path, fingerprint);
-  // A file that is not a JSON object was reported already by resolveHostTuning(), which reads it first.
   if (out.warn && doc.is_object())
     TPS_LOG_WARN("auto: {}; using the built-in defaults", out.why);
   else if (!out.table && doc.is_object() && doc.contains("auto"))

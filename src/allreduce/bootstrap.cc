@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -203,9 +205,26 @@ tpsResult_t Bootstrap::join(const tpsUniqueId& raw_id, int nranks, int rank, uns
 
 tpsResult_t Bootstrap::joinAsPeer(const BootstrapId& id, const std::vector<uint32_t>& peer_uids,
                                   Clock::time_point deadline, std::string* error) {
+  peers_.assign(1, -1);
+  // Rank 0 refuses a connection with tpsUnavailable when more wait for their hello than it keeps: this
+  // rank then connects again, until the deadline.
+  for (;;) {
+    const tpsResult_t r = helloToRankZero(id, peer_uids, deadline, error);
+    if (r != tpsUnavailable) return r;
+    close(peers_[0]);
+    peers_[0] = -1;
+    if (msLeft(deadline) == 0)
+      return fail(
+          error, tpsTimeout,
+          fmt::format("rank 0 was busy with other connections until the timeout of {} ms ({})", timeout_ms_, *error));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(2, msLeft(deadline))));
+  }
+}
+
+tpsResult_t Bootstrap::helloToRankZero(const BootstrapId& id, const std::vector<uint32_t>& peer_uids,
+                                       Clock::time_point deadline, std::string* error) {
   sockaddr_un addr;
   const socklen_t addr_len = socketAddress(socketName(id.socket_tag), &addr);
-  peers_.assign(1, -1);
   // Rank 0 may not listen yet: retry until it does or the deadline passes. Non-blocking, so a full
   // backlog is a retry (EAGAIN), not a wait without a bound.
   for (;;) {
@@ -291,19 +310,76 @@ tpsResult_t Bootstrap::joinAsRankZero(const BootstrapId& id, const std::vector<u
   std::deque<Pending> pending;  // in the order they came
   std::vector<int> told;        // proven ranks that conflicted: sent the verdict, closed at the end
   int refused = 0;
-  auto refuse = [&](int fd, const PeerCred& c, const std::string& why) {
+  // A refusal: rank 0's log gets the kernel's pid and uid of the peer and the whole reason (`why`); the
+  // peer, not proven to be anyone, gets `told` only, which names no process and no user.
+  auto refuse = [&](int fd, const PeerCred& c, const std::string& why, tpsResult_t status, const std::string& told) {
     if (++refused <= kMaxRefusalLogs)
       TPS_LOG_WARN("tpsCommInitRank: rank 0 refused a connection from pid {} (uid {}): {}", c.pid, c.uid, why);
     // Only if the socket takes it at once: a refused peer may not be reading.
-    const Verdict v =
-        makeVerdict(tpsInvalidUsage, fmt::format("rank 0 (pid {}) refused this connection: {}", getpid(), why));
+    const Verdict v = makeVerdict(status, "rank 0 refused this connection: " + told);
     (void)send(fd, &v, sizeof(v), MSG_NOSIGNAL | MSG_DONTWAIT);
     close(fd);
   };
+  // What a hello lacked names no process or user, so the peer is told that much.
+  auto unproven = [&](int fd, const PeerCred& c, const std::string& why) { refuse(fd, c, why, tpsInvalidUsage, why); };
 
   tpsResult_t status = tpsSuccess;
   std::string message;
   int joined = 1;
+  // Reads what p has sent so far and judges its hello once whole. true when p is settled (a rank, refused
+  // or a disagreement) and leaves the pending set.
+  auto readHello = [&](Pending& p) {
+    const ssize_t n = recv(p.fd, p.hello + p.got, sizeof(p.hello) - p.got, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+    if (n <= 0) {
+      unproven(p.fd, p.cred,
+               n == 0 ? "it closed before its whole hello" : fmt::format("recv(): {}", std::strerror(errno)));
+      return true;
+    }
+    p.got += static_cast<size_t>(n);
+    if (p.got < sizeof(p.hello)) return false;
+    Hello h{};
+    std::string why;
+    HelloDecision d = HelloDecision::kRefuse;
+    if (parseHello(p.hello, sizeof(p.hello), &h, &why)) d = judgeHello(h, id, taken, &why);
+    explicit_bzero(p.hello, sizeof(p.hello));
+    explicit_bzero(h.secret, sizeof(h.secret));
+    if (d == HelloDecision::kRefuse) {
+      unproven(p.fd, p.cred, why);
+    } else if (d == HelloDecision::kDisagree) {
+      status = tpsInvalidArgument;
+      message = why;
+      told.push_back(p.fd);
+      sendVerdict(p.fd, status, message, deadline);
+    } else {
+      peers_[h.rank] = p.fd;
+      taken[h.rank] = true;
+      ++joined;
+      TPS_LOG_INFO("tpsCommInitRank: rank {} joined (pid {}, uid {})", h.rank, p.cred.pid, p.cred.uid);
+    }
+    return true;
+  };
+  // Room for one more waiting connection. Every hello that has arrived is read first, so a rank that has
+  // sent its hello is never pushed out; then, if the set is still full, the oldest connection of the
+  // process that holds the most of them goes (a flood from a few processes never costs a rank its place,
+  // each rank's process holding one), told to connect again: a rank pushed out before its hello went
+  // out retries within the timeout (joinAsPeer).
+  auto makeRoom = [&] {
+    for (auto it = pending.begin(); it != pending.end() && status == tpsSuccess;)
+      it = readHello(*it) ? pending.erase(it) : std::next(it);
+    if (pending.size() < kMaxPending || status != tpsSuccess) return;
+    std::map<uint32_t, size_t> per_pid;
+    for (const Pending& p : pending) ++per_pid[p.cred.pid];
+    auto victim = pending.begin();
+    for (auto it = pending.begin(); it != pending.end(); ++it)
+      if (per_pid[it->cred.pid] > per_pid[victim->cred.pid]) victim = it;
+    refuse(victim->fd, victim->cred,
+           fmt::format("more than {} connections waited for their hello at once, and it was the oldest of the "
+                       "process that held the most of them ({})",
+                       kMaxPending, per_pid[victim->cred.pid]),
+           tpsUnavailable, "too many connections wait for their hello; connect again");
+    pending.erase(victim);
+  };
   while (joined < nranks_ && status == tpsSuccess) {
     const Clock::time_point now = Clock::now();
     if (now >= deadline) {
@@ -322,7 +398,7 @@ tpsResult_t Bootstrap::joinAsRankZero(const BootstrapId& id, const std::vector<u
         ++it;
         continue;
       }
-      refuse(it->fd, it->cred, fmt::format("it sent no whole hello within {} ms of connecting", kHelloTimeoutMs));
+      unproven(it->fd, it->cred, fmt::format("it sent no whole hello within {} ms of connecting", kHelloTimeoutMs));
       it = pending.erase(it);
     }
     std::vector<pollfd> fds{{lfd, POLLIN, 0}};
@@ -340,52 +416,11 @@ tpsResult_t Bootstrap::joinAsRankZero(const BootstrapId& id, const std::vector<u
     }
     // The hellos that arrived, in the order their connections came.
     size_t i = 1;
-    for (auto it = pending.begin(); it != pending.end() && status == tpsSuccess; ++i) {
-      Pending& p = *it;
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) {
-        ++it;
-        continue;
-      }
-      const ssize_t n = recv(p.fd, p.hello + p.got, sizeof(p.hello) - p.got, MSG_DONTWAIT);
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-        ++it;
-        continue;
-      }
-      if (n <= 0) {
-        refuse(p.fd, p.cred,
-               n == 0 ? "it closed before its whole hello" : fmt::format("recv(): {}", std::strerror(errno)));
-        it = pending.erase(it);
-        continue;
-      }
-      p.got += static_cast<size_t>(n);
-      if (p.got < sizeof(p.hello)) {
-        ++it;
-        continue;
-      }
-      Hello h{};
-      std::string why;
-      HelloDecision d = HelloDecision::kRefuse;
-      if (parseHello(p.hello, sizeof(p.hello), &h, &why)) d = judgeHello(h, id, taken, &why);
-      explicit_bzero(p.hello, sizeof(p.hello));
-      explicit_bzero(h.secret, sizeof(h.secret));
-      if (d == HelloDecision::kRefuse) {
-        refuse(p.fd, p.cred, why);
-      } else if (d == HelloDecision::kDisagree) {
-        status = tpsInvalidArgument;
-        message = why;
-        told.push_back(p.fd);
-        sendVerdict(p.fd, status, message, deadline);
-      } else {
-        peers_[h.rank] = p.fd;
-        taken[h.rank] = true;
-        ++joined;
-        TPS_LOG_INFO("tpsCommInitRank: rank {} joined (pid {}, uid {})", h.rank, p.cred.pid, p.cred.uid);
-      }
-      it = pending.erase(it);
-    }
+    for (auto it = pending.begin(); it != pending.end() && status == tpsSuccess; ++i)
+      it = (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) && readHello(*it) ? pending.erase(it) : std::next(it);
     if (status != tpsSuccess || joined == nranks_ || !(fds[0].revents & POLLIN)) continue;
     // New connections: the uid first, which costs a stray of another user nothing but its connection.
-    for (int k = 0; k < kMaxAcceptsPerTurn; ++k) {
+    for (int k = 0; k < kMaxAcceptsPerTurn && status == tpsSuccess; ++k) {
       const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -396,21 +431,17 @@ tpsResult_t Bootstrap::joinAsRankZero(const BootstrapId& id, const std::vector<u
       }
       PeerCred c;
       if (!peerCred(fd, &c)) {
-        refuse(fd, c, fmt::format("its credentials cannot be read ({})", std::strerror(errno)));
+        unproven(fd, c, fmt::format("its credentials cannot be read ({})", std::strerror(errno)));
         continue;
       }
       if (!uidAllowed(c.uid, own_uid, peer_uids)) {
         refuse(fd, c,
                fmt::format("uid {} is not one rank 0 accepts ({}; tpsConfig_t.peer_uids names more)", c.uid,
-                           acceptedUids(own_uid, peer_uids)));
+                           acceptedUids(own_uid, peer_uids)),
+               tpsInvalidUsage, "its user is not one rank 0 accepts (rank 0's log says which it accepts)");
         continue;
       }
-      if (pending.size() == kMaxPending) {
-        refuse(
-            pending.front().fd, pending.front().cred,
-            fmt::format("more than {} connections waited for their hello at once, and it was the oldest", kMaxPending));
-        pending.pop_front();
-      }
+      if (pending.size() == kMaxPending) makeRoom();
       Pending p;
       p.fd = fd;
       p.deadline = std::min(deadline, Clock::now() + std::chrono::milliseconds(kHelloTimeoutMs));

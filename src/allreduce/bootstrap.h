@@ -18,13 +18,20 @@
 //  - at accept, the peer's SO_PEERCRED uid must be rank 0's own or one of its peer_uids;
 //  - its whole hello must arrive within kHelloTimeoutMs (or the join's time left, if less), parse, and
 //    carry the secret, compared in constant time;
-//  - at most kMaxPending connections wait for their hello; one more drops the oldest.
+//  - at most kMaxPending connections wait for their hello. One more first has rank 0 read every hello
+//    that has arrived (a rank whose hello is in is never pushed out); if they still fill the set, the
+//    oldest connection of the process holding the most of them is refused with tpsUnavailable, and a
+//    rank refused so connects again until the join's deadline. A flood of connections from a few
+//    processes therefore never costs a rank its place (a rank's process holds one), and a flood from
+//    many costs a rank at most a retry.
 // A peer that fails any of these is refused: logged with the pid and uid the kernel gives (not what its
-// hello claims), sent a refusal verdict where its socket takes it at once, and closed. It never counts
-// as a rank and the join goes on. A hello that proves the secret is a rank: ranks that disagree
-// (another nranks, a rank number taken twice or out of range) fail the join on every rank alike with
-// tpsInvalidArgument. Once all nranks ranks have joined, rank 0 sends each the success verdict, or the
-// error all of them report (a rank that never came: tpsTimeout), and closes the listening socket.
+// hello claims), sent a refusal verdict where its socket takes it at once, and closed. The verdict says
+// what kind of refusal it is and nothing more: no pid of rank 0 and no list of accepted uids goes to a
+// process that has proven nothing (the log has them). It never counts as a rank and the join goes on.
+// A hello that proves the secret is a rank: ranks that disagree (another nranks, a rank number taken
+// twice or out of range) fail the join on every rank alike with tpsInvalidArgument. Once all nranks ranks
+// have joined, rank 0 sends each the success verdict, or the error all of them report (a rank that never
+// came: tpsTimeout), and closes the listening socket.
 //
 // Why the hello carries the secret and not an answer to a challenge. A rank sends the secret only to a
 // listener whose uid it accepts: its own user's (whose other processes it cannot be protected from:
@@ -111,6 +118,10 @@ class Bootstrap {
                              std::string* error);
   tpsResult_t joinAsPeer(const BootstrapId& id, const std::vector<uint32_t>& peer_uids, TimePoint deadline,
                          std::string* error);
+  // One connection to rank 0, its hello and rank 0's verdict; tpsUnavailable when rank 0 refused it for
+  // load (joinAsPeer then connects again).
+  tpsResult_t helloToRankZero(const BootstrapId& id, const std::vector<uint32_t>& peer_uids, TimePoint deadline,
+                              std::string* error);
   tpsResult_t gatherAtRankZero(char* data, size_t bytes, TimePoint deadline, std::string* error);
 
   int rank_ = 0, nranks_ = 0;

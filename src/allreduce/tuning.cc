@@ -2,12 +2,14 @@
 // tuning.cc - host backend tunables from defaults, tuning file, environment and config.
 #include "allreduce/tuning.h"
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "common/bounded_input.h"
 #include "common/checks.h"
 #include "common/param.h"
 
@@ -48,6 +50,23 @@ std::optional<size_t> fileValue(const nlohmann::json& j, const char* key, size_t
 
 }  // namespace
 
+std::optional<nlohmann::json> parseTuneText(const std::string& text, const std::string& path, std::string* why) {
+  std::string error;
+  std::optional<nlohmann::json> doc = parseJsonBounded(text, &error);
+  if (!doc) *why = fmt::format("tuning file {} is not JSON ({})", path, error);
+  return doc;
+}
+
+std::optional<nlohmann::json> readTuneFile(const std::string& path, std::string* why) {
+  why->clear();
+  std::string text, error;
+  switch (readRegularFile(path, kMaxTuneFileBytes, &text, &error)) {
+    case FileReadError::kNone: return parseTuneText(text, path, why);
+    case FileReadError::kMissing: return std::nullopt;
+    default: *why = "tuning file: " + error; return std::nullopt;
+  }
+}
+
 void applyTuneDocument(const nlohmann::json& doc, const std::string& path, HostTuning* t) {
   if (!doc.is_object()) {
     TPS_LOG_WARN("tuning file {} is not a JSON object; using built-in defaults", path);
@@ -63,8 +82,11 @@ void applyTuneDocument(const nlohmann::json& doc, const std::string& path, HostT
 tpsResult_t resolveHostTuning(const tpsConfig_t& config, HostTuning* out) {
   HostTuning t{kDefaultCopyThreshold, kDefaultChunkBytes, kDefaultBlocks, kDefaultSpinTimeoutMs, "built-in"};
   const std::string path = tuneFilePath();
-  if (std::ifstream f(path); f)
-    applyTuneDocument(nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false), path, &t);
+  std::string why;
+  if (const std::optional<nlohmann::json> doc = readTuneFile(path, &why))
+    applyTuneDocument(*doc, path, &t);
+  else if (!why.empty())
+    TPS_LOG_WARN("{}; using built-in defaults", why);
   if (tpsParamHostCopyThreshold() > 0) t.copy_threshold = tpsParamHostCopyThreshold(), t.source = "environment";
   if (tpsParamHostChunkBytes() > 0) t.chunk_bytes = tpsParamHostChunkBytes(), t.source = "environment";
   if (tpsParamHostBlocks() > 0) t.blocks = static_cast<int>(tpsParamHostBlocks()), t.source = "environment";

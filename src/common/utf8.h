@@ -15,5 +15,9 @@ namespace tpscope {
 bool isUtf8(std::string_view text);
 // `text` with every byte that is not part of a UTF-8 sequence replaced by U+FFFD; valid text unchanged.
 std::string toUtf8(std::string_view text);
+// `text` fit for a terminal: every control character (C0, DEL and the C1 range U+0080-U+009F, among
+// them ESC and CSI, which start a terminal's escape sequences) written as \xNN or \u00NN, a backslash
+// as \\, and bytes that are not UTF-8 replaced by U+FFFD; printable text, UTF-8 included, unchanged.
+std::string printable(std::string_view text);
 
 }  // namespace tpscope

@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace tpscope::engine {
 
 namespace {
@@ -35,6 +37,7 @@ HttpResult fromResult(const httplib::Result& r) {
 HttpResult httpGet(const std::string& host, int port, const std::string& path, double timeout_s) {
   httplib::Client c(host, port);
   timeouts(c, timeout_s);
+  c.set_payload_max_length(kMaxAnswerBytes);
   return fromResult(c.Get(path));
 }
 
@@ -56,7 +59,7 @@ HttpResult httpPostStream(const std::string& host, int port, const std::string& 
   };
   req.content_receiver = [&](const char* data, size_t size, size_t, size_t) {
     if (!streaming) {
-      error_body.append(data, size);
+      error_body.append(data, std::min(size, kMaxAnswerBytes - std::min(kMaxAnswerBytes, error_body.size())));
       return true;
     }
     return on_data(data, size);

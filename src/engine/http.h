@@ -2,6 +2,7 @@
 // http.h - the few HTTP calls the engines make to a server on this machine (cpp-httplib underneath).
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 
@@ -13,6 +14,10 @@ struct HttpResult {
   std::string error;  // transport failure in words: "connection refused", "read timed out"; "" otherwise
   bool ok() const { return error.empty() && status >= 200 && status < 300; }
 };
+
+// The most bytes of a server's answer that are kept (a GET's body, a failed POST's body): its answers
+// are a few KB; a larger GET body is a failed request (HttpResult::error), a larger error body is cut.
+constexpr size_t kMaxAnswerBytes = size_t{16} << 20;
 
 // GET http://host:port/path, giving up after timeout_s (connect and each read).
 HttpResult httpGet(const std::string& host, int port, const std::string& path, double timeout_s);

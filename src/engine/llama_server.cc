@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "common/bounded_input.h"
 #include "common/utf8.h"
 #include "engine/http.h"
 #include "tpscope/meter.h"
@@ -117,13 +119,16 @@ tpsResult_t LlamaServer::props(json* out, std::string* reason) {
 
 bool propsFromBodies(const std::string& props, const std::optional<std::string>& models_body, json* out,
                      std::string* why) {
-  json p = json::parse(props, nullptr, /*allow_exceptions=*/false);
-  if (!p.is_object()) {
-    *why = p.is_discarded() ? "its body does not parse" : "its body is JSON but not an object";
+  // Both bodies within the depth limit (common/bounded_input.h): what is kept of them is copied and dumped.
+  std::string error;
+  std::optional<json> parsed = parseJsonBounded(props, &error);
+  if (!parsed || !parsed->is_object()) {
+    *why = !parsed ? "its body does not parse (" + error + ")" : "its body is JSON but not an object";
     return false;
   }
+  json p = std::move(*parsed);
   // data[0].meta, looked up with find(): a missing key must never be read through const operator[].
-  const json models = models_body ? json::parse(*models_body, nullptr, /*allow_exceptions=*/false) : json();
+  const json models = models_body ? parseJsonBounded(*models_body, &error).value_or(json()) : json();
   if (auto data = models.is_object() ? models.find("data") : models.end();
       data != models.end() && data->is_array() && !data->empty() && data->front().is_object())
     if (auto meta = data->front().find("meta"); meta != data->front().end()) p["tpscope_model_meta"] = *meta;
@@ -142,6 +147,10 @@ tpsResult_t LlamaServer::metrics(std::map<std::string, double>* out, std::string
     return tpsSystemError;
   }
   *out = parsePrometheus(h.body);
+  if (const std::string bad = nonFiniteServerMetric(*out); !bad.empty()) {
+    *reason = "llama-server's /metrics gives " + bad;
+    return tpsSystemError;
+  }
   return tpsSuccess;
 }
 
@@ -195,7 +204,8 @@ void CompletionStream::line(std::string line) {
   if (line.rfind("data: ", 0) != 0) return;
   // Every field is looked up and type-checked: a server's event is outside input, and json::value()
   // throws on a field of another type.
-  const json ev = json::parse(line.substr(6), nullptr, /*allow_exceptions=*/false);
+  std::string error;
+  const json ev = parseJsonBounded(std::string_view(line).substr(6), &error).value_or(json());
   if (!ev.is_object()) return;
   if (auto e = ev.find("error"); e != ev.end()) {
     error_ = e->dump();
@@ -417,6 +427,13 @@ std::map<std::string, double> parsePrometheus(const std::string& text) {
     }
   }
   return out;
+}
+
+std::string nonFiniteServerMetric(const std::map<std::string, double>& metrics) {
+  for (const auto& [name, value] : metrics)
+    if (name.rfind("llamacpp:", 0) == 0 && !std::isfinite(value))
+      return fmt::format("{} = {}, not a finite number", name, value);
+  return "";
 }
 
 bool splitShellWords(const std::string& text, std::vector<std::string>* words, std::string* error) {

@@ -55,8 +55,8 @@ struct Completion {
 // the token counts, the edges (`clock` stamps each event that carries tokens) and the server's timings.
 // A "data: " line is one JSON event (an object); an "error:" line, or an event with an "error" key, is
 // the stream's error; other lines (SSE comments, "event:" fields) are skipped, as are events that are
-// not JSON objects and fields of another type than llama-server's. A line over kMaxEventLine bytes is an
-// error (the memory a stream holds stays bounded).
+// not JSON objects (nested deeper than kMaxJsonDepth included) and fields of another type than
+// llama-server's. A line over kMaxEventLine bytes is an error (the memory a stream holds stays bounded).
 class CompletionStream {
  public:
   static constexpr size_t kMaxEventLine = 1 << 20;
@@ -85,7 +85,8 @@ class LlamaServer {
   bool alive() { return child_->running(); }
 
   tpsResult_t props(nlohmann::json* out, std::string* reason);
-  // GET /metrics (needs --metrics): Prometheus counters by name; tpsUnavailable when not enabled.
+  // GET /metrics (needs --metrics): Prometheus counters by name; tpsUnavailable when not enabled;
+  // tpsSystemError when a llamacpp: value is NaN or infinite (named in *reason).
   tpsResult_t metrics(std::map<std::string, double>* out, std::string* reason);
   tpsResult_t complete(const std::vector<int>& prompt, int n_predict, Completion* out, std::string* reason);
   // SIGTERM, SIGKILL after the grace period; how it ended. Idempotent.
@@ -104,7 +105,8 @@ class LlamaServer {
 
 // GET /props' body, with the model's meta from GET /v1/models' body (its data[0].meta) added as
 // "tpscope_model_meta" when there is one (`models`: nullopt when that request failed). False with *why
-// when the props body is not a JSON object; a models body without meta adds nothing.
+// when the props body is not a JSON object (or nests deeper than kMaxJsonDepth); a models body without
+// meta, or one that does not parse, adds nothing.
 bool propsFromBodies(const std::string& props, const std::optional<std::string>& models, nlohmann::json* out,
                      std::string* why);
 
@@ -125,6 +127,10 @@ bool tpscopeInLog(const std::string& log);
 std::string tailLines(const std::string& log, int n);
 // Prometheus text format -> name -> value (labels dropped; comments skipped).
 std::map<std::string, double> parsePrometheus(const std::string& text);
+// "NAME = nan, not a finite number" for the first of llama.cpp's metrics ("llamacpp:...") that is NaN or
+// infinite, else "". The text format may say NaN or +Inf; llama.cpp's counters and gauges never do, and
+// a run folder's JSON could not hold either, so one is refused where it comes in (LlamaServer::metrics).
+std::string nonFiniteServerMetric(const std::map<std::string, double>& metrics);
 // Shell words ("-c 16384 --chat-template-kwargs '{\"a\":1}'") -> argv items; false with *error for
 // unbalanced quotes or substitutions, which are never run.
 bool splitShellWords(const std::string& text, std::vector<std::string>* words, std::string* error);

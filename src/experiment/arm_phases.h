@@ -52,6 +52,11 @@ class ArmPhases {
   // Runs `phases` once, in order, with a synchronised edge between them.
   virtual tpsResult_t runPhases(const std::vector<std::string>& phases, std::vector<PhaseOutcome>* out,
                                 std::string* reason) = 0;
+  // Called from another thread while prepare() or runPhases() runs, when the run is being stopped
+  // (`tpscope arms` got SIGINT or SIGTERM): ends what the engine does as soon as it can (a server is sent
+  // SIGTERM), so that the call returns, failing, instead of finishing a long request. Safe beside those
+  // calls. The default does nothing: the synthetic workload's phases last seconds.
+  virtual void interrupt() {}
 };
 
 // The record of one phase: the workload's outcome with the meter's traffic for its window.

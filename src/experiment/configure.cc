@@ -118,11 +118,12 @@ Configuration configureWorkload(Configuration out, const ConfigureOptions& o) {
     if (!o.fake_meter)
       return refused(Configuration::Status::kUsage,
                      "--fake-workload needs TPSCOPE_METER_FAKE=1 (the fake workload runs on no GPU)");
-    c.box.gpu_count = 2;
-    c.box.backends = {tpsBackendHost, tpsBackendP2p, tpsBackendNccl};
+    c.box.gpu_count = o.fake_gpus;
+    if (o.fake_gpus >= 2) c.box.backends = {tpsBackendHost, tpsBackendP2p, tpsBackendNccl};
     c.box.host_on_shared_gpu = true;
     c.versions["workload"] = "fake (--fake-workload)";
-    c.machine = machineRecord(nullptr, "fake GPUs (--fake-workload)");
+    c.machine = machineRecord(nullptr, o.fake_gpus == 2 ? std::string("fake GPUs (--fake-workload)")
+                                                        : fmt::format("{} fake GPUs (--fake-workload)", o.fake_gpus));
     c.make_phases = [](const EffectiveSettings& arm) { return makeFakeArmPhases(arm); };
     return out;
   }

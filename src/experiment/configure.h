@@ -19,9 +19,10 @@
 namespace tpscope::experiment {
 
 struct ConfigureOptions {
-  std::string out_dir;                                   // the run folder
-  bool fake_meter = false;                               // the meter's two scripted GPUs (TPSCOPE_METER_FAKE=1)
-  bool fake_workload = false;                            // `--fake-workload`: no GPU work (makeFakeArmPhases)
+  std::string out_dir;         // the run folder
+  bool fake_meter = false;     // the meter's two scripted GPUs (TPSCOPE_METER_FAKE=1)
+  bool fake_workload = false;  // `--fake-workload`: no GPU work (makeFakeArmPhases)
+  int fake_gpus = 2;           // the GPUs the fake workload's box has (tests of a box with fewer than an arm needs)
   nlohmann::json versions = nlohmann::json::object();    // tpscope's own; the engine's is added
   nlohmann::json invocation = nlohmann::json::object();  // Manifest::invocation
   std::ostream* progress = nullptr;                      // RunnerConfig::progress

@@ -308,8 +308,10 @@ std::vector<Refusal> checkAvailability(const std::vector<EffectiveSettings>& arm
     const std::string devs = e.value("devices");
     for (int d : e.devices()) max_dev = std::max(max_dev, d);
     if (max_dev >= box.gpu_count) {
-      out.push_back({e.arm, fmt::format("devices {} need GPU {}, this box has {} GPU{}", devs, max_dev, box.gpu_count,
-                                        box.gpu_count == 1 ? "" : "s")});
+      out.push_back({e.arm,
+                     fmt::format("devices {} need GPU {}, this box has {} GPU{}", devs, max_dev, box.gpu_count,
+                                 box.gpu_count == 1 ? "" : "s"),
+                     true});
       continue;
     }
     // A server's AllReduce is its own; the server's log says which ran (engine/llama_server.h).

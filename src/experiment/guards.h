@@ -89,6 +89,9 @@ struct Availability {
 struct Refusal {
   std::string arm;
   std::string reason;  // one sentence
+  // The arm's devices name a GPU beyond this box's count (and nothing else was checked): a box with
+  // more GPUs can run it.
+  bool needs_more_gpus = false;
 };
 
 // Every arm that cannot run here, with why. Empty: all can.

@@ -95,6 +95,8 @@ struct PmStep {
 // Records a step keeps per GPU; beyond them (a step of a second at 10 us) the rest is left out and the
 // step marked incomplete.
 constexpr size_t kPmStepMaxRecords = 20000;
+// AllReduce paths one phase may list: the library has a dozen (tpsPathName), a run folder no more.
+constexpr size_t kMaxRecordedPaths = 64;
 
 struct PhaseResult {
   std::string phase;  // "prefill" | "decode"
@@ -141,7 +143,18 @@ struct RunRecord {
   Manifest manifest;
   std::vector<RepetitionResult> repetitions;
   std::vector<SampleRow> samples;
+  // What the reader left out and why, one line each ("results.jsonl:9: the last line was cut off ...");
+  // readers print them on stderr.
+  std::vector<std::string> notes;
 };
+
+// The most bytes readRun() reads of each file of a run folder: far above what an hour's study writes
+// (two GPUs' samples at a 2 ms period are about 1 GB per hour of phases), far below what would exhaust a machine's
+// memory.
+constexpr size_t kMaxManifestBytes = size_t{64} << 20;
+constexpr size_t kMaxResultsBytes = size_t{1} << 30;
+constexpr size_t kMaxSamplesBytes = size_t{4} << 30;
+constexpr size_t kMaxRecordingBytes = size_t{64} << 10;
 
 // A run folder that cannot be read: what() is one sentence naming the file (and line for JSONL).
 struct RecordError : std::runtime_error {
@@ -162,8 +175,13 @@ SampleRow sampleFromJson(const nlohmann::json& j);
 // flushed as written so an interrupted run leaves everything measured so far.
 class RunWriter {
  public:
-  // Creates `dir` (and parents) and writes manifest.json. Throws RecordError.
-  RunWriter(const std::string& dir, const Manifest& manifest);
+  enum class Mode {
+    kNew,       // a new run: `dir` must not hold one already (a manifest.json), it is created with parents
+    kContinue,  // `tpscope arms --resume`: appends to the folder's files, first cutting a last line that
+                // was left without its newline (the write that was interrupted)
+  };
+  // Writes manifest.json (replacing it whole for kContinue). Throws RecordError.
+  RunWriter(const std::string& dir, const Manifest& manifest, Mode mode = Mode::kNew);
   void append(const RepetitionResult& r);
   void append(const std::vector<SampleRow>& samples);
   // Writes manifest.json again (the engines' own settings are known only once they started).
@@ -174,8 +192,11 @@ class RunWriter {
   std::ofstream results_, samples_;
 };
 
-// Reads a run folder. Throws RecordError: a missing folder or manifest, corrupt JSON (with the line),
-// an unknown format. When the manifest has no `recording` and RUN_DIR/recording.txt exists, `recording`
+// Reads a run folder. Throws RecordError: a missing folder or manifest, a file that is not a regular
+// file or is larger than its cap above, corrupt JSON (with the line; nested deeper than kMaxJsonDepth
+// is corrupt too), an unknown format, an arm or phase listed twice, an attempt recorded twice. A last
+// line of a JSONL file cut off without its newline (a run stopped while writing it) is left out with a
+// note in RunRecord::notes. When the manifest has no `recording` and RUN_DIR/recording.txt exists, `recording`
 // becomes "Recorded run: DATE on LINE" (DATE from start_time, LINE the file's first line).
 RunRecord readRun(const std::string& dir);
 // The files of a run folder as text, parsed as readRun() parses them (`dir` names them in messages):

@@ -528,4 +528,26 @@ Report buildReport(const RunRecord& run) {
   return r;
 }
 
+Report withRecordedArms(Report r, const RunRecord& recording, const std::vector<std::string>& arms,
+                        const std::string& source) {
+  RunRecord only = recording;
+  only.manifest.arms.clear();
+  for (const std::string& a : recording.manifest.arms)
+    if (std::find(arms.begin(), arms.end(), a) != arms.end()) only.manifest.arms.push_back(a);
+  const Report rec = buildReport(only);
+  const std::string machine = !rec.recording.empty() ? rec.recording : "recorded on " + rec.machine;
+  r.recorded_from = source + ": " + machine;
+  for (ReportArm a : rec.arms) {
+    a.recorded_on = rec.machine.empty() ? machine : rec.machine;
+    r.arms.push_back(std::move(a));
+  }
+  r.arm_phases.insert(r.arm_phases.end(), rec.arm_phases.begin(), rec.arm_phases.end());
+  r.cells.insert(r.cells.end(), rec.cells.begin(), rec.cells.end());
+  r.net.insert(r.net.end(), rec.net.begin(), rec.net.end());
+  r.pm_steps.insert(r.pm_steps.end(), rec.pm_steps.begin(), rec.pm_steps.end());
+  for (const std::string& f : rec.failed) r.failed.push_back("recorded: " + f);
+  for (const std::string& m : rec.meaning) r.meaning.push_back("Recorded arms (" + machine + "): " + m);
+  return r;
+}
+
 }  // namespace tpscope::experiment

@@ -56,6 +56,8 @@ struct ReportArm {
   double acceptance = 1;
   std::string speculative;  // a server's drafting ("draft self, up to 3"); "" when none
   int valid_repetitions = 0, attempts = 0;
+  // Not measured in this run: shown from a recorded run (withRecordedArms), on the machine named here.
+  std::string recorded_on;
 };
 
 // Tensor minus layer, per card.
@@ -118,9 +120,20 @@ struct Report {
   std::string meter_source;                          // the run's meter_source setting; "" when not recorded (NVML)
   std::vector<ReportPmStep> pm_steps;                // arm by arm, GPU by GPU; empty without PM
   nlohmann::json windows = nlohmann::json::array();  // {arm, repetition, phase, start_ns, end_ns} for plots
+  // withRecordedArms: the recorded run the arms with recorded_on come from, and its machine
+  // ("examples/recorded/h200x2-quick: Recorded run: 2026-11-29 on 2x NVIDIA H200 ..."); "" otherwise.
+  std::string recorded_from;
 };
 
 // The statistics of a run folder; report_render.h writes them out.
 Report buildReport(const RunRecord& run);
+
+// `measured` with the arms `arms` of the recorded run `recording` (read from the folder `source`) added
+// after its own, each marked with the recording's machine (ReportArm::recorded_on): their rows of every
+// table, the net costs between two of them, and the recording's own "what this means" lines, said to be
+// the recording's. Figures are never mixed across the two: a net cost or a comparison takes both arms
+// from one run. For a box with fewer GPUs than some arms need (`tpscope arms`).
+Report withRecordedArms(Report measured, const RunRecord& recording, const std::vector<std::string>& arms,
+                        const std::string& source);
 
 }  // namespace tpscope::experiment

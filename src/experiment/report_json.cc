@@ -80,6 +80,7 @@ json toJson(const Report& r) {
                     {"attempts", a.attempts},
                     {"phases", phases}});
     if (a.positions != a.gpu_count) arms.back()["positions"] = a.positions;  // positions that share a GPU
+    if (!a.recorded_on.empty()) arms.back()["recorded_on"] = a.recorded_on;  // shown from a recorded run
   }
   json cells = json::array();
   for (const ReportCell& c : r.cells)
@@ -128,6 +129,7 @@ json toJson(const Report& r) {
               {"meaning", r.meaning},
               {"windows", r.windows}};
   if (!r.engine.empty()) out["engine"] = r.engine;
+  if (!r.recorded_from.empty()) out["recorded_from"] = r.recorded_from;
   // Only where the run asked for PM, so runs metered by NVML alone keep their shape.
   if (!r.meter_source.empty() && r.meter_source != meterSourceName(MeterSource::kNvml))
     out["meter_source"] = r.meter_source;

@@ -88,7 +88,7 @@ std::string formatMarkdown(const Report& r) {
   for (size_t i = 0; i < r.phases.size(); ++i) s += " ---: | ---: |";
   s += "\n";
   for (const ReportArm& a : r.arms) {
-    s += fmt::format("| {} | {} |", a.name, describe(a));
+    s += fmt::format("| {}{} | {} |", a.name, a.recorded_on.empty() ? "" : " (recorded)", describe(a));
     for (const std::string& p : r.phases) {
       const ReportArmPhase* ap = armPhase(r, a.name, p);
       s += fmt::format(" {} | {} |", ap && ap->tok_s ? tok(ap->tok_s->median) : "N/A",
@@ -97,6 +97,11 @@ std::string formatMarkdown(const Report& r) {
     s += "\n";
   }
   s += "\nrx MB/s per card: the mean of the arm's GPUs.";
+  if (!r.recorded_from.empty())
+    s += fmt::format(
+        " (recorded): an arm this box cannot run, not measured here but shown from {} (its rows in every "
+        "table below come from there too).",
+        r.recorded_from);
   bool engine_figures = false;
   for (const ReportArmPhase& ap : r.arm_phases) engine_figures |= ap.client_tok_s.has_value();
   if (engine_figures)

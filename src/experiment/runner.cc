@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <ctime>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -30,6 +33,42 @@ std::string trafficAfter(const MeterWindow& w, const std::vector<MeterGpu>& gpus
   return "";
 }
 
+// While alive, watches RunnerConfig::interrupt and calls phases.interrupt() once it is set, so that an
+// engine's long call (a server's start or request) ends soon after the run is asked to stop.
+class InterruptWatch {
+ public:
+  InterruptWatch(const RunnerConfig& c, ArmPhases& phases) {
+    if (!c.interrupt) return;
+    const std::atomic<int>* flag = c.interrupt;
+    thread_ = std::thread([this, flag, &phases] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!done_) {
+        if (flag->load() != 0) {
+          phases.interrupt();
+          return;
+        }
+        cv_.wait_for(lock, std::chrono::milliseconds(50));
+      }
+    });
+  }
+  ~InterruptWatch() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  InterruptWatch(const InterruptWatch&) = delete;
+  InterruptWatch& operator=(const InterruptWatch&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 void say(const RunnerConfig& c, const std::string& line) {
   if (c.progress) *c.progress << line << "\n" << std::flush;
 }
@@ -51,7 +90,16 @@ bool probeEngines(const RunnerConfig& c, std::vector<EffectiveSettings>* arms, R
     std::unique_ptr<ArmPhases> phases = c.make_phases(arm);
     std::vector<Setting> reported;
     std::string reason;
-    if (!phases || phases->prepare(arm, &reported, &reason) != tpsSuccess) {
+    if (!phases) {
+      out->message = "arm " + arm.arm + ": no engine for it";
+      return false;
+    }
+    tpsResult_t prepared;
+    {
+      InterruptWatch watch(c, *phases);
+      prepared = phases->prepare(arm, &reported, &reason);
+    }
+    if (prepared != tpsSuccess) {
       out->message = "arm " + arm.arm + ": " + (phases ? reason : "no engine for it");
       return false;
     }
@@ -96,14 +144,28 @@ void recordPhases(const std::vector<PhaseOutcome>& outcomes, bool tail, double t
 }
 
 // 1. The guards, before anything runs: false with *out refused when arms differ in what they do not
-// declare, or ask for what this build or box cannot run.
-bool passGuards(const std::vector<EffectiveSettings>& arms, const Availability& box, RunOutcome* out) {
-  if (const std::vector<Difference> diffs = undeclaredDifferences(arms); !diffs.empty()) {
+// declare, or ask for what this build or box cannot run. With run_what_fits, arms refused only for
+// naming a GPU beyond the box's count leave *arms (into out->left_out) while some other arm can run.
+bool passGuards(std::vector<EffectiveSettings>* arms, const Availability& box, bool run_what_fits, RunOutcome* out) {
+  if (const std::vector<Difference> diffs = undeclaredDifferences(*arms); !diffs.empty()) {
     out->status = RunOutcome::Status::kRefused;
     out->message = "the arms differ in settings no arm declares; nothing was run\n" + formatDifferences(diffs);
     return false;
   }
-  if (const std::vector<Refusal> refused = checkAvailability(arms, box); !refused.empty()) {
+  const std::vector<Refusal> refused = checkAvailability(*arms, box);
+  const bool only_gpus =
+      std::all_of(refused.begin(), refused.end(), [](const Refusal& r) { return r.needs_more_gpus; });
+  if (!refused.empty() && run_what_fits && only_gpus && refused.size() < arms->size()) {
+    out->left_out = refused;
+    arms->erase(std::remove_if(arms->begin(), arms->end(),
+                               [&](const EffectiveSettings& e) {
+                                 return std::any_of(refused.begin(), refused.end(),
+                                                    [&](const Refusal& r) { return r.arm == e.arm; });
+                               }),
+                arms->end());
+    return true;
+  }
+  if (!refused.empty()) {
     out->status = RunOutcome::Status::kRefused;
     out->message = "arms this build or box cannot run; nothing was run\n";
     for (const Refusal& r : refused) out->message += fmt::format("arm {}: {}\n", r.arm, r.reason);
@@ -112,13 +174,47 @@ bool passGuards(const std::vector<EffectiveSettings>& arms, const Availability& 
   return true;
 }
 
+// Why `was` (a run folder's arm, as its manifest records it) is not `now` (the same arm as this build
+// and box make it), or "" when every setting of `now` has the recorded value. Settings an engine
+// reported once started are compared only when `now` has them (after the probe).
+std::string settingsDiffer(const EffectiveSettings& was, const EffectiveSettings& now) {
+  for (const Setting& s : now.settings) {
+    const Setting* w = was.find(s.key);
+    if (!w) return fmt::format("arm {}: {} = {} here, not set when the run started", now.arm, s.key, s.value);
+    if (w->value != s.value)
+      return fmt::format("arm {}: {} = {} here, {} when the run started", now.arm, s.key, s.value, w->value);
+  }
+  return "";
+}
+
+// Why the run folder being resumed is not this run (its arms, their settings, tpscope's build, the
+// machine), or "".
+std::string notTheSameRun(const Manifest& was, const RunnerConfig& c, const std::vector<EffectiveSettings>& arms) {
+  std::vector<std::string> names;
+  for (const EffectiveSettings& e : arms) names.push_back(e.arm);
+  if (names != was.arms)
+    return fmt::format("its arms are {}, this spec and box run {}", fmt::join(was.arms, ", "), fmt::join(names, ", "));
+  for (const EffectiveSettings& now : arms)
+    for (const EffectiveSettings& e : was.effective)
+      if (e.arm == now.arm)
+        if (const std::string d = settingsDiffer(e, now); !d.empty()) return d;
+  for (const auto& [key, value] : c.versions.items())
+    if (was.versions.contains(key) && was.versions.at(key) != value)
+      return fmt::format("it was started by {} {}, this is {}", key, was.versions.at(key).dump(), value.dump());
+  for (const char* key : {"description", "hostname", "gpus"})
+    if (was.machine.contains(key) && c.machine.contains(key) && was.machine.at(key) != c.machine.at(key))
+      return fmt::format("it was started on {}, this machine is {}", was.machine.at(key).dump(),
+                         c.machine.at(key).dump());
+  return "";
+}
+
 Manifest manifestOf(const RunnerConfig& c, const std::vector<EffectiveSettings>& arms) {
   const ExperimentSpec& spec = c.spec;
   Manifest m;
   m.spec_path = spec.source;
   m.spec_toml = spec.text;
   m.experiment = spec.name;
-  for (const ArmSpec& a : spec.arms) m.arms.push_back(a.name);
+  for (const EffectiveSettings& a : arms) m.arms.push_back(a.arm);  // the arms that run, in the spec's order
   m.phases = spec.shared.phases;
   m.effective = arms;
   m.versions = c.versions;
@@ -134,7 +230,7 @@ Manifest manifestOf(const RunnerConfig& c, const std::vector<EffectiveSettings>&
 bool probeAndCompare(const RunnerConfig& c, std::vector<EffectiveSettings>* arms, Manifest* m, RunWriter& writer,
                      RunOutcome* out) {
   if (!probeEngines(c, arms, out)) return false;
-  m->effective = *arms;
+  if (!c.resume) m->effective = *arms;
   try {
     writer.rewrite(*m);
   } catch (const std::exception& e) {
@@ -147,6 +243,13 @@ bool probeAndCompare(const RunnerConfig& c, std::vector<EffectiveSettings>* arms
                    formatDifferences(diffs);
     return false;
   }
+  if (c.resume)
+    if (const std::string d = notTheSameRun(c.resume->manifest, c, *arms); !d.empty()) {
+      out->status = RunOutcome::Status::kRefused;
+      out->message =
+          fmt::format("{} is not the run this spec, build and box make ({}); nothing was run\n", c.out_dir, d);
+      return false;
+    }
   return true;
 }
 
@@ -156,7 +259,12 @@ bool prepareArm(const RunnerConfig& c, const EffectiveSettings& arm, ArmPhases& 
                      arm.value("devices"), arm.value("allreduce_backend")));
   std::vector<Setting> decisions;
   std::string reason;
-  if (phases.prepare(arm, &decisions, &reason) != tpsSuccess) {
+  tpsResult_t prepared;
+  {
+    InterruptWatch watch(c, phases);
+    prepared = phases.prepare(arm, &decisions, &reason);
+  }
+  if (prepared != tpsSuccess) {
     out->message = "arm " + arm.arm + ": " + reason;
     return false;
   }
@@ -172,6 +280,13 @@ bool prepareArm(const RunnerConfig& c, const EffectiveSettings& arm, ArmPhases& 
   return true;
 }
 
+// What a resumed run folder holds of one repetition: whether an attempt was valid, how many were made.
+struct Recorded {
+  bool valid = false;
+  int attempts = 0;
+};
+using RecordedReps = std::map<std::pair<std::string, int>, Recorded>;  // by (arm, repetition)
+
 // What every repetition of the run shares.
 struct RunContext {
   const RunnerConfig& c;
@@ -179,9 +294,12 @@ struct RunContext {
   QuiesceFn quiesce;
   RunWriter& writer;
   RunOutcome& out;
+  RecordedReps recorded;  // a resumed folder's repetitions
 };
 
-enum class Attempt { kValid, kRetry, kAbort };
+bool interrupted(const RunnerConfig& c) { return c.interrupt && c.interrupt->load() != 0; }
+
+enum class Attempt { kValid, kRetry, kAbort, kInterrupted };
 
 // 3b. One attempt at repetition `rep` of an arm: a meter on its GPUs, the quiesce baseline, the phases under
 // the meter, the tail, all recorded. kRetry: the baseline failed or the run was disturbed (recorded as
@@ -190,7 +308,7 @@ Attempt runAttempt(RunContext& x, const EffectiveSettings& arm, ArmPhases& phase
                    int attempt) {
   const RunnerConfig& c = x.c;
   const SharedSettings& sh = c.spec.shared;
-  ++x.out.attempts;
+  if (interrupted(c)) return Attempt::kInterrupted;
   MeterOptions mo;
   // Each GPU once: positions that share a GPU (tensor split on devices 0,0) share its counters, and a
   // GPU holds one PM session only.
@@ -224,6 +342,8 @@ Attempt runAttempt(RunContext& x, const EffectiveSettings& arm, ArmPhases& phase
     x.out.message = "arm " + arm.arm + ": quiescing failed: " + r.quiesce.reason;
     return Attempt::kAbort;
   }
+  if (interrupted(c)) return Attempt::kInterrupted;  // the baseline alone is no attempt
+  ++x.out.attempts;
   if (!r.quiesce.passed) {
     r.valid = false;
     meter->stop();
@@ -235,9 +355,16 @@ Attempt runAttempt(RunContext& x, const EffectiveSettings& arm, ArmPhases& phase
   }
   std::vector<PhaseOutcome> outcomes;
   phases.useMeter(meter.get());
-  const tpsResult_t ran = phases.runPhases(sh.phases, &outcomes, &reason);
+  tpsResult_t ran;
+  {
+    InterruptWatch watch(c, phases);
+    ran = phases.runPhases(sh.phases, &outcomes, &reason);
+  }
   phases.useMeter(nullptr);
   if (ran != tpsSuccess) {
+    // A Ctrl-C from the terminal reaches the engine's processes too (a server in tpscope's process group
+    // stops): the attempt then failed because the run was stopped, and nothing of it is recorded.
+    if (interrupted(c)) return Attempt::kInterrupted;
     x.out.message = fmt::format("{}: {}", tag, reason);
     return Attempt::kAbort;
   }
@@ -253,8 +380,10 @@ Attempt runAttempt(RunContext& x, const EffectiveSettings& arm, ArmPhases& phase
   std::string summary;
   recordPhases(outcomes, c.tail_seconds > 0, sh.baseline_threshold_mbps, *meter, &r, &summary);
   r.valid = r.disturbed.empty();
-  x.writer.append(r);
+  // The samples first: the results line is what makes the attempt count (a resume runs again an attempt
+  // whose line is missing), so a results line always has its samples beside it.
   x.writer.append(rowsFromSamples(arm.arm, rep, meter->samples(), meter->gpus()));
+  x.writer.append(r);
   if (!r.valid) {
     ++x.out.failed_attempts;
     say(c, fmt::format("{}: disturbed ({}){}", tag, r.disturbed,
@@ -265,23 +394,44 @@ Attempt runAttempt(RunContext& x, const EffectiveSettings& arm, ArmPhases& phase
   return Attempt::kValid;
 }
 
-// 3. One arm: prepared once, then each repetition with up to baseline_retries retries. false when the run
-// stops (out.message says why).
+// 3. One arm: prepared once, then each repetition with up to baseline_retries retries; a repetition a
+// resumed folder finished is skipped, one it began goes on from its next attempt. false when the run
+// stops (out.message says why, or out.status is kInterrupted).
 bool runArm(RunContext& x, const EffectiveSettings& arm, const QuiesceOptions& qo) {
   const SharedSettings& sh = x.c.spec.shared;
+  std::vector<std::pair<int, int>> todo;  // (repetition, first attempt)
+  for (int rep = 0; rep < sh.repetitions; ++rep) {
+    const Recorded r = x.recorded.count({arm.arm, rep}) ? x.recorded.at({arm.arm, rep}) : Recorded{};
+    if (r.valid || r.attempts > sh.baseline_retries)
+      ++x.out.skipped_repetitions;
+    else
+      todo.emplace_back(rep, r.attempts);
+  }
+  if (todo.empty()) {
+    say(x.c, fmt::format("arm {}: every repetition is recorded already", arm.arm));
+    return true;
+  }
+  if (interrupted(x.c)) {
+    x.out.status = RunOutcome::Status::kInterrupted;
+    return false;
+  }
   std::unique_ptr<ArmPhases> phases = x.c.make_phases(arm);
   if (!phases) {
     x.out.message = "arm " + arm.arm + ": no workload for it";
     return false;
   }
-  if (!prepareArm(x.c, arm, *phases, &x.out)) return false;
+  if (!prepareArm(x.c, arm, *phases, &x.out)) {
+    if (interrupted(x.c)) x.out.status = RunOutcome::Status::kInterrupted;  // as in runAttempt
+    return false;
+  }
   QuiesceOptions arm_qo = qo;
   arm_qo.own_pids = phases->processes();
-  for (int rep = 0; rep < sh.repetitions; ++rep) {
+  for (const auto& [rep, first] : todo) {
     bool done = false;
-    for (int attempt = 0; attempt <= sh.baseline_retries && !done; ++attempt) {
+    for (int attempt = first; attempt <= sh.baseline_retries && !done; ++attempt) {
       const Attempt a = runAttempt(x, arm, *phases, arm_qo, rep, attempt);
-      if (a == Attempt::kAbort) return false;
+      if (a == Attempt::kInterrupted) x.out.status = RunOutcome::Status::kInterrupted;
+      if (a == Attempt::kAbort || a == Attempt::kInterrupted) return false;
       done = a == Attempt::kValid;
     }
     if (!done) ++x.out.failed_repetitions;
@@ -308,24 +458,61 @@ RunOutcome runExperiment(const RunnerConfig& c) {
     return out;
   }
   std::vector<EffectiveSettings> arms = effectiveSettings(c.spec, c.decide);
-  if (!passGuards(arms, c.box, &out)) return out;
+  if (!passGuards(&arms, c.box, c.run_what_fits, &out)) return out;
 
-  // 2. The run folder: the manifest first.
+  // 2. The run folder: the manifest first; a resumed one must record this run, and keeps its manifest
+  // (with this continuation added to its invocation).
   Manifest m = manifestOf(c, arms);
+  if (!out.left_out.empty()) {
+    nlohmann::json left = nlohmann::json::array();
+    for (const Refusal& r : out.left_out) left.push_back({{"arm", r.arm}, {"reason", r.reason}});
+    m.invocation["left_out"] = left;
+  }
+  RecordedReps recorded;
+  if (c.resume) {
+    if (const std::string d = notTheSameRun(c.resume->manifest, c, arms); !d.empty()) {
+      out.status = RunOutcome::Status::kRefused;
+      out.message =
+          fmt::format("{} is not the run this spec, build and box make ({}); nothing was run\n", c.out_dir, d);
+      return out;
+    }
+    nlohmann::json invocation = c.resume->manifest.invocation;
+    if (!invocation.is_object()) invocation = nlohmann::json::object();
+    if (!invocation.contains("resumed") || !invocation["resumed"].is_array())
+      invocation["resumed"] = nlohmann::json::array();
+    invocation["resumed"].push_back({{"time", isoTimeUtc()}, {"argv", c.invocation.value("argv", nlohmann::json())}});
+    m = c.resume->manifest;
+    m.invocation = invocation;
+    for (const RepetitionResult& r : c.resume->repetitions) {
+      Recorded& x = recorded[{r.arm, r.repetition}];
+      x.valid = x.valid || r.valid;
+      x.attempts = std::max(x.attempts, r.attempt + 1);
+      ++out.attempts;
+      out.failed_attempts += r.valid ? 0 : 1;
+    }
+    for (const auto& [key, x] : recorded)
+      if (!x.valid && x.attempts > c.spec.shared.baseline_retries) ++out.failed_repetitions;
+  }
   std::unique_ptr<RunWriter> writer;
   try {
-    writer = std::make_unique<RunWriter>(c.out_dir, m);
+    writer = std::make_unique<RunWriter>(c.out_dir, m, c.resume ? RunWriter::Mode::kContinue : RunWriter::Mode::kNew);
   } catch (const std::exception& e) {
     out.message = e.what();
     return out;
   }
-  if (c.probe && !probeAndCompare(c, &arms, &m, *writer, &out)) return out;
+  if (c.probe && !probeAndCompare(c, &arms, &m, *writer, &out)) {
+    if (interrupted(c) && out.status == RunOutcome::Status::kFailed) out.status = RunOutcome::Status::kInterrupted;
+    return out;
+  }
 
-  RunContext x{c, c.start_meter ? c.start_meter : MeterFactory(&Meter::start),
+  RunContext x{c,
+               c.start_meter ? c.start_meter : MeterFactory(&Meter::start),
                c.quiesce ? c.quiesce : QuiesceFn([](Meter& mt, const QuiesceOptions& o, QuiesceRecord* r) {
                  return mt.quiesce(o, r);
                }),
-               *writer, out};
+               *writer,
+               out,
+               std::move(recorded)};
   QuiesceOptions qo;
   qo.idle_ms = static_cast<int64_t>(c.spec.shared.idle_seconds * 1000 + 0.5);
   qo.threshold_mbps = c.spec.shared.baseline_threshold_mbps;
@@ -336,7 +523,9 @@ RunOutcome runExperiment(const RunnerConfig& c) {
 
   // 4. The report, from the folder as written.
   try {
-    out.report = buildReport(readRun(c.out_dir));
+    const RunRecord run = readRun(c.out_dir);
+    out.manifest = run.manifest;
+    out.report = buildReport(run);
     out.report_markdown = formatMarkdown(out.report);
   } catch (const std::exception& e) {
     out.message = std::string("the run folder cannot be read back: ") + e.what();

@@ -13,9 +13,11 @@
 // is reported as failed and the run goes on. None is silently dropped.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -55,16 +57,33 @@ struct RunnerConfig {
   // After the last phase the meter runs this much longer; traffic above the baseline threshold then
   // (another client still at work) marks the repetition as disturbed. 0: no such check.
   double tail_seconds = 0;
+  // Arms refused only because their devices name a GPU beyond this box's count are left out
+  // (RunOutcome::left_out) and the others run; when every arm is refused, or one for another reason,
+  // the run is refused as without it. For a box with fewer GPUs than some arms need.
+  bool run_what_fits = false;
+  // Continue this run folder (read from out_dir): the run it records must be this one (the arms' effective
+  // settings, tpscope's version and the machine as recorded); its finished repetitions are not run
+  // again (a valid attempt, or as many attempts as baseline_retries allow), the others go on from
+  // their next attempt, appended to the folder.
+  std::optional<RunRecord> resume;
+  // Set (from a signal handler) to stop the run: checked before each attempt and between its baseline
+  // and its phases; the attempt in progress is not recorded, the folder stays one `--resume` continues.
+  const std::atomic<int>* interrupt = nullptr;
 };
 
 struct RunOutcome {
-  enum class Status { kDone, kRefused, kFailed };
+  // kInterrupted: RunnerConfig::interrupt stopped it; the folder holds every attempt finished so far.
+  enum class Status { kDone, kRefused, kFailed, kInterrupted };
   Status status = Status::kFailed;
   // kRefused: the difference table or one line per refused arm; kFailed: one sentence.
   std::string message;
   Report report;                // kDone: the report of the run folder (for plots)
   std::string report_markdown;  // kDone: formatMarkdown(report)
+  Manifest manifest;            // kDone: the run folder's manifest as read back
+  // Over the whole run folder, a resumed run's earlier attempts included.
   int attempts = 0, failed_attempts = 0, failed_repetitions = 0;
+  int skipped_repetitions = 0;    // finished before a resume, not run again
+  std::vector<Refusal> left_out;  // run_what_fits: the arms this box has too few GPUs for
 };
 
 // Runs the experiment. Never throws for run-time problems: they come back as kFailed.

@@ -3,11 +3,15 @@
 #include "experiment/server_phases.h"
 
 #include <fmt/format.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -89,6 +93,28 @@ std::string speculationInLog(const std::string& log) {
   return types.empty() ? "none" : fmt::format("{}", fmt::join(types, ","));
 }
 
+// A child process another thread may ask to stop: a pidfd names it, so the signal reaches that process
+// or none (never another one that took its pid after it was reaped).
+class StoppableProcess {
+ public:
+  ~StoppableProcess() { watch(-1); }
+  // The process to stop from now on (-1: none).
+  void watch(pid_t pid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fd_ >= 0) close(fd_);
+    fd_ = pid > 0 ? static_cast<int>(syscall(SYS_pidfd_open, pid, 0)) : -1;
+  }
+  // SIGTERM to it, if there is one; any thread.
+  void terminate() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fd_ >= 0) (void)syscall(SYS_pidfd_send_signal, fd_, SIGTERM, nullptr, 0);
+  }
+
+ private:
+  std::mutex mu_;
+  int fd_ = -1;
+};
+
 class ServerArmPhases : public ArmPhases {
  public:
   ServerArmPhases(const EngineSettings& engine, std::string run_dir, std::vector<std::string> visible)
@@ -96,6 +122,7 @@ class ServerArmPhases : public ArmPhases {
 
   tpsResult_t prepare(const EffectiveSettings& arm, std::vector<Setting>* decisions, std::string* reason) override {
     arm_ = arm;
+    stoppable_.watch(-1);
     server_.reset();
     ServerLaunch launch;
     if (!serverLaunch(engine_, arm, visible_, &launch, reason)) return tpsInvalidArgument;
@@ -113,6 +140,7 @@ class ServerArmPhases : public ArmPhases {
     logHeader(o.log_path, fmt::format("arm {}, start at {}: {}{} {}", arm.arm, isoTimeUtc(), env, o.binary,
                                       fmt::join(launch.args, " ")));
     if (tpsResult_t r = engine::LlamaServer::start(o, &server_, reason); r != tpsSuccess) return r;
+    stoppable_.watch(server_->pid());
 
     json props;
     if (tpsResult_t r = server_->props(&props, reason); r != tpsSuccess) return r;
@@ -133,6 +161,8 @@ class ServerArmPhases : public ArmPhases {
   std::vector<unsigned> processes() const override {
     return server_ ? std::vector<unsigned>{static_cast<unsigned>(server_->pid())} : std::vector<unsigned>{};
   }
+
+  void interrupt() override { stoppable_.terminate(); }
 
   tpsResult_t runPhases(const std::vector<std::string>& phases, std::vector<PhaseOutcome>* out,
                         std::string* reason) override {
@@ -163,6 +193,7 @@ class ServerArmPhases : public ArmPhases {
   std::vector<std::string> visible_;
   EffectiveSettings arm_;
   std::unique_ptr<engine::LlamaServer> server_;
+  StoppableProcess stoppable_;  // the server, for interrupt()
   int64_t vocab_ = 32000;
 };
 

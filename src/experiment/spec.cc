@@ -26,10 +26,13 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include "common/bounded_input.h"
 
 namespace tpscope::experiment {
 
@@ -100,6 +103,8 @@ struct Reader {
       v = n.as_floating_point()->get();
     else
       error(n, fmt::format("'{}' must be a number", key));
+    // NaN fails every comparison below, so it is refused here; so is an infinity, by name.
+    if (!std::isfinite(v)) error(n, fmt::format("'{}' = {} is not a finite number", key, v));
     if (v < lo || v > hi || (lo_open && v == lo))
       error(n, fmt::format("'{}' = {} is out of range {}{}, {}]", key, v, lo_open ? "(" : "[", lo, hi));
     return v;
@@ -124,7 +129,7 @@ struct Reader {
       const toml::array* a = n.as_array();
       if (!a || a->empty()) error(n, "'devices' must be a non-empty list of GPU indices, e.g. [0, 1]");
       std::vector<int> devs;
-      for (const toml::node& e : *a) devs.push_back(integer(e, "devices", 0, 63));
+      for (const toml::node& e : *a) devs.push_back(integer(e, "devices", 0, kMaxDeviceIndex));
       d->devices = devs;  // a GPU given twice is checked against the arm's split (parseArm)
     } else if (key == "split") {
       const std::string s = string(n, key);
@@ -137,7 +142,7 @@ struct Reader {
         error(n, fmt::format("'backend' = \"{}\" is not one of host, p2p, nccl, auto", s));
       d->backend = s;
     } else if (key == "tokens_per_step") {
-      d->tokens_per_step = integer(n, key, 1, 16);
+      d->tokens_per_step = integer(n, key, 1, kMaxTokensPerStep);
     } else if (key == "acceptance") {
       d->acceptance = number(n, key, 0, 1, /*lo_open=*/true);
     } else if (key == "reduction") {
@@ -370,7 +375,8 @@ ArmSpec parseArm(const Reader& r, const toml::table& t, const SharedSettings& sh
   if (mode != SplitMode::kNone && ndev < 2)
     throw SpecError(r.source, arm.line,
                     fmt::format("arm '{}': split \"{}\" needs at least 2 devices", arm.name, splitModeName(mode)));
-  if (ndev > 8) throw SpecError(r.source, arm.line, fmt::format("arm '{}': at most 8 devices", arm.name));
+  if (ndev > kMaxArmDevices)
+    throw SpecError(r.source, arm.line, fmt::format("arm '{}': at most {} devices", arm.name, kMaxArmDevices));
   // Tensor split may repeat a GPU (as `tpscope tp --devices 0,0`): its positions share it, so the
   // AllReduces of the split can be watched on one GPU. Elsewhere a GPU given twice is a mistake.
   if (devices && std::set<int>(devices->begin(), devices->end()).size() != devices->size()) {
@@ -468,6 +474,8 @@ ExperimentSpec parseSpec(const std::string& text, const std::string& source) {
     ArmSpec arm = parseArm(r, *n.as_table(), spec.shared, &given);
     if (!names.insert(arm.name).second)
       throw SpecError(source, arm.line, fmt::format("duplicate arm name '{}'", arm.name));
+    if (names.size() > kMaxArms)
+      throw SpecError(source, arm.line, fmt::format("more than {} arms: a study compares a few conditions", kMaxArms));
     spec.arms.push_back(std::move(arm));
   }
   if (spec.arms.empty()) throw SpecError(source, 0, "no arms: add at least one [[arm]] table with a name");
@@ -476,11 +484,17 @@ ExperimentSpec parseSpec(const std::string& text, const std::string& source) {
 }
 
 ExperimentSpec loadSpec(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw SpecError(path, 0, "cannot read the spec file");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  ExperimentSpec spec = parseSpec(ss.str(), path);
+  std::string text, error;
+  switch (readRegularFile(path, kMaxSpecBytes, &text, &error)) {
+    case FileReadError::kNone: break;
+    case FileReadError::kMissing: throw SpecError(path, 0, "cannot read the spec file: no such file");
+    default: throw SpecError(path, 0, error);
+  }
+  return parseSpecFile(text, path);
+}
+
+ExperimentSpec parseSpecFile(const std::string& text, const std::string& path) {
+  ExperimentSpec spec = parseSpec(text, path);
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   auto resolve = [&dir](std::string* p) {
     if (!p->empty() && std::filesystem::path(*p).is_relative()) *p = (dir / *p).lexically_normal().string();

@@ -28,6 +28,15 @@ const char* splitModeName(SplitMode m);  // the workload's names ("none", "layer
 // the seed study's build, is refused later by the availability check, with its reason, not by the parser).
 std::optional<SplitMode> parseSplitMode(const std::string& text);
 
+// The ranges a spec takes, which a run folder's manifest is held to as well: arms per spec, GPUs per arm,
+// a GPU's CUDA ordinal, tokens per decode step.
+constexpr size_t kMaxArms = 64;
+constexpr size_t kMaxArmDevices = 8;
+constexpr int kMaxDeviceIndex = 63;
+constexpr int kMaxTokensPerStep = 16;
+// The largest spec file loadSpec() reads (a spec is a page of TOML; its text goes into every manifest).
+constexpr size_t kMaxSpecBytes = size_t{1} << 20;
+
 // The settings an arm may change. Unset here: the [experiment] value, else the built-in default.
 struct ArmDelta {
   std::optional<std::vector<int>> devices;  // CUDA ordinals
@@ -119,5 +128,8 @@ ExperimentSpec parseSpec(const std::string& text, const std::string& source = "<
 // Reads `path` and parses it; SpecError (line 0) when the file cannot be read. Resolves recorded_run,
 // server, model, a draft file and a command's program given as relative paths against the spec's folder.
 ExperimentSpec loadSpec(const std::string& path);
+// parseSpec() of `text` as the file at `path` holds it, with loadSpec()'s paths resolved against that
+// file's folder: how `tpscope arms --resume` reads the spec a run folder's manifest keeps verbatim.
+ExperimentSpec parseSpecFile(const std::string& text, const std::string& path);
 
 }  // namespace tpscope::experiment

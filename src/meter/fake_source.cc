@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include "common/bounded_input.h"
+
 namespace tpscope::detail {
 
 namespace {
@@ -183,7 +185,10 @@ tpsResult_t parseFakeScript(const std::string& text, double now_unix_s, std::vec
                             std::string* reason) {
   out->clear();
   try {
-    const nlohmann::json j = nlohmann::json::parse(text);
+    std::string error;
+    const std::optional<nlohmann::json> parsed = parseJsonBounded(text, &error);  // outside input: bounded
+    if (!parsed) throw std::invalid_argument(error);
+    const nlohmann::json& j = *parsed;
     const double shift = j.contains("epoch_unix_s") ? j["epoch_unix_s"].get<double>() - now_unix_s : 0.0;
     for (const nlohmann::json& g : j.at("gpus")) {
       FakeGpuScript s;

@@ -41,22 +41,38 @@ struct Meter::Impl {
   std::vector<detail::ClosedWindow> closed;
   std::vector<QuiesceRecord> quiesces;
 
-  MeterWindow compute(const detail::ClosedWindow& w) const {
-    MeterWindow out =
+  MeterWindow compute(const detail::ClosedWindow& w) const { return computeAll({w}).front(); }
+
+  // Every window of `ws` over one look at the series: the reads indexed once (detail::indexReads), so
+  // each window costs the reads around it, not a pass over the series (a command may mark 200,000).
+  std::vector<MeterWindow> computeAll(const std::vector<detail::ClosedWindow>& ws) const {
+    std::vector<MeterWindow> out =
         sampler->withData([&](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>& dmon) {
-          MeterWindow mw = detail::computeWindow(w.name, w.repetition, w.start_ns, w.end_ns, series, sampler->gpus(),
-                                                 dmon, options.peak_span_ms, &sampler->calibration());
-          for (size_t k = 0; k < series.size(); ++k)
-            mw.nvml_wrap_gaps +=
-                detail::nvmlWrapGapsIn(series[k], w.start_ns, w.end_ns, sampler->gpus()[k].pcie_ceiling_mbps);
-          return mw;
+          std::vector<detail::ReadIndex> index;
+          if (ws.size() > 1)
+            for (size_t k = 0; k < series.size(); ++k)
+              index.push_back(detail::indexReads(series[k], dmon, static_cast<int>(k)));
+          std::vector<MeterWindow> all;
+          all.reserve(ws.size());
+          for (const detail::ClosedWindow& w : ws) {
+            MeterWindow mw =
+                detail::computeWindow(w.name, w.repetition, w.start_ns, w.end_ns, series, sampler->gpus(), dmon,
+                                      options.peak_span_ms, &sampler->calibration(), index.empty() ? nullptr : &index);
+            for (size_t k = 0; k < series.size(); ++k)
+              mw.nvml_wrap_gaps +=
+                  detail::nvmlWrapGapsIn(series[k], w.start_ns, w.end_ns, sampler->gpus()[k].pcie_ceiling_mbps);
+            all.push_back(std::move(mw));
+          }
+          return all;
         });
     if (pm) {
       pm->withData([&](const std::vector<detail::PmSeries>& series) {
-        detail::applyPm(&out, series, sampler->gpus(), pm->ownBps(), options.source == MeterSource::kPm,
-                        options.peak_span_ms);
+        for (MeterWindow& mw : out)
+          detail::applyPm(&mw, series, sampler->gpus(), pm->ownBps(), options.source == MeterSource::kPm,
+                          options.peak_span_ms);
       });
-      if (options.source == MeterSource::kPm) out.complete = out.pm_complete;
+      if (options.source == MeterSource::kPm)
+        for (MeterWindow& mw : out) mw.complete = mw.pm_complete;
     }
     return out;
   }
@@ -265,9 +281,7 @@ const MeterOptions& Meter::options() const { return impl_->options; }
 
 std::vector<MeterWindow> Meter::windows() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  std::vector<MeterWindow> out;
-  for (const auto& w : impl_->closed) out.push_back(impl_->compute(w));
-  return out;
+  return impl_->closed.empty() ? std::vector<MeterWindow>{} : impl_->computeAll(impl_->closed);
 }
 
 std::vector<MeterSample> Meter::samples() const {

@@ -108,12 +108,23 @@ int nvmlWrapGapsIn(const std::vector<MeterSample>& series, int64_t start_ns, int
   const double wrap_ns = 4294967296.0 / (*ceiling_mbps * 1e6) * 1e9;
   int gaps = 0;
   for (int c : {static_cast<int>(MeterCounter::kPcieTx), static_cast<int>(MeterCounter::kPcieRx)}) {
+    // Only the reads around the window: a row's t_ns[c] never decreases along the series (a row without
+    // a value carries the last one's), so the first read after start is found by bisection, and the pair
+    // it makes with the last read before it is the first that can count. The window's work is then the
+    // reads in it, not the whole series (a command that marks 200,000 windows).
+    size_t i = std::partition_point(series.begin(), series.end(),
+                                    [&](const MeterSample& m) { return m.t_ns[c] <= start_ns; }) -
+               series.begin();
+    while (i > 0 && !series[i - 1].bytes[c]) --i;
+    if (i > 0) --i;
     std::optional<int64_t> prev;
-    for (const MeterSample& m : series) {
+    for (; i < series.size(); ++i) {
+      const MeterSample& m = series[i];
       if (!m.bytes[c]) continue;
       const int64_t t = m.t_ns[c];
       if (prev && t - *prev >= wrap_ns && *prev < end_ns && t > start_ns) ++gaps;
       prev = t;
+      if (t >= end_ns) break;  // every later pair starts at or after the window's end
     }
   }
   return gaps;

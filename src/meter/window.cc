@@ -138,6 +138,26 @@ std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vec
   return n;
 }
 
+ReadIndex indexReads(const Series& s, const std::vector<MeterDmonSample>& dmon, int gpu) {
+  ReadIndex index;
+  for (const MeterSample& x : s)
+    index.mids[x.group == MeterGroup::kPcie ? 0 : 1].push_back(x.t_before_ns + (x.t_after_ns - x.t_before_ns) / 2);
+  for (const MeterDmonSample& d : dmon)
+    if (d.gpu == gpu)
+      index.mids[static_cast<int>(MeterReadKind::kDmon)].push_back(d.t_before_ns + (d.t_after_ns - d.t_before_ns) / 2);
+  for (std::vector<int64_t>& m : index.mids) std::sort(m.begin(), m.end());
+  return index;
+}
+
+std::array<int64_t, kMeterReadKinds> readsInside(const ReadIndex& index, int64_t start, int64_t end) {
+  std::array<int64_t, kMeterReadKinds> n{};
+  for (int k = 0; k < kMeterReadKinds; ++k) {
+    const std::vector<int64_t>& m = index.mids[k];
+    n[k] = std::upper_bound(m.begin(), m.end(), end) - std::lower_bound(m.begin(), m.end(), start);
+  }
+  return n;
+}
+
 void subtractOwn(MeterCell* cell, const MeterGpuCalibration& cal, int c,
                  const std::array<int64_t, kMeterReadKinds>& reads, double duration_s,
                  std::optional<double> ceiling_mbps) {
@@ -160,7 +180,7 @@ void subtractOwn(MeterCell* cell, const MeterGpuCalibration& cal, int c,
 MeterWindow computeWindow(const std::string& name, int repetition, int64_t start, int64_t end,
                           const std::vector<Series>& series, const std::vector<MeterGpu>& gpus,
                           const std::vector<MeterDmonSample>& dmon, double peak_span_ms,
-                          const MeterCalibration* calibration) {
+                          const MeterCalibration* calibration, const std::vector<ReadIndex>* index) {
   MeterWindow w;
   w.name = name;
   w.repetition = repetition;
@@ -170,10 +190,15 @@ MeterWindow computeWindow(const std::string& name, int repetition, int64_t start
   w.cells.resize(gpus.size());
   const bool net = calibration && calibration->calibrated && calibration->gpus.size() == gpus.size();
   for (size_t k = 0; k < gpus.size(); ++k) {
-    const Series& s = k < series.size() ? series[k] : Series{};
+    // A reference, never `k < n ? series[k] : Series{}`: that conditional is a temporary, a copy of
+    // the whole series for every window.
+    static const Series kNone;
+    const Series& s = k < series.size() ? series[k] : kNone;
     if (!readAfter(s, gpus[k], end)) w.complete = false;
-    const std::array<int64_t, kMeterReadKinds> reads =
-        net ? readsInside(s, dmon, static_cast<int>(k), start, end) : std::array<int64_t, kMeterReadKinds>{};
+    std::array<int64_t, kMeterReadKinds> reads{};
+    if (net)
+      reads = index && k < index->size() ? readsInside((*index)[k], start, end)
+                                         : readsInside(s, dmon, static_cast<int>(k), start, end);
     for (int c = 0; c < kMeterCounters; ++c) {
       const MeterCounter mc = static_cast<MeterCounter>(c);
       if (gpus[k].supported[c]) {

@@ -36,17 +36,28 @@ MeterCell computeCell(const Series& s, MeterCounter c, int64_t start, int64_t en
 void addDmon(MeterCell* cell, const std::vector<MeterDmonSample>& dmon, int gpu, MeterCounter c, int64_t start,
              int64_t end);
 
+// The midpoints of one GPU's reads of each kind, sorted (a series holds its groups' rows interleaved
+// as their rings were drained, so its rows are not in time order): readsInside() by bisection, for many
+// windows over one series.
+struct ReadIndex {
+  std::array<std::vector<int64_t>, kMeterReadKinds> mids;
+};
+ReadIndex indexReads(const Series& s, const std::vector<MeterDmonSample>& dmon, int gpu);
+
 // A window over every GPU. series[k] belongs to gpus[k]; dmon may be empty. With a calibration
 // (calibrated), each cell is made net of the meter's own reads inside the window (subtractOwn).
+// `index` (indexReads of each series, same order), where given, counts those reads in O(log n) instead
+// of a pass over the series: what Meter::windows() passes for its many windows.
 MeterWindow computeWindow(const std::string& name, int repetition, int64_t start, int64_t end,
                           const std::vector<Series>& series, const std::vector<MeterGpu>& gpus,
                           const std::vector<MeterDmonSample>& dmon, double peak_span_ms,
-                          const MeterCalibration* calibration = nullptr);
+                          const MeterCalibration* calibration = nullptr, const std::vector<ReadIndex>* index = nullptr);
 
 // Reads of each kind on GPU position `gpu` whose midpoint lies in [start, end]: the series' rows by
 // group, the dmon readings as calls.
 std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vector<MeterDmonSample>& dmon, int gpu,
                                                  int64_t start, int64_t end);
+std::array<int64_t, kMeterReadKinds> readsInside(const ReadIndex& index, int64_t start, int64_t end);
 
 // Makes a cell net of `reads` reads of each kind at the calibrated costs: counted_bytes keeps the
 // counter difference, own_bytes what the reads added, bytes/mean/share become net, and the bounds

@@ -4,12 +4,23 @@
 
 #include <cstdio>
 #include <fstream>
+#include <new>
+#include <stdexcept>
 
+#include "common/memory_reserve.h"
 #include "common/param.h"
 #include "tpscope/tpscope.h"
 #include "tpscope/version.h"
 
 namespace tpscope::cli {
+
+namespace {
+// What an allocation that failed says (a run folder, a server's answer or a window list larger than the
+// memory this process may use): one line and exit 1, never an abort.
+constexpr const char* kOutOfMemory =
+    "out of memory: the input needs more memory than this process may use; give it more (ulimit) or a smaller input";
+
+}  // namespace
 
 std::vector<int> parseDeviceList(const std::string& text, const std::string& option, bool repeats) {
   std::vector<int> ids;
@@ -59,6 +70,7 @@ nlohmann::json communicatorJson(const std::optional<tpsConfig_t>& c) {
 }
 
 int runCli(int argc, char** argv) {
+  holdMemoryReserve();  // running out of memory is then one line and exit 1 (common/memory_reserve.h)
   CLI::App app{"tpscope: tensor-parallel AllReduce and interconnect measurement for the GPUs of one host", "tpscope"};
   app.set_version_flag("-V,--version",
                        std::string("tpscope ") + TPSCOPE_VERSION_STRING + " (" + tpsGetGitRevision() + ")");
@@ -86,6 +98,10 @@ int runCli(int argc, char** argv) {
       return c->run();
     } catch (const UsageError& e) {
       return fail(kExitUsage, e.what());
+    } catch (const std::bad_alloc&) {
+      return fail(kExitRuntime, kOutOfMemory);
+    } catch (const std::length_error&) {  // a size past what can be allocated at all
+      return fail(kExitRuntime, kOutOfMemory);
     } catch (const std::exception& e) {
       return fail(kExitRuntime, e.what());
     }

@@ -25,6 +25,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/utf8.h"
 #include "engine/process.h"
 #include "meter/control.h"
 #include "meter/record.h"
@@ -342,7 +343,9 @@ class MeterCommand : public Command {
             err = book.end(cl.name, t, &w);
             if (!err) meter.addWindow(w.name, w.start_ns, w.end_ns);
           }
-          if (err) warn("control pipe: " + *err + " (line '" + line.substr(0, 80) + "'); ignored");
+          // The line is the command's bytes: shown with its control characters escaped, never sent to
+          // the terminal as they came (an escape sequence would act on it).
+          if (err) warn(printable("control pipe: " + *err + " (line '" + line.substr(0, 80) + "')") + "; ignored");
         },
         &error);
     engine::SpawnOptions sp;
@@ -398,7 +401,7 @@ class MeterCommand : public Command {
     summary.own_mbps = meter.ownMBps();
     summary.pm = meter.pmStatus();
     if (format_ == "json")
-      std::printf("%s\n", summaryJson(summary).dump(2).c_str());
+      writeSummaryJson(summary, stdout);
     else if (format_ == "csv")
       std::fputs(summaryCsv(summary).c_str(), stdout);
     else

@@ -3,6 +3,7 @@
 // Pinned by golden files (tests/unit/golden/meter_*), so they are a contract.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "meter.h"
@@ -228,13 +229,17 @@ std::string summaryCsv(const MeterSummary& s) {
   return out;
 }
 
-nlohmann::json summaryJson(const MeterSummary& s) {
+namespace {
+
+// The summary's document; with `windows` false its "windows" is an empty array (writeSummaryJson fills it).
+nlohmann::json summaryDocument(const MeterSummary& s, bool windows_too) {
   const std::vector<MeterCounter> counters = reportedCounters(s.options);
   nlohmann::json doc;
   nlohmann::json gpus = nlohmann::json::array(), windows = nlohmann::json::array(), cadence = nlohmann::json::array(),
                  quiesce = nlohmann::json::array();
   for (const MeterGpu& g : s.gpus) gpus.push_back(toJson(g));
-  for (const MeterWindow& w : s.windows) windows.push_back(toJson(w, s.gpus, counters));
+  if (windows_too)
+    for (const MeterWindow& w : s.windows) windows.push_back(toJson(w, s.gpus, counters));
   for (const MeterCadence& c : s.cadence) cadence.push_back(toJson(c, s.gpus));
   for (const QuiesceRecord& q : s.quiesce) quiesce.push_back(toJson(q, s.gpus));
   doc["context"] = {{"tpscope_version", tpsGetVersion()},
@@ -262,6 +267,39 @@ nlohmann::json summaryJson(const MeterSummary& s) {
                  {"own_traffic", own}};
   }
   return doc;
+}
+
+}  // namespace
+
+nlohmann::json summaryJson(const MeterSummary& s) { return summaryDocument(s, true); }
+
+void writeSummaryJson(const MeterSummary& s, std::FILE* out) {
+  // The document without its windows, dumped, and the windows written where its empty array stands, each
+  // dumped alone and indented as the whole document's dump would indent it (two levels deeper).
+  const std::string text = summaryDocument(s, false).dump(2);
+  const std::string empty = "\n  \"windows\": []";
+  const size_t at = text.find(empty);
+  if (at == std::string::npos || s.windows.empty()) {
+    std::fprintf(out, "%s\n", text.c_str());
+    return;
+  }
+  const std::vector<MeterCounter> counters = reportedCounters(s.options);
+  std::fwrite(text.data(), 1, at, out);
+  std::fputs("\n  \"windows\": [", out);
+  for (size_t i = 0; i < s.windows.size(); ++i) {
+    const std::string w = toJson(s.windows[i], s.gpus, counters).dump(2);
+    std::fputs("\n    ", out);
+    for (size_t from = 0; from < w.size();) {  // each line, four spaces deeper
+      const size_t nl = std::min(w.find('\n', from), w.size());
+      std::fwrite(w.data() + from, 1, nl - from, out);
+      if (nl < w.size()) std::fputs("\n    ", out);
+      from = nl + 1;
+    }
+    if (i + 1 < s.windows.size()) std::fputc(',', out);
+  }
+  std::fputs("\n  ]", out);
+  std::fputs(text.c_str() + at + empty.size(), out);
+  std::fputc('\n', out);
 }
 
 }  // namespace tpscope::cli

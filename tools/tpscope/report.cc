@@ -43,6 +43,7 @@ class ReportCommand : public Command {
     } catch (const experiment::RecordError& e) {
       return fail(kExitRuntime, std::string(e.what()) + "; the run folder cannot be rendered");
     }
+    for (const std::string& note : run.notes) std::cerr << "tpscope report: " << note << "\n";
     const experiment::Report report = experiment::buildReport(run);
     if (format_ == "json")
       std::cout << experiment::toJson(report).dump(2) << "\n";

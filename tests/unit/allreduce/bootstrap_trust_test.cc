@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,12 +36,15 @@ using tpscope::detail::kMaxGatherBytes;
 using tpscope::detail::kMaxPending;
 
 constexpr uid_t kOtherUid = 65534;  // nobody
+// The other user's group differs from its uid (and from rank 0's group), so a check that read the gid
+// where it should read the uid would fail these tests instead of passing by the coincidence uid == gid.
+constexpr gid_t kOtherGid = 65533;
 
-// Drops this (forked) process to uid and gid 65534 for good; false where it cannot.
+// Drops this (forked) process to uid 65534, gid 65533 for good; false where it cannot.
 bool becomeOtherUser() {
   (void)setgroups(0, nullptr);
-  return setresgid(kOtherUid, kOtherUid, kOtherUid) == 0 && setresuid(kOtherUid, kOtherUid, kOtherUid) == 0 &&
-         geteuid() == kOtherUid && getuid() == kOtherUid;
+  return setresgid(kOtherGid, kOtherGid, kOtherGid) == 0 && setresuid(kOtherUid, kOtherUid, kOtherUid) == 0 &&
+         geteuid() == kOtherUid && getuid() == kOtherUid && getegid() == kOtherGid && getgid() == kOtherGid;
 }
 
 int exitCode(pid_t pid) {
@@ -55,7 +59,7 @@ std::string cannotSwitchUser() {
   const pid_t pid = fork();
   if (pid == 0) _exit(becomeOtherUser() ? 0 : 77);
   if (pid < 0 || exitCode(pid) != 0)
-    return "this process cannot switch a child to uid 65534 (setresuid needs root or CAP_SETUID)";
+    return "this process cannot switch a child to uid 65534, gid 65533 (setresuid needs root or CAP_SETUID)";
   return "";
 }
 
@@ -218,13 +222,19 @@ TEST(BootstrapTrust, OtherUserHoldingTheIdIsRefusedForItsUser) {
   int go[2];
   ASSERT_EQ(pipe(go), 0);
   // The other user has the id itself (leaked) and accepts rank 0's user: only rank 0's uid check stops it.
+  // It learns that it was refused for its user, and nothing of rank 0's process or the users it accepts.
+  const pid_t rank0_pid = getpid();
   const pid_t other = spawn([&] {
     close(go[1]);
     char c;
     if (!becomeOtherUser() || read(go[0], &c, 1) != 1) return 3;
     const Outcome o = joinAndGather(id, 2, 1, 3000, {own});
-    return o.result == tpsInvalidUsage && o.error.find("uid 65534 is not one rank 0 accepts") != std::string::npos ? 0
-                                                                                                                   : 1;
+    if (o.result != tpsInvalidUsage || o.error.find("its user is not one rank 0 accepts") == std::string::npos)
+      return 1;
+    if (o.error.find(std::to_string(rank0_pid)) != std::string::npos || o.error.find("uid") != std::string::npos ||
+        o.error.find("peer_uids") != std::string::npos)
+      return 2;
+    return 0;
   });
   close(go[0]);
   testing::internal::CaptureStderr();
@@ -236,11 +246,17 @@ TEST(BootstrapTrust, OtherUserHoldingTheIdIsRefusedForItsUser) {
   const Outcome o1 = joinAndGather(id, 2, 1, 5000);
   rank0.join();
   const std::string log = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(code, 0) << "the other user's rank 1 was not refused with tpsInvalidUsage for its uid";
+  EXPECT_NE(code, 1) << "the other user's rank 1 was not refused with tpsInvalidUsage for its user";
+  EXPECT_NE(code, 2) << "the refusal sent to the other user named rank 0's pid or the uids it accepts";
+  EXPECT_EQ(code, 0);
   ASSERT_EQ(o0.result, tpsSuccess) << o0.error;
   ASSERT_EQ(o1.result, tpsSuccess) << o1.error;
   EXPECT_EQ(o1.gathered, expectedGather(2));
-  EXPECT_NE(log.find(fmt::format("refused a connection from pid {} (uid 65534): uid 65534", other)), std::string::npos)
+  // Rank 0's log has what the peer was not told: its pid and uid, and the uids rank 0 accepts.
+  EXPECT_NE(log.find(fmt::format("refused a connection from pid {} (uid 65534): uid 65534 is not one rank 0 accepts "
+                                 "({};",
+                                 other, own)),
+            std::string::npos)
       << log;
 }
 
@@ -411,11 +427,12 @@ TEST(BootstrapTrust, WaitingConnectionsAreCappedAndTimed) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));  // in order, one after the other
   }
   const auto opened = Clock::now();
-  // Past the cap the oldest go at once, refused for it ...
+  // Past the cap the oldest go at once (all are this process's), told to connect again ...
   for (size_t i = 0; i < extra; ++i) {
     const Answer a = awaitAnswer(fds[i], 300);
     EXPECT_EQ(a.kind, Answer::kVerdict) << "connection " << i;
-    EXPECT_NE(a.message.find("more than 16 connections waited for their hello at once"), std::string::npos)
+    EXPECT_EQ(a.status, tpsUnavailable) << "connection " << i;
+    EXPECT_NE(a.message.find("too many connections wait for their hello; connect again"), std::string::npos)
         << a.message;
   }
   // ... the others when their hello's bound passes, long before the join's own timeout.
@@ -431,6 +448,151 @@ TEST(BootstrapTrust, WaitingConnectionsAreCappedAndTimed) {
   EXPECT_EQ(o0.result, tpsTimeout);
   EXPECT_NE(o0.error.find(fmt::format("rank 0 refused {} connection(s)", fds.size())), std::string::npos) << o0.error;
   for (int fd : fds) close(fd);
+}
+
+// A forked process of this user without the secret: once the test writes to `go`, it connects `n` times
+// to the id's socket, writes one byte to `ready`, and holds the connections silent until the test
+// writes to `release`. Forked before the test starts any thread, so the child holds no lock.
+struct SilentProcess {
+  pid_t pid = -1;
+  int go[2] = {-1, -1}, ready[2] = {-1, -1}, release[2] = {-1, -1};
+  SilentProcess(const tpsUniqueId& id, int n) {
+    if (pipe(go) != 0 || pipe(ready) != 0 || pipe(release) != 0) return;
+    pid = spawn([&] {
+      char c;
+      if (read(go[0], &c, 1) != 1) return 3;
+      std::vector<int> fds;
+      for (int i = 0; i < n; ++i) fds.push_back(connectTo(nameOf(id), 3000));
+      (void)!write(ready[1], "c", 1);
+      (void)!read(release[0], &c, 1);
+      for (int fd : fds) close(fd);
+      return 0;
+    });
+  }
+  // Connects and returns once all its connections are made.
+  bool connectAll() {
+    char c;
+    return write(go[1], "g", 1) == 1 && read(ready[0], &c, 1) == 1;
+  }
+  // Closes its connections and returns its exit code.
+  int finish() {
+    (void)!write(release[1], "r", 1);
+    const int code = exitCode(pid);
+    for (int* p : {go, ready, release}) close(p[0]), close(p[1]);
+    return code;
+  }
+};
+
+// A rank whose process is slow between its connect and its hello (descheduled on a loaded box) while
+// another process of the same user floods rank 0 with silent connections, more than it keeps waiting:
+// rank 0 makes room by refusing the flood's connections, never the rank's, and the rank joins.
+TEST(BootstrapTrust, AFloodFromOneProcessNeverPushesOutASlowRank) {
+  const tpsUniqueId id = freshId();
+  SilentProcess flood(id, static_cast<int>(3 * kMaxPending));
+  int connected[2], slow_go[2];
+  ASSERT_EQ(pipe(connected), 0);
+  ASSERT_EQ(pipe(slow_go), 0);
+  // The slow rank 1 speaks the protocol by hand so that its hello can wait; exits 0 when rank 0 accepts it.
+  const pid_t slow = spawn([&] {
+    const int fd = connectTo(nameOf(id), 3000);
+    if (fd < 0) return 3;
+    (void)!write(connected[1], "c", 1);
+    char c;
+    if (read(slow_go[0], &c, 1) != 1) return 4;
+    const tpscope::detail::Hello h = helloFor(id, 2, 1, true);
+    if (!sendAll(fd, &h, sizeof(h))) return 5;
+    const Answer a = awaitAnswer(fd, 3000);
+    return a.kind == Answer::kVerdict && a.status == tpsSuccess ? 0 : 1;
+  });
+  testing::internal::CaptureStderr();
+  Outcome o0;  // the join only: the hand-made rank 1 takes part in no exchange
+  std::thread rank0([&] {
+    std::unique_ptr<Bootstrap> b;
+    o0.result = Bootstrap::join(id, 2, 0, 4000, {}, &b, &o0.error);
+  });
+  // The rank's connection first, then the flood: the rank's is the oldest waiting when the flood passes the cap.
+  char c;
+  EXPECT_EQ(read(connected[0], &c, 1), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(flood.connectAll());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 has accepted them by now
+  (void)!write(slow_go[1], "g", 1);
+  const int slow_code = exitCode(slow);
+  rank0.join();
+  EXPECT_EQ(flood.finish(), 0);
+  const std::string log = testing::internal::GetCapturedStderr();
+  for (int fd : {connected[0], connected[1], slow_go[0], slow_go[1]}) close(fd);
+  EXPECT_EQ(slow_code, 0) << "the slow rank 1 was not accepted:\n" << log;
+  EXPECT_EQ(o0.result, tpsSuccess) << o0.error;
+  EXPECT_EQ(log.find(fmt::format("refused a connection from pid {}", slow)), std::string::npos) << log;
+  EXPECT_NE(log.find(fmt::format("refused a connection from pid {} (uid {}): more than {} connections waited",
+                                 flood.pid, geteuid(), kMaxPending)),
+            std::string::npos)
+      << log;
+}
+
+// Floods from many processes (one connection each, so none holds more than a rank does) can push a
+// rank's connection out before its hello: the rank is told to connect again, without a pid or a uid.
+TEST(BootstrapTrust, ARankPushedOutByManyProcessesIsToldToConnectAgain) {
+  const tpsUniqueId id = freshId();
+  std::vector<std::unique_ptr<SilentProcess>> others;
+  for (size_t i = 0; i < kMaxPending; ++i) others.push_back(std::make_unique<SilentProcess>(id, 1));
+  Outcome o0;
+  std::thread rank0([&] { o0 = joinAndGather(id, 2, 0, 2500); });
+  const int mine = connectTo(nameOf(id), 3000);  // the oldest, silent for now
+  EXPECT_GE(mine, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (auto& o : others) EXPECT_TRUE(o->connectAll());
+  const Answer a = awaitAnswer(mine, 1000);
+  EXPECT_EQ(a.kind, Answer::kVerdict);
+  EXPECT_EQ(a.status, tpsUnavailable);
+  EXPECT_NE(a.message.find("connect again"), std::string::npos) << a.message;
+  EXPECT_EQ(a.message.find(std::to_string(getpid())), std::string::npos) << a.message;
+  EXPECT_EQ(a.message.find("uid"), std::string::npos) << a.message;
+  close(mine);
+  for (auto& o : others) EXPECT_EQ(o->finish(), 0);
+  rank0.join();
+  EXPECT_EQ(o0.result, tpsTimeout);
+}
+
+// A rank that rank 0 refuses for load connects again and joins: here rank 0 is played by hand, busy at
+// the first hello and accepting at the second.
+TEST(BootstrapTrust, ARankRefusedForLoadConnectsAgainAndJoins) {
+  const tpsUniqueId id = freshId();
+  const std::string name = nameOf(id);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, name.data(), name.size());
+  addr.sun_path[0] = '\0';
+  const int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&addr), offsetof(sockaddr_un, sun_path) + name.size()), 0);
+  ASSERT_EQ(listen(lfd, 8), 0);
+  Outcome o1;
+  std::thread rank1([&] {
+    std::unique_ptr<Bootstrap> b;
+    o1.result = Bootstrap::join(id, 2, 1, 3000, {}, &b, &o1.error);
+  });
+  int hellos = 0;
+  for (tpsResult_t verdict : {tpsUnavailable, tpsSuccess}) {
+    pollfd p{lfd, POLLIN, 0};
+    if (poll(&p, 1, 3000) != 1) break;
+    const int fd = accept(lfd, nullptr, nullptr);
+    tpscope::detail::Hello h{};
+    size_t got = 0;
+    for (pollfd q{fd, POLLIN, 0}; got < sizeof(h) && poll(&q, 1, 2000) == 1;) {
+      const ssize_t n = recv(fd, reinterpret_cast<char*>(&h) + got, sizeof(h) - got, 0);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    hellos += got == sizeof(h) && h.rank == 1;
+    const tpscope::detail::Verdict v = tpscope::detail::makeVerdict(verdict, "rank 0 refused this connection: busy");
+    EXPECT_TRUE(sendAll(fd, &v, sizeof(v)));
+    close(fd);
+  }
+  rank1.join();
+  close(lfd);
+  EXPECT_EQ(hellos, 2);
+  EXPECT_EQ(o1.result, tpsSuccess) << o1.error;
 }
 
 // ---- exchanges -------------------------------------------------------------------------------------

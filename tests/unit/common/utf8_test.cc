@@ -28,5 +28,22 @@ TEST(Utf8, InvalidBytesBecomeTheReplacementCharacterAndThenWrite) {
   EXPECT_EQ(toUtf8("a\x80z"), "a\xef\xbf\xbdz");
 }
 
+// What a command writes to the control pipe reaches the terminal in a warning: its escape sequences
+// (ESC [ 2 J clears the screen; the C1 CSI byte does the same on many terminals) must not act there.
+TEST(Utf8, PrintableEscapesEveryControlCharacter) {
+  EXPECT_EQ(printable("begin x\x1b[2J\x07"), "begin x\\x1b[2J\\x07");
+  EXPECT_EQ(printable("a\x7f b\r\n\t"), "a\\x7f b\\x0d\\x0a\\x09");
+  EXPECT_EQ(printable("csi \xc2\x9b"
+                      "31m"),
+            "csi \\u009b31m");
+  EXPECT_EQ(printable("back\\slash"), "back\\\\slash");
+  EXPECT_EQ(printable("d\xc3\xa9j\xc3\xa0 vu \xc2\xa0"), "d\xc3\xa9j\xc3\xa0 vu \xc2\xa0");  // printable UTF-8 stays
+  EXPECT_EQ(printable("x\xff"), "x\xef\xbf\xbd");
+  for (int c = 0; c < 256; ++c) {
+    const std::string out = printable(std::string(1, static_cast<char>(c)));
+    for (unsigned char o : out) EXPECT_TRUE(o >= 0x20 && o != 0x7f) << "byte " << c << " -> " << out;
+  }
+}
+
 }  // namespace
 }  // namespace tpscope

@@ -199,6 +199,41 @@ TEST(EngineLog, PropsTakeTheModelsMetaOnlyWhereThereIsOne) {
   EXPECT_NE(why.find("does not parse"), std::string::npos) << why;
 }
 
+// A server's answer nested a million deep: the props body is refused with why, a models body that deep
+// adds nothing (its meta was copied, recursing once per level until the stack ran out), and a stream
+// event that deep is skipped while the events around it count.
+TEST(EngineLog, AnswersNestedTooDeepAreRefusedNotCopied) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  nlohmann::json p;
+  std::string why;
+  EXPECT_FALSE(propsFromBodies("{\"a\": " + deep + "}", std::nullopt, &p, &why));
+  EXPECT_NE(why.find("its body does not parse (line 1: arrays and objects nested deeper than 64 levels)"),
+            std::string::npos)
+      << why;
+  ASSERT_TRUE(propsFromBodies("{}", "{\"data\":[{\"meta\":" + deep + "}]}", &p, &why)) << why;
+  EXPECT_FALSE(p.contains("tpscope_model_meta"));
+  int64_t t = 0;
+  CompletionStream s([&t] { return ++t; });
+  s.feed("data: {\"content\":\"a\",\"tokens\":[1]}\n\ndata: {\"timings\":" + deep.substr(0, 300000) +
+         deep.substr(deep.size() - 300000) + "}\n\ndata: {\"content\":\"b\",\"tokens\":[2],\"stop\":true}\n\n");
+  EXPECT_EQ(s.completion().tokens, 2);
+  EXPECT_TRUE(s.stopped());
+  EXPECT_TRUE(s.completion().timings.is_null());
+}
+
+// Prometheus text may say NaN or +Inf: llama.cpp's own metrics never do, and one that does is refused
+// with its name and value where it comes in (a run folder could not hold it).
+TEST(EngineLog, NonFiniteServerMetricsAreNamed) {
+  EXPECT_EQ(nonFiniteServerMetric(parsePrometheus("llamacpp:tokens_predicted_total 12\nllamacpp:x 0.5\n")), "");
+  EXPECT_EQ(nonFiniteServerMetric(parsePrometheus("process_cpu_seconds NaN\n")), "");  // not llama.cpp's own
+  EXPECT_EQ(nonFiniteServerMetric(parsePrometheus("llamacpp:tokens_predicted_total NaN\n")),
+            "llamacpp:tokens_predicted_total = nan, not a finite number");
+  EXPECT_EQ(nonFiniteServerMetric(parsePrometheus("llamacpp:prompt_tokens_total{a=\"b\"} +Inf\n")),
+            "llamacpp:prompt_tokens_total = inf, not a finite number");
+  EXPECT_EQ(nonFiniteServerMetric(parsePrometheus("llamacpp:requests_deferred -Inf\n")),
+            "llamacpp:requests_deferred = -inf, not a finite number");
+}
+
 TEST(EngineLog, TailLines) {
   EXPECT_EQ(tailLines("a\n\nb\nc\n", 2), "  b\n  c\n");
   EXPECT_EQ(tailLines("", 3), "");

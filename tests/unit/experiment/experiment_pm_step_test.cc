@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <utility>
 
 #include "experiment/record.h"
 #include "experiment/report_render.h"
@@ -272,6 +274,49 @@ TEST(ExperimentPmStep, IncompleteAndInvalidRepetitionsAreNamed) {
   ASSERT_EQ(rep.pm_steps[0].notes.size(), 1u);
   EXPECT_NE(formatMarkdown(rep).find("- arm T GPU 0, repetition 1: GPU 0: a gap between PM records\n"),
             std::string::npos);
+}
+
+// A recorded step that is no step the runner writes (edges reversed or an hour apart, an interval the
+// meter does not take) is named as corrupt and kept out of the figures; its neighbours still count.
+// Reached through the run folder as `tpscope report` reads it, and through buildReport directly.
+TEST(ExperimentPmStep, ImplausibleStepsAreNamedAndLeftOut) {
+  struct Bad {
+    const char* what;
+    std::function<void(PmStep*)> damage;
+    std::string note;
+  };
+  const std::vector<Bad> bad = {
+      {"edges reversed", [](PmStep* s) { std::swap(s->start_ns, s->end_ns); },
+       "repetition 1: the recorded step is not one (interval 10 us, 325000000 to 320000000 ns)"},
+      {"edges an hour apart", [](PmStep* s) { s->end_ns = s->start_ns + 3601 * int64_t{1000000000}; },
+       "repetition 1: the recorded step is not one (interval 10 us, 320000000 to 3601320000000 ns)"},
+      {"an interval past a second", [](PmStep* s) { s->interval_us = 1000001; },
+       "repetition 1: the recorded step is not one (interval 1000001 us, 320000000 to 325000000 ns)"},
+      {"edges whose difference overflows",
+       [](PmStep* s) {
+         s->start_ns = std::numeric_limits<int64_t>::min();
+         s->end_ns = std::numeric_limits<int64_t>::max();
+       },
+       "the recorded step is not one"}};
+  for (const Bad& b : bad) {
+    RunRecord run = pmRun(3, 64, 64);
+    b.damage(&*run.repetitions[0].phases[0].pm_step);
+    // Written and read back as a folder first: the reader takes such a record, the report judges it.
+    const std::string dir = tpscope::testing::tempDir("pm_step_bad");
+    {
+      RunWriter w(dir, run.manifest);
+      for (const RepetitionResult& r : run.repetitions) w.append(r);
+    }
+    const RunRecord read = readRun(dir);
+    std::filesystem::remove_all(dir);
+    const Report rep = buildReport(read);
+    ASSERT_EQ(rep.pm_steps.size(), 1u) << b.what;
+    EXPECT_EQ(rep.pm_steps[0].step_ms->n, 2) << b.what;  // the other two repetitions
+    EXPECT_EQ(rep.pm_steps[0].repetition, 1) << b.what;  // the plot takes the first plausible one
+    ASSERT_EQ(rep.pm_steps[0].notes.size(), 1u) << b.what;
+    EXPECT_NE(rep.pm_steps[0].notes[0].find(b.note), std::string::npos) << b.what << ": " << rep.pm_steps[0].notes[0];
+    EXPECT_NE(formatMarkdown(rep).find("- arm T GPU 0, " + rep.pm_steps[0].notes[0]), std::string::npos) << b.what;
+  }
 }
 
 TEST(ExperimentPmStep, NoSectionWithoutPm) {

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The run folder: written as the run goes, read back identically; corrupt folders fail with the file.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <cctype>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "experiment/arm_phases.h"
 #include "experiment/record.h"
@@ -79,6 +84,7 @@ TEST(ExperimentRecord, CorruptFolders) {
   expectReadError(dir, "format \"tpscope-run/99\"");
   std::ofstream(dir + "/manifest.json") << R"({"format": "tpscope-run/1"})";
   expectReadError(dir, "missing a field");
+  std::filesystem::remove(dir + "/manifest.json");  // a new run is never written over another
   writeStudyRun(dir);
   std::ofstream(dir + "/results.jsonl", std::ios::app) << "{\"arm\": \"A\", truncated\n";
   expectReadError(dir, "results.jsonl:13: corrupt record");
@@ -138,14 +144,16 @@ TEST(ExperimentRecord, NumbersThatDoNotFitOrParseAreCorruptRecords) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
            {"devices", "0,x"}, {"devices", "0,-1"}, {"tokens_per_step", "99999999999"}, {"acceptance", "0.7x"}}) {
     nlohmann::json m = nlohmann::json::parse(manifest);
+    bool present = false;
     for (nlohmann::json& s : m["effective"][0]["settings"])
-      if (s["key"] == key) s["value"] = value;
-    m["effective"][0]["settings"].push_back({{"key", key}, {"value", value}, {"source", "arm"}});  // if absent
+      if (s["key"] == key) s["value"] = value, present = true;
+    if (!present) m["effective"][0]["settings"].push_back({{"key", key}, {"value", value}, {"source", "arm"}});
     try {
       parseRun(dir, m.dump(), results, std::nullopt, std::nullopt);
       ADD_FAILURE() << key << " = " << value << " was read";
     } catch (const RecordError& e) {
-      EXPECT_NE(std::string(e.what()).find("manifest.json: arm A has a " + key + " that does not parse: \"" + value),
+      EXPECT_NE(std::string(e.what()).find("manifest.json: arm A has a " + key +
+                                           " that does not parse or is out of its range: \"" + value),
                 std::string::npos)
           << e.what();
     }
@@ -156,6 +164,257 @@ TEST(ExperimentRecord, NumbersThatDoNotFitOrParseAreCorruptRecords) {
   const RunRecord run = parseRun(dir, manifest, r.dump() + "\n", std::nullopt, std::nullopt);
   EXPECT_NO_THROW((void)toJson(buildReport(run)).dump());
   std::filesystem::remove_all(dir);
+}
+
+// The study's files as text, and the first results line as JSON, for the tests below to damage.
+struct StudyFiles {
+  std::string dir, manifest, results;
+  nlohmann::json rep;
+  explicit StudyFiles(const std::string& tag) : dir(tempDir(tag)) {
+    writeStudyRun(dir);
+    auto file = [&](const char* name) {
+      std::ifstream f(dir + "/" + name);
+      return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    manifest = file("manifest.json");
+    results = file("results.jsonl");
+    rep = nlohmann::json::parse(results.substr(0, results.find('\n')));
+  }
+  ~StudyFiles() { std::filesystem::remove_all(dir); }
+  // The error parseRun gives, or "" when it reads the files.
+  std::string error(const std::string& m, const std::string& r) const {
+    try {
+      parseRun(dir, m, r, std::nullopt, std::nullopt);
+    } catch (const RecordError& e) {
+      return e.what();
+    }
+    return "";
+  }
+};
+
+// A field whose minimum is 0 (a repetition, a GPU, a count) or the least of its type: one below is
+// corrupt, the minimum itself is read (an off-by-one or a silent wrap would pass neither way).
+TEST(ExperimentRecord, AnIntegerBelowItsMinimumIsCorruptAndTheMinimumIsRead) {
+  const StudyFiles f("record_minimum");
+  struct Case {
+    std::vector<std::string> path;
+    int64_t minimum;
+    const char* key;
+  };
+  const Case cases[] = {{{"repetition"}, 0, "repetition"},
+                        {{"attempt"}, 0, "attempt"},
+                        {{"phases", "0", "tokens"}, 0, "tokens"},
+                        {{"phases", "0", "steps"}, 0, "steps"},
+                        {{"phases", "0", "gpus", "0", "gpu"}, 0, "gpu"},
+                        {{"phases", "0", "gpus", "0", "samples"}, 0, "samples"}};
+  for (const Case& c : cases) {
+    for (int64_t v : {c.minimum, c.minimum - 1}) {
+      nlohmann::json r = f.rep;
+      nlohmann::json* at = &r;
+      for (const std::string& k : c.path) at = k.size() == 1 && std::isdigit(k[0]) ? &(*at)[std::stoi(k)] : &(*at)[k];
+      *at = v;
+      const std::string e = f.error(f.manifest, r.dump() + "\n");
+      if (v == c.minimum) {
+        EXPECT_EQ(e, "") << c.key << " = " << v;
+      } else {
+        EXPECT_NE(e.find("results.jsonl:1: corrupt record"), std::string::npos) << e;
+        EXPECT_NE(e.find(fmt::format("\"{}\" = {} is below this field's minimum of {}", c.key, v, c.minimum)),
+                  std::string::npos)
+            << e;
+      }
+    }
+  }
+  // An unsigned field: -1 would wrap to 4294967295.
+  nlohmann::json r = f.rep;
+  r["quiesce"]["other_pids"] = {0};
+  EXPECT_EQ(f.error(f.manifest, r.dump() + "\n"), "");
+  r["quiesce"]["other_pids"] = {-1};
+  EXPECT_NE(f.error(f.manifest, r.dump() + "\n").find("\"other_pids\" = -1 is out of range for this field"),
+            std::string::npos);
+  // An int field at its least value and one below it.
+  r = f.rep, r["phases"][0]["end_ns"] = std::numeric_limits<int64_t>::min();
+  EXPECT_EQ(f.error(f.manifest, r.dump() + "\n"), "");
+  r = f.rep, r["phases"][0]["gpus"][0]["dmon_samples"] = int64_t{std::numeric_limits<int>::min()} - 1;
+  EXPECT_NE(f.error(f.manifest, r.dump() + "\n").find("\"dmon_samples\" = -2147483649"), std::string::npos);
+}
+
+// acceptance is (0, 1] as the spec takes it: 1 exactly is read, anything past either end or not a
+// number is corrupt.
+TEST(ExperimentRecord, AcceptanceIsReadUpToItsBoundAndNoFurther) {
+  const StudyFiles f("record_acceptance");
+  for (const auto& [value, ok] : std::vector<std::pair<std::string, bool>>{{"1", true},
+                                                                           {"1.0", true},
+                                                                           {"0.0001", true},
+                                                                           {"1.0000001", false},
+                                                                           {"0", false},
+                                                                           {"-0.5", false},
+                                                                           {"nan", false},
+                                                                           {"inf", false}}) {
+    nlohmann::json m = nlohmann::json::parse(f.manifest);
+    for (nlohmann::json& s : m["effective"][3]["settings"])
+      if (s["key"] == "acceptance") s["value"] = value;
+    const std::string e = f.error(m.dump(), f.results);
+    if (ok)
+      EXPECT_EQ(e, "") << value;
+    else
+      EXPECT_NE(e.find("arm C' has a acceptance that does not parse or is out of its range: \"" + value + "\""),
+                std::string::npos)
+          << value << ": " << e;
+  }
+}
+
+// A free-form record (the meter's, an engine's) or a manifest field nested 100,000 or 1,000,000 deep:
+// the reader crashed copying it (a stack overflow); now it is corrupt, with the file and the line.
+TEST(ExperimentRecord, DeepJsonIsCorruptWithItsFileAndLine) {
+  const StudyFiles f("record_deep");
+  const std::string deep_object = [] {
+    std::string s;
+    for (int i = 0; i < 100000; ++i) s += "{\"a\":";
+    return s + "1" + std::string(100000, '}');
+  }();
+  std::string line = f.rep.dump();
+  line.replace(line.rfind('}'), 1, ",\"meter\":" + deep_object + "}");
+  const std::string results = f.results + line + "\n";
+  std::string e = f.error(f.manifest, results);
+  EXPECT_NE(e.find("results.jsonl:13: corrupt record (line 1: arrays and objects nested deeper than 64 levels)"),
+            std::string::npos)
+      << e.substr(0, 300);
+  nlohmann::json engine = f.rep;
+  engine["phases"][0]["engine"] = "X";
+  std::string eline = engine.dump();
+  eline.replace(eline.find("\"X\""), 3, std::string(1000000, '[') + std::string(1000000, ']'));
+  e = f.error(f.manifest, eline + "\n");
+  EXPECT_NE(e.find("results.jsonl:1: corrupt record"), std::string::npos) << e.substr(0, 300);
+  for (const char* field : {"versions", "topology", "machine", "invocation"}) {
+    nlohmann::json m = nlohmann::json::parse(f.manifest);
+    m[field] = "X";
+    std::string text = m.dump(2);
+    text.replace(text.find("\"X\""), 3, std::string(1000000, '[') + std::string(1000000, ']'));
+    e = f.error(text, f.results);
+    EXPECT_NE(e.find("manifest.json is not valid JSON (line "), std::string::npos) << field << ": " << e.substr(0, 300);
+    EXPECT_NE(e.find("nested deeper than 64 levels"), std::string::npos) << field << ": " << e.substr(0, 300);
+  }
+}
+
+// Arms and phases listed twice were read, and the report's work grew with the square of them
+// (100,000 x "A" took 32 s and 3.5 GB): now refused at once, as the spec parser refuses them.
+TEST(ExperimentRecord, NamesListedTwiceAreRefusedAtOnce) {
+  const StudyFiles f("record_twice");
+  auto withField = [&](const char* key, const nlohmann::json& v) {
+    nlohmann::json m = nlohmann::json::parse(f.manifest);
+    m[key] = v;
+    return m.dump();
+  };
+  EXPECT_NE(f.error(withField("arms", {"A", "B", "A"}), f.results).find("manifest.json lists arm \"A\" twice"),
+            std::string::npos);
+  EXPECT_NE(f.error(withField("phases", {"prefill", "decode", "decode"}), f.results)
+                .find("manifest.json lists phase \"decode\" twice"),
+            std::string::npos);
+  EXPECT_NE(f.error(withField("phases", {"prefill", "warmup"}), f.results)
+                .find("manifest.json lists phase \"warmup\", which is not prefill or decode"),
+            std::string::npos);
+  nlohmann::json m = nlohmann::json::parse(f.manifest);
+  m["effective"].push_back(m["effective"][0]);
+  EXPECT_NE(f.error(m.dump(), f.results).find("manifest.json has the settings of arm \"A\" twice"), std::string::npos);
+  m = nlohmann::json::parse(f.manifest);
+  m["effective"][0]["settings"].push_back(m["effective"][0]["settings"][0]);
+  const std::string key = m["effective"][0]["settings"][0]["key"];
+  EXPECT_NE(f.error(m.dump(), f.results).find("manifest.json: arm A has setting \"" + key + "\" twice"),
+            std::string::npos)
+      << f.error(m.dump(), f.results);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string e = f.error(withField("arms", std::vector<std::string>(100000, "A")), f.results);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  EXPECT_NE(e.find("lists 100000 arms, more than the 64 a spec may have"), std::string::npos) << e;
+  std::vector<std::string> distinct;
+  for (int i = 0; i < 65; ++i) distinct.push_back("arm" + std::to_string(i));
+  EXPECT_NE(f.error(withField("arms", distinct), f.results).find("lists 65 arms"), std::string::npos);
+  // In results.jsonl: an attempt recorded twice, a phase twice in one repetition.
+  EXPECT_NE(f.error(f.manifest, f.results + f.rep.dump() + "\n")
+                .find("results.jsonl:13: corrupt record (arm A repetition 1 attempt 1 is recorded twice (line 1 has "
+                      "it too))"),
+            std::string::npos)
+      << f.error(f.manifest, f.results + f.rep.dump() + "\n");
+  nlohmann::json r = f.rep;
+  r["phases"].push_back(r["phases"][1]);
+  EXPECT_NE(f.error(f.manifest, r.dump() + "\n").find("records phase \"decode\" twice"), std::string::npos);
+  r = f.rep;
+  for (int i = 0; i < 100000; ++i)
+    r["phases"][0]["allreduce"].push_back({{"path", "p" + std::to_string(i)},
+                                           {"calls", 1},
+                                           {"payload_bytes", 1},
+                                           {"tx_bytes", nlohmann::json::array()},
+                                           {"rx_bytes", nlohmann::json::array()}});
+  EXPECT_NE(f.error(f.manifest, r.dump() + "\n").find("lists 100000 AllReduce paths, more than the 64"),
+            std::string::npos);
+}
+
+// A results.jsonl that is a folder, a link to /dev/zero or a FIFO rendered an all-N/A report (or read
+// 23.8 GB, or blocked forever): each is a RecordError naming the file, at once. A file over its cap too.
+TEST(ExperimentRecord, OnlyRegularFilesWithinTheirCapsAreRead) {
+  const std::string dir = tempDir("record_files");
+  writeStudyRun(dir);
+  const std::string results = dir + "/results.jsonl";
+  std::filesystem::rename(results, dir + "/kept.jsonl");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::filesystem::create_directories(results);
+  expectReadError(dir, results + " is not a regular file");
+  std::filesystem::remove(results);
+  std::filesystem::create_symlink("/dev/zero", results);
+  expectReadError(dir, results + " is not a regular file");
+  std::filesystem::remove(results);
+  ASSERT_EQ(mkfifo(results.c_str(), 0600), 0);
+  expectReadError(dir, results + " is not a regular file");
+  std::filesystem::remove(results);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  std::filesystem::rename(dir + "/kept.jsonl", results);
+  std::filesystem::resize_file(dir + "/samples.jsonl", kMaxSamplesBytes + 1);  // sparse: costs no disk
+  expectReadError(dir, dir + "/samples.jsonl is larger than the 4096 MiB tpscope reads of it");
+  std::filesystem::remove(dir + "/samples.jsonl");
+  std::filesystem::resize_file(results, kMaxResultsBytes + 1);
+  expectReadError(dir, results + " is larger than the 1024 MiB tpscope reads of it");
+  std::filesystem::remove_all(dir);
+}
+
+// A run stopped while writing a line leaves it without its newline: that line is left out with a note,
+// the folder reads; a line cut anywhere else is corrupt.
+TEST(ExperimentRecord, ALastLineCutOffIsLeftOutWithANote) {
+  const StudyFiles f("record_cut");
+  const std::string cut = f.rep.dump().substr(0, 100);
+  const RunRecord run = parseRun(f.dir, f.manifest, f.results + cut, std::nullopt, std::nullopt);
+  EXPECT_EQ(run.repetitions.size(), 12u);
+  ASSERT_EQ(run.notes.size(), 1u);
+  EXPECT_EQ(run.notes[0], f.dir +
+                              "/results.jsonl:13: the last line was cut off (the run stopped while writing it); "
+                              "it is left out");
+  EXPECT_NE(f.error(f.manifest, f.results + cut + "\n").find("results.jsonl:13: corrupt record"), std::string::npos);
+  // Wherever the write stopped (in a key, a string, a number, between tokens), the same.
+  const std::string whole = f.rep.dump();
+  for (size_t at = 1; at < whole.size(); at += 7) {
+    const RunRecord r = parseRun(f.dir, f.manifest, f.results + whole.substr(0, at), std::nullopt, std::nullopt);
+    EXPECT_EQ(r.repetitions.size(), 12u) << at;
+    EXPECT_EQ(r.notes.size(), 1u) << at << ": " << whole.substr(0, at);
+  }
+  // A last line without its newline that is whole is read; one that is wrong otherwise than cut short
+  // (nested too deep) is corrupt, not taken for an interrupted write.
+  EXPECT_EQ(parseRun(f.dir, f.manifest, f.rep.dump(), std::nullopt, std::nullopt).repetitions.size(), 1u);
+  EXPECT_NE(f.error(f.manifest, f.results + std::string(100, '[') + std::string(100, ']'))
+                .find("results.jsonl:13: corrupt record (line 1: arrays and objects nested deeper"),
+            std::string::npos);
+}
+
+// A number too large for a double in a results line names its key.
+TEST(ExperimentRecord, ANonFiniteNumberIsCorruptWithItsKey) {
+  const StudyFiles f("record_inf");
+  std::string line = f.rep.dump();
+  const size_t at = line.find("\"tok_s\":");
+  ASSERT_NE(at, std::string::npos);
+  line.replace(at, line.find(',', at) - at, "\"tok_s\":1e999");
+  EXPECT_NE(f.error(f.manifest, line + "\n")
+                .find("results.jsonl:1: corrupt record (line 1: \"tok_s\" = 1e999 is "
+                      "not a finite number)"),
+            std::string::npos)
+      << f.error(f.manifest, line + "\n");
 }
 
 TEST(ExperimentRecord, TheFolderParsesAsItsFilesDo) {

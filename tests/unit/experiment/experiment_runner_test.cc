@@ -3,9 +3,17 @@
 // and the guards refusing before any arm runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "experiment/report_render.h"
 #include "experiment/runner.h"
@@ -452,6 +460,308 @@ TEST_F(Runner, NvmlSourceTakesNoStep) {
   for (const RepetitionResult& r : readRun(dir_).repetitions)
     for (const PhaseResult& p : r.phases) EXPECT_FALSE(p.pm_step) << p.phase;
   EXPECT_EQ(o.report_markdown.find("One decode step on the bus"), std::string::npos);
+}
+
+// ---- a box with fewer GPUs than some arms need ---------------------------------------------------------
+
+TEST_F(Runner, ABoxWithTooFewGpusRunsTheArmsThatFitWhenAsked) {
+  c_.box.gpu_count = 1;
+  RunOutcome o = runExperiment(c_);  // not asked: refused, as before
+  EXPECT_EQ(o.status, RunOutcome::Status::kRefused);
+  EXPECT_NE(o.message.find("arm B: devices 0,1 need GPU 1, this box has 1 GPU"), std::string::npos) << o.message;
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+  c_.run_what_fits = true;
+  o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  ASSERT_EQ(o.left_out.size(), 1u);
+  EXPECT_EQ(o.left_out[0].arm, "B");
+  EXPECT_TRUE(o.left_out[0].needs_more_gpus);
+  const RunRecord run = readRun(dir_);
+  EXPECT_EQ(run.manifest.arms, std::vector<std::string>{"A"});
+  EXPECT_EQ(run.manifest.invocation["left_out"][0]["arm"], "B");
+  EXPECT_EQ(run.repetitions.size(), 2u);
+  EXPECT_EQ(o.report.arms.size(), 1u);
+}
+
+TEST_F(Runner, ArmsRefusedForMoreThanGpusStillStopTheRun) {
+  c_.box.gpu_count = 1;
+  c_.run_what_fits = true;
+  c_.spec = parseSpec(std::string(kSpec) + "\n[[arm]]\nname = \"R\"\ndevices = [0, 1]\nsplit = \"row\"\n", "t.toml");
+  RunOutcome o = runExperiment(c_);  // R's split is no box's: refused, whatever the GPUs
+  EXPECT_EQ(o.status, RunOutcome::Status::kRefused) << o.message;
+  EXPECT_NE(o.message.find("arm R: split mode \"row\" is not implemented"), std::string::npos) << o.message;
+  // Every arm beyond the box: nothing to run, refused.
+  c_.spec = parseSpec(
+      "[experiment]\nname = \"two\"\npreset = \"tiny\"\n[[arm]]\nname = \"B\"\ndevices = [0, 1]\nsplit = \"layer\"\n",
+      "t.toml");
+  o = runExperiment(c_);
+  EXPECT_EQ(o.status, RunOutcome::Status::kRefused) << o.message;
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+}
+
+// ---- interrupted and resumed ------------------------------------------------------------------------
+
+// Every number of a report, with its sign, as '#': what two runs of the fake workload share (their tok/s follow the
+// host's clock), so that the comparison below is of everything else, row by row. Whether the dmon
+// method's once-a-second snapshot fell inside a window of a few ms is chance too: "no sample" is a '#'; so
+// is which of equally loaded cells is the busiest: those lines are left out.
+std::string masked(std::string report) {
+  for (size_t at; (at = report.find("no sample")) != std::string::npos;) report.replace(at, 9, "0");
+  const std::string note = " \"#\": the window is shorter";
+  std::string out;
+  for (size_t i = 0; i < report.size();) {
+    const bool sign = (report[i] == '-' || report[i] == '+') && i + 1 < report.size() &&
+                      std::isdigit(static_cast<unsigned char>(report[i + 1]));
+    if (sign || std::isdigit(static_cast<unsigned char>(report[i]))) {
+      if (sign) ++i;
+      while (i < report.size() &&
+             (std::isdigit(static_cast<unsigned char>(report[i])) || report[i] == '.' || report[i] == ','))
+        ++i;
+      out += '#';
+    } else {
+      out += report[i++];
+    }
+  }
+  // The note under the dmon table, which says why a cell has no snapshot, only where one has none.
+  if (const size_t at = out.find(note); at != std::string::npos) out.erase(at, out.find('\n', at) - at);
+  // Which cell is the busiest, among cells the fake GPUs load at the same rate, is a coin toss too.
+  std::string kept;
+  for (size_t at = 0; at < out.size();) {
+    const size_t nl = std::min(out.find('\n', at), out.size());
+    if (out.substr(at, nl - at).find("usiest cell") == std::string::npos) kept += out.substr(at, nl - at + 1);
+    at = nl + 1;
+  }
+  return kept;
+}
+
+std::vector<std::string> lines(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(f, l);) out.push_back(l);
+  return out;
+}
+
+const char* kThreeArms = "\n[[arm]]\nname = \"C\"\ndevices = [0, 1]\nsplit = \"tensor\"\nbackend = \"host\"\n";
+
+// A run stopped after its second arm (the interrupt comes during the third arm's first baseline) and
+// resumed: no repetition runs twice, the folder ends as an uninterrupted run's does, and the report is
+// the same one (every figure in place; the fake workload's tok/s differ run to run, so numbers are masked).
+TEST_F(Runner, AnInterruptedRunResumesWithoutRepeatingARepetition) {
+  c_.spec = parseSpec(std::string(kSpec) + kThreeArms, "tiny-three.toml");
+  // Tensor split clearly the fastest, so that the report's "which split wins" line is the same in both runs.
+  c_.make_phases = [this](const EffectiveSettings& arm) {
+    ++phases_made_;
+    const std::string split = arm.value("split");
+    return makeFakeArmPhases(arm, split == "tensor" ? 0.005 : split == "layer" ? 0.02 : 0.01);
+  };
+  std::atomic<int> stop{0};
+  int quiesced = 0;
+  c_.interrupt = &stop;
+  c_.quiesce = [&](Meter& m, const QuiesceOptions& q, QuiesceRecord* r) {
+    if (++quiesced == 5) stop = 1;  // arms A and B: two repetitions each
+    return m.quiesce(q, r);
+  };
+  RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kInterrupted) << o.message;
+  EXPECT_EQ(o.attempts, 4);
+  const std::vector<std::string> before = lines(dir_ + "/results.jsonl");
+  ASSERT_EQ(before.size(), 4u);
+  RunRecord folder = readRun(dir_);  // what `tpscope report` and `--resume` read
+  EXPECT_TRUE(folder.notes.empty());
+  EXPECT_EQ(buildReport(folder).arms[2].valid_repetitions, 0);
+
+  RunnerConfig again = c_;
+  again.resume = folder;
+  stop = 0;
+  quiesced = 0;
+  phases_made_ = 0;
+  o = runExperiment(again);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(quiesced, 2);      // arm C's two repetitions, nothing else
+  EXPECT_EQ(phases_made_, 1);  // arms A and B are not even prepared again
+  EXPECT_EQ(o.skipped_repetitions, 4);
+  EXPECT_EQ(o.attempts, 6);
+  const std::vector<std::string> after = lines(dir_ + "/results.jsonl");
+  ASSERT_EQ(after.size(), 6u);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i], before[i]) << "line " << i + 1;
+  const RunRecord resumed = readRun(dir_);
+  std::set<std::pair<std::string, int>> seen;
+  for (const RepetitionResult& r : resumed.repetitions) EXPECT_TRUE(seen.insert({r.arm, r.repetition}).second);
+  EXPECT_EQ(resumed.manifest.invocation["resumed"].size(), 1u);
+
+  // The same spec uninterrupted, in a folder of its own.
+  RunnerConfig whole = c_;
+  whole.interrupt = nullptr;
+  whole.quiesce = nullptr;
+  whole.out_dir = dir_ + "-whole";
+  const RunOutcome w = runExperiment(whole);
+  ASSERT_EQ(w.status, RunOutcome::Status::kDone) << w.message;
+  EXPECT_EQ(masked(o.report_markdown), masked(w.report_markdown));
+  const nlohmann::json a = toJson(o.report), b = toJson(w.report);
+  ASSERT_EQ(a["arms"].size(), b["arms"].size());
+  for (size_t i = 0; i < a["arms"].size(); ++i) {
+    EXPECT_EQ(a["arms"][i]["valid_repetitions"], b["arms"][i]["valid_repetitions"]);
+    EXPECT_EQ(a["arms"][i]["attempts"], b["arms"][i]["attempts"]);
+  }
+  EXPECT_EQ(a["cells"].size(), b["cells"].size());
+  EXPECT_EQ(a["windows"].size(), b["windows"].size());
+  std::filesystem::remove_all(whole.out_dir);
+
+  // Resumed once more, there is nothing left to run.
+  again.resume = readRun(dir_);
+  quiesced = 0;
+  o = runExperiment(again);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  EXPECT_EQ(quiesced, 0);
+  EXPECT_EQ(lines(dir_ + "/results.jsonl").size(), 6u);
+}
+
+// An engine whose call would run long (a server's request of 20,000 tokens) is told to stop when the run
+// is: the call fails at once, the attempt is not recorded, the run ends interrupted.
+TEST_F(Runner, AStopEndsAnEnginesLongCallAtOnce) {
+  class Long : public ArmPhases {
+   public:
+    explicit Long(std::atomic<int>* interrupts) : interrupts_(interrupts) {}
+    tpsResult_t prepare(const EffectiveSettings&, std::vector<Setting>*, std::string*) override { return tpsSuccess; }
+    tpsResult_t runPhases(const std::vector<std::string>&, std::vector<PhaseOutcome>*, std::string* r) override {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_for(lock, std::chrono::seconds(20), [this] { return stopped_; })) return tpsSuccess;
+      *r = "the server went away";
+      return tpsSystemError;
+    }
+    void interrupt() override {
+      ++*interrupts_;
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+      cv_.notify_all();
+    }
+
+   private:
+    std::atomic<int>* interrupts_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stopped_ = false;
+  };
+  std::atomic<int> stop{0}, interrupts{0};
+  c_.interrupt = &stop;
+  c_.make_phases = [&](const EffectiveSettings&) { return std::make_unique<Long>(&interrupts); };
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // after the 0.2 s baseline: in the call
+    stop = 1;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunOutcome o = runExperiment(c_);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stopper.join();
+  EXPECT_EQ(o.status, RunOutcome::Status::kInterrupted) << o.message;
+  EXPECT_EQ(interrupts, 1);
+  EXPECT_LT(took, 5.0);
+  EXPECT_EQ(lines(dir_ + "/results.jsonl").size(), 0u);
+}
+
+// A repetition whose baseline failed before the interrupt goes on from its next attempt; one that used
+// every attempt stays failed.
+TEST_F(Runner, AResumedRepetitionGoesOnFromItsNextAttempt) {
+  std::atomic<int> stop{0};
+  int quiesced = 0;
+  c_.interrupt = &stop;
+  c_.quiesce = [&](Meter& m, const QuiesceOptions& q, QuiesceRecord* r) {
+    const tpsResult_t rc = m.quiesce(q, r);
+    ++quiesced;
+    if (quiesced == 1) r->passed = false, r->reason = "scripted";  // A r1 attempt 1 fails
+    if (quiesced == 1) stop = 1;                                   // and the run stops there
+    return rc;
+  };
+  RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kInterrupted);
+  EXPECT_EQ(lines(dir_ + "/results.jsonl").size(), 0u);  // interrupted after the baseline: not an attempt
+  stop = 0;
+  quiesced = 0;
+  c_.quiesce = [&](Meter& m, const QuiesceOptions& q, QuiesceRecord* r) {
+    const tpsResult_t rc = m.quiesce(q, r);
+    if (++quiesced == 1) r->passed = false, r->reason = "scripted";
+    if (quiesced == 2) stop = 1;
+    return rc;
+  };
+  o = runExperiment([&] {
+    RunnerConfig c = c_;
+    c.resume = readRun(dir_);
+    return c;
+  }());
+  ASSERT_EQ(o.status, RunOutcome::Status::kInterrupted);
+  // A r1: attempt 1 failed (recorded), attempt 2's baseline interrupted.
+  RunRecord run = readRun(dir_);
+  ASSERT_EQ(run.repetitions.size(), 1u);
+  EXPECT_EQ(run.repetitions[0].attempt, 0);
+  stop = 0;
+  quiesced = 0;
+  c_.quiesce = nullptr;
+  RunnerConfig c = c_;
+  c.resume = run;
+  o = runExperiment(c);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  run = readRun(dir_);
+  ASSERT_EQ(run.repetitions.size(), 5u);
+  EXPECT_EQ(run.repetitions[1].arm, "A");
+  EXPECT_EQ(run.repetitions[1].repetition, 0);
+  EXPECT_EQ(run.repetitions[1].attempt, 1);  // the next attempt, not the first again
+  EXPECT_TRUE(run.repetitions[1].valid);
+}
+
+// The guards apply to a resume: another spec, build or machine than the folder's is refused, and nothing
+// is appended.
+TEST_F(Runner, AResumeOfAnotherRunIsRefused) {
+  ASSERT_EQ(runExperiment(c_).status, RunOutcome::Status::kDone);
+  const RunRecord folder = readRun(dir_);
+  const size_t lines_before = lines(dir_ + "/results.jsonl").size();
+  auto refusal = [&](RunnerConfig c) {
+    c.resume = folder;
+    const RunOutcome o = runExperiment(c);
+    EXPECT_EQ(o.status, RunOutcome::Status::kRefused);
+    EXPECT_EQ(lines(dir_ + "/results.jsonl").size(), lines_before);
+    return o.message;
+  };
+  RunnerConfig c = c_;
+  c.spec.shared.decode_tokens = 32;
+  EXPECT_NE(refusal(c).find("is not the run this spec, build and box make (arm A: decode_tokens = 32 here, 16 when "
+                            "the run started); nothing was run"),
+            std::string::npos)
+      << refusal(c);
+  c = c_;
+  c.versions = {{"tpscope", "9.9.9"}};
+  c.resume = folder;
+  c.resume->manifest.versions = {{"tpscope", "0.1.0"}};
+  {
+    const RunOutcome o = runExperiment(c);
+    EXPECT_EQ(o.status, RunOutcome::Status::kRefused);
+    EXPECT_NE(o.message.find("it was started by tpscope \"0.1.0\", this is \"9.9.9\""), std::string::npos) << o.message;
+  }
+  c = c_;
+  c.machine = {{"description", "1x other GPU (elsewhere)"}};
+  c.resume = folder;
+  c.resume->manifest.machine = {{"description", "2x NVIDIA H200 (here)"}};
+  {
+    const RunOutcome o = runExperiment(c);
+    EXPECT_EQ(o.status, RunOutcome::Status::kRefused);
+    EXPECT_NE(
+        o.message.find("it was started on \"2x NVIDIA H200 (here)\", this machine is \"1x other GPU (elsewhere)\""),
+        std::string::npos)
+        << o.message;
+  }
+  c = c_;
+  c.spec = parseSpec(std::string(kSpec) + kThreeArms, "tiny-three.toml");
+  EXPECT_NE(refusal(c).find("its arms are A, B, this spec and box run A, B, C"), std::string::npos);
+}
+
+// A new run never writes over a folder that holds one.
+TEST_F(Runner, ANewRunIntoAFolderThatHoldsOneIsRefused) {
+  ASSERT_EQ(runExperiment(c_).status, RunOutcome::Status::kDone);
+  const std::vector<std::string> before = lines(dir_ + "/results.jsonl");
+  const RunOutcome o = runExperiment(c_);
+  EXPECT_EQ(o.status, RunOutcome::Status::kFailed);
+  EXPECT_NE(o.message.find("holds a run already: continue it with `tpscope arms --resume"), std::string::npos)
+      << o.message;
+  EXPECT_EQ(lines(dir_ + "/results.jsonl"), before);
 }
 
 TEST(RunnerQuick, ShrinksTheSharedSettingsOnly) {

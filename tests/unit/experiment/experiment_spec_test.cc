@@ -2,6 +2,9 @@
 // Experiment specs: the shipped examples parse, and every way a spec can be wrong names its line.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "experiment/spec.h"
 
 namespace tpscope::experiment {
@@ -151,6 +154,57 @@ TEST(ExperimentSpec, BadValues) {
   expectError("[[arm]]\nname = \"X\"\ntokens_per_step = 0\n", 3, "out of range");
   expectError("[[arm]]\nname = \"X\"\nacceptance = 0\n", 3, "out of range (0");
   expectError("[[arm]]\nname = \"X\"\nacceptance = 1.5\n", 3, "out of range");
+}
+
+// NaN passed every range check (v < lo || v > hi is false for it): acceptance = nan ran a whole study
+// whose folder could not be read back, meter_period_ms = nan became a period of INT64_MIN us. Every
+// number key now refuses nan and both infinities, naming the key and the value.
+TEST(ExperimentSpec, NonFiniteNumbersAreRefusedWithTheKeyAndValue) {
+  const std::string kServer = "[experiment]\nengine = \"llama-server\"\nmodel = \"m.gguf\"\n";
+  struct Key {
+    std::string head, key;
+    int line;
+  };
+  const std::vector<Key> keys = {
+      {"[experiment]\n", "idle_seconds", 2},    {"[experiment]\n", "baseline_threshold_mbps", 2},
+      {"[experiment]\n", "meter_period_ms", 2}, {"[experiment]\n", "meter_idle_period_ms", 2},
+      {kServer, "start_timeout_s", 4},          {kServer, "request_timeout_s", 4}};
+  for (const Key& k : keys) {
+    for (const char* v : {"nan", "+nan", "-nan", "inf", "+inf", "-inf"}) {
+      const std::string text = k.head + k.key + " = " + v + "\n" + kArms;
+      try {
+        parseSpec(text, "spec.toml");
+        ADD_FAILURE() << k.key << " = " << v << " was accepted";
+      } catch (const SpecError& e) {
+        EXPECT_EQ(e.line, k.line) << e.what();
+        EXPECT_NE(std::string(e.what()).find("'" + k.key + "' = "), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("is not a finite number"), std::string::npos) << e.what();
+      }
+    }
+  }
+  for (const char* v : {"nan", "inf", "-inf"})
+    expectError(std::string("[[arm]]\nname = \"X\"\nacceptance = ") + v + "\n", 3, "'acceptance' = ");
+  expectError("[[arm]]\nname = \"X\"\nacceptance = nan\n", 3, "is not a finite number");
+}
+
+// A float key exactly at its bound is taken; the next double past it is not (an off-by-one in the range
+// check would pass the first test alone).
+TEST(ExperimentSpec, FloatKeysAreTakenExactlyUpToTheirBounds) {
+  EXPECT_DOUBLE_EQ(*parseSpec("[[arm]]\nname = \"X\"\nacceptance = 1\n").arms[0].delta.acceptance, 1.0);
+  EXPECT_DOUBLE_EQ(*parseSpec("[[arm]]\nname = \"X\"\nacceptance = 1.0\n").arms[0].delta.acceptance, 1.0);
+  expectError("[[arm]]\nname = \"X\"\nacceptance = 1.0000000000000002\n", 3, "out of range (0, 1]");
+  EXPECT_DOUBLE_EQ(parseSpec("[experiment]\nmeter_period_ms = 0.1\n" + kArms).shared.meter_period_ms, 0.1);
+  EXPECT_DOUBLE_EQ(parseSpec("[experiment]\nmeter_period_ms = 50\n" + kArms).shared.meter_period_ms, 50);
+  expectError("[experiment]\nmeter_period_ms = 50.00000000000001\n" + kArms, 2, "out of range");
+  expectError("[experiment]\nmeter_period_ms = 0.09999999999999999\n" + kArms, 2, "out of range");
+  EXPECT_DOUBLE_EQ(parseSpec("[experiment]\nidle_seconds = 0\n" + kArms).shared.idle_seconds, 0);
+}
+
+TEST(ExperimentSpec, AtMost64Arms) {
+  std::string text;
+  for (int i = 0; i < 64; ++i) text += "[[arm]]\nname = \"a" + std::to_string(i) + "\"\n";
+  EXPECT_EQ(parseSpec(text).arms.size(), 64u);
+  expectError(text + "[[arm]]\nname = \"a64\"\n", 129, "more than 64 arms");
 }
 
 // Found by fuzz/experiment/spec_fuzz.cc: toml++'s key parser asserted (without NDEBUG: abort) on a table

@@ -524,6 +524,41 @@ TEST(MeterCalibration, OwnBytesSoFarIsReadsTimesTheCalibratedCost) {
   EXPECT_DOUBLE_EQ(*own, want);
 }
 
+// A command that marks 200,000 windows: each window costs the reads around it, not a pass over (and,
+// as it did, a copy of) every GPU's whole series, so the windows of a long run come out in a blink.
+TEST(MeterSampler, ManyWindowsCostTheReadsAroundEachNotTheWholeSeries) {
+  std::vector<FakeGpuScript> s(2);
+  for (FakeGpuScript& g : s) {
+    g.background_bytes_per_s = {5e9, 5e9, 0, 0, 0, 0};  // busy: read at the period
+    g.read_cost_ns = g.nvlink_read_cost_ns = 20000;     // quick reads: a long series in two seconds
+  }
+  MeterOptions o;
+  o.period_us = 250;
+  auto m = startFake(s, o);
+  const int64_t t0 = Meter::now();
+  std::this_thread::sleep_for(milliseconds(2000));
+  const int64_t t1 = Meter::now();
+  m->stop();
+  const size_t rows = m->samples().size();
+  ASSERT_GT(rows, 20000u);
+  const int kWindows = 10000;
+  for (int i = 0; i < kWindows; ++i) {
+    const int64_t a = t0 + (t1 - t0) * i / kWindows;
+    ASSERT_EQ(m->addWindow("w", a, a + (t1 - t0) / kWindows), tpsSuccess);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<MeterWindow> ws = m->windows();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(ws.size(), static_cast<size_t>(kWindows));
+  // A pass over (and a copy of) each series per window is 10,000 x 2 GPUs x about 15,000 rows: seconds;
+  // the reads around each window are a handful: milliseconds.
+  EXPECT_LT(took, 1.0) << rows << " rows";
+  // The windows tile the run: their bytes add up to the run's.
+  double sum = 0;
+  for (const MeterWindow& w : ws) sum += w.cells[0][0].counted_bytes.value_or(0);
+  EXPECT_NEAR(sum, 5e9 * (t1 - t0) * 1e-9, 0.02 * 5e9 * (t1 - t0) * 1e-9);
+}
+
 TEST(MeterFakeScript, BurstsCountFromTheEpochAndBadScriptsSayWhy) {
   std::vector<FakeGpuScript> g;
   std::string reason;
@@ -548,6 +583,10 @@ TEST(MeterFakeScript, BurstsCountFromTheEpochAndBadScriptsSayWhy) {
     EXPECT_EQ(parseFakeScript(bad, 0, &g, &reason), tpsInvalidArgument) << bad;
     EXPECT_NE(reason.find("fake meter script"), std::string::npos) << reason;
   }
+  // A script is outside input too: nested too deep, it is refused like any other JSON from outside.
+  const std::string deep = R"({"gpus": [{"name": )" + std::string(100000, '[') + std::string(100000, ']') + "}]}";
+  EXPECT_EQ(parseFakeScript(deep, 0, &g, &reason), tpsInvalidArgument);
+  EXPECT_NE(reason.find("nested deeper than 64 levels"), std::string::npos) << reason;
 }
 
 }  // namespace tpscope::detail

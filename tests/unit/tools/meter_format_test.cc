@@ -5,7 +5,11 @@
 // scripted counters).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "fixtures.h"
 #include "meter.h"
@@ -113,6 +117,22 @@ TEST(MeterFormat, SummaryJsonGolden) {
   nlohmann::json doc = cli::summaryJson(summary());
   doc["context"]["tpscope_version"] = "X.Y.Z";
   testing::expectGolden("meter_summary_h200.json", doc.dump(2) + "\n");
+}
+
+// The JSON `tpscope meter --format json` prints, written window by window, is the document's own dump.
+TEST(MeterFormat, SummaryJsonWrittenByWindowIsTheDocumentsDump) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{4}}) {
+    cli::MeterSummary s = summary();
+    s.windows.resize(std::min(n, s.windows.size()));
+    char* buf = nullptr;
+    size_t len = 0;
+    std::FILE* f = open_memstream(&buf, &len);
+    cli::writeSummaryJson(s, f);
+    std::fclose(f);
+    const std::string written(buf, len);
+    std::free(buf);
+    EXPECT_EQ(written, cli::summaryJson(s).dump(2) + "\n") << n << " windows";
+  }
 }
 
 TEST(MeterFormat, SummaryFiguresAreTheWindowMath) {

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "cli_runner.h"
 #include "experiment_fixture.h"
@@ -56,6 +58,44 @@ TEST_F(ReportCli, CorruptManifestIsARuntimeError) {
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(lineCount(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("manifest.json is not valid JSON"), std::string::npos) << r.err;
+}
+
+// A run folder that needs more memory than the process may use (here 40 results lines, each keeping an
+// engine record of a million numbers, under a 600 MB data limit) is one line and exit 1, never an abort:
+// freeing a parsed document allocates, and a failure there aborted the process.
+TEST(ReportCliErrors, RunningOutOfMemoryIsOneLineAndExitOne) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitizer's shadow memory does not start under a 600 MB data limit (scripts/sanitize)";
+#endif
+  const std::string dir = tempDir("report_oom");
+  writeStudyRun(dir);
+  const std::string limit = "ulimit -d 600000 &&";
+  const CliResult fits = runTpscope("report " + dir + " --format json", limit);  // the limit leaves room to run
+  EXPECT_EQ(fits.exit_code, 0) << fits.err;
+  {
+    std::ifstream in(dir + "/results.jsonl");
+    std::string first;
+    std::getline(in, first);
+    nlohmann::json rep = nlohmann::json::parse(first);
+    std::string numbers = "[0";
+    for (int i = 1; i < 1000000; ++i) numbers += ",0";
+    numbers += "]";
+    std::ofstream f(dir + "/results.jsonl", std::ios::app);
+    for (int k = 0; k < 40; ++k) {
+      rep["repetition"] = 100 + k;
+      rep["phases"][0]["engine"] = "X";
+      std::string line = rep.dump();
+      line.replace(line.find("\"X\""), 3, numbers);
+      f << line << "\n";
+    }
+  }
+  const CliResult r = runTpscope("report " + dir + " --format json", limit);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("tpscope: error: out of memory: the input needs more memory than this process may use"),
+            std::string::npos)
+      << r.err;
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ReportCli, PlotsArePngsWhenMatplotlibIsThere) {

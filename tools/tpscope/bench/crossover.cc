@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 
+#include "allreduce/tuning.h"
 #include "bench/runner.h"
 
 namespace tpscope::cli {
@@ -87,8 +88,8 @@ int runCrossoverTune(const std::vector<int>& devices, const std::string& fingerp
     std::fprintf(stderr, "tpscope: error: no backend could be timed; %s has no auto table\n", path.c_str());
     return 1;
   }
-  nlohmann::json doc = nlohmann::json::object();
-  if (std::ifstream in(path); in) doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::string why;  // a file that cannot be read keeps nothing of it: the new document has the table
+  const nlohmann::json doc = detail::readTuneFile(path, &why).value_or(nlohmann::json::object());
   std::ofstream f(path);
   if (!(f << tuneDocumentWithCrossovers(doc, fingerprint, measured, timings).dump(2) << "\n")) {
     std::fprintf(stderr, "tpscope: error: cannot write the tuning file %s\n", path.c_str());
