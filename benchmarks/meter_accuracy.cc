@@ -33,9 +33,9 @@
 #include <thread>
 
 #include "common/cuda_raii.h"
+#include "meter/meter.h"
 #include "meter/record.h"
 #include "nvml/nvml_loader.h"
-#include "tpscope/meter.h"
 
 namespace tpscope::bench {
 cudaError_t launchEmptyKernels(cudaStream_t stream, int count);

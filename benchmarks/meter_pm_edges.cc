@@ -32,9 +32,9 @@
 #include <thread>
 
 #include "common/cuda_raii.h"
+#include "meter/meter.h"
 #include "meter/pm_edges.h"
 #include "nvml/nvml_loader.h"
-#include "tpscope/meter.h"
 
 namespace tpscope::bench {
 cudaError_t launchStamp(unsigned long long* out, cudaStream_t stream);

@@ -14,7 +14,7 @@
 
 #include "common/utf8.h"
 #include "engine/http.h"
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::engine {
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "experiment/record.h"
-#include "tpscope/meter.h"
+#include "experiment/run_folder.h"
+#include "meter/meter.h"
 
 namespace tpscope::experiment {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// record.cc - run folder JSON and JSONL, written as the run goes and read back for the report.
-#include "experiment/record.h"
+// run_folder.cc - run folder JSON and JSONL, written as the run goes and read back for the report.
+#include "experiment/run_folder.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// record.h - the run folder: everything `tpscope arms` measured, enough to re-render the report anywhere.
+// run_folder.h - the run folder: everything `tpscope arms` measured, enough to re-render the report anywhere.
 //
 //   RUN_DIR/manifest.json   spec (verbatim TOML), effective settings per arm, versions, topology,
 //                           start time, machine; "format": kRunFormat
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "experiment/guards.h"
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::experiment {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 #include "workload/model_config.h"
 
 namespace tpscope::experiment {

@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
+#include "meter/meter.h"
 #include "meter/source.h"
-#include "tpscope/meter.h"
 
 namespace tpscope::detail {
 

@@ -2,8 +2,8 @@
 // meter_internal.h - building a Meter from any SourceSet (the tests inject scripted sources).
 #pragma once
 
+#include "meter/meter.h"
 #include "meter/source.h"
-#include "tpscope/meter.h"
 
 namespace tpscope::detail {
 

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::detail {
 

@@ -12,7 +12,7 @@
 #include <optional>
 #include <vector>
 
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::detail {
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "meter/meter.h"
 #include "meter/pm.h"
-#include "tpscope/meter.h"
 
 namespace tpscope::detail {
 

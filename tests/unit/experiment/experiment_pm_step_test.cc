@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <functional>
 
-#include "experiment/record.h"
 #include "experiment/report_render.h"
+#include "experiment/run_folder.h"
 #include "experiment_fixture.h"
 
 namespace tpscope::experiment {

@@ -6,8 +6,8 @@
 #include <fstream>
 
 #include "experiment/arm_phases.h"
-#include "experiment/record.h"
 #include "experiment/report_render.h"
+#include "experiment/run_folder.h"
 #include "experiment_fixture.h"
 #include "meter/window.h"
 

@@ -8,9 +8,9 @@
 #include <cmath>
 
 #include "fixtures.h"
-#include "meter.h"
 #include "meter/calibrate.h"
 #include "meter/fake_source.h"
+#include "meter/meter_command.h"
 #include "meter/record.h"
 #include "meter/window.h"
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // meter_serve_test - `tpscope meter --serve`'s address parsing and the text format's escaping and
 // numbers. The endpoint itself, scraped by a real Prometheus, is tests/prometheus/meter_serve_test.py.
-#include "meter_serve.h"
+#include "meter/meter_serve.h"
 
 #include <gtest/gtest.h>
 

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// arms.cc - `tpscope arms SPEC.toml [--out RUN_DIR] [--quick]`.
+// arms/arms_command.cc - `tpscope arms SPEC.toml [--out RUN_DIR] [--quick]`.
 //
 // At the end: the report on stdout, plots in RUN_DIR/plots where python3 has matplotlib. Without GPUs it
 // says so in one line; when the spec names a recorded_run (examples/four-arms.toml does) it then renders
 // that recording and exits 0, so the README's first command shows real output anywhere; else it exits 1.
 // Tests: the hidden --fake-workload, together with TPSCOPE_METER_FAKE=1, runs the arms on a fake workload
 // (makeFakeArmPhases) and the meter's two scripted GPUs.
-#include "arms.h"
+#include "arms/arms_command.h"
 
 #include <fmt/format.h>
 
@@ -16,10 +16,10 @@
 #include <iostream>
 
 #include "experiment/configure.h"
-#include "experiment/record.h"
 #include "experiment/report_render.h"
+#include "experiment/run_folder.h"
 #include "experiment/spec.h"
-#include "report.h"
+#include "report/report_command.h"
 
 namespace tpscope::cli {
 

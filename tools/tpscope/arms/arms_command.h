@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// arms.h - `tpscope arms SPEC.toml [--out RUN_DIR] [--quick]`: the experiment, its run folder and report.
+// arms/arms_command.h - `tpscope arms SPEC.toml [--out RUN_DIR] [--quick]`: the experiment, its run folder and report.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench/runner.cc - timed AllReduce loops (eager and CUDA-graph) and the -c 1 check on real GPUs.
-#include "bench/runner.h"
+// bench/bench_runner.cc - timed AllReduce loops (eager and CUDA-graph) and the -c 1 check on real GPUs.
+#include "bench/bench_runner.h"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -200,7 +200,7 @@ CheckCounts AllReduceBench::check(tpsBackend_t backend, tpsDataType_t dtype, siz
   for (size_t r = 0; r < devices_.size(); ++r)
     TPS_BENCH_CUDA(cudaMemcpyAsync(host_[r].data(), ptrs[r], bytes, cudaMemcpyDeviceToHost, streams_[r].get()));
   syncAll();
-  for (size_t r = 0; r < devices_.size(); ++r)  // timing runs on zeros again (see bench/runner.h)
+  for (size_t r = 0; r < devices_.size(); ++r)  // timing runs on zeros again (see bench/bench_runner.h)
     TPS_BENCH_CUDA(cudaMemsetAsync(ptrs[r], 0, bytes, streams_[r].get()));
   return checkResults(kBenchSeed, dtype, count, results);
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench/runner.h - the measuring half of `tpscope bench allreduce`: one communicator over the GPUs, one
+// bench/bench_runner.h - the measuring half of `tpscope bench allreduce`: one communicator over the GPUs, one
 // buffer and one non-blocking stream per GPU, and the timed loops. Errors throw std::runtime_error
 // (the CLI prints one line and exits 1).
 //
@@ -33,7 +33,7 @@
 #include "bench/nccl_symm.h"
 #include "bench/table.h"
 #include "common/cuda_raii.h"
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::cli {

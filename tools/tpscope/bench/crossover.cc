@@ -8,7 +8,7 @@
 #include <fstream>
 #include <map>
 
-#include "bench/runner.h"
+#include "bench/bench_runner.h"
 
 namespace tpscope::cli {
 

@@ -154,7 +154,7 @@ std::unique_ptr<NcclSymm> NcclSymm::create(const std::vector<int>& devices, size
     DeviceGuard guard(devices[r]);
     if (ncclResult_t e = ncclMemAlloc(&out->buffers_[r], bytes); e != ncclSuccess)
       return failed(fmt::format("ncclMemAlloc of {} bytes on GPU {}", bytes, devices[r]), e);
-    // Timing runs on zeros, as for the other columns (bench/runner.h says why). The memset runs on the
+    // Timing runs on zeros, as for the other columns (bench/bench_runner.h says why). The memset runs on the
     // legacy stream, which the bench's non-blocking streams do not wait for: synchronise here.
     cudaError_t e = cudaMemset(out->buffers_[r], 0, bytes);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();

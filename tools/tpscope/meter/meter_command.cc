@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// meter.cc - `tpscope meter`: live mode, and wrapped mode (`tpscope meter [options] -- CMD ARGS`).
+// meter/meter_command.cc - `tpscope meter`: live mode, and wrapped mode (`tpscope meter [options] -- CMD ARGS`).
 //
 // Wrapped mode runs CMD with TPSCOPE_METER_PIPE naming a FIFO; CMD marks windows by writing
 // `begin NAME` / `end NAME` lines to it (src/meter/control.h). When CMD exits, tpscope prints one
@@ -11,7 +11,7 @@
 // Signals: SIGINT/SIGTERM set a flag. A terminal's Ctrl-C reaches CMD too (same process group), so
 // tpscope only forwards a signal that was sent to it alone (si_code SI_USER: `kill PID`); a second
 // one kills CMD. Either way the summary and --out are still written.
-#include "meter.h"
+#include "meter/meter_command.h"
 
 #include <signal.h>
 #include <time.h>
@@ -27,9 +27,9 @@
 
 #include "engine/process.h"
 #include "meter/control.h"
+#include "meter/meter_serve.h"
 #include "meter/record.h"
 #include "meter/source.h"
-#include "meter_serve.h"
 
 namespace tpscope::cli {
 

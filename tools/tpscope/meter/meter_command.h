@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// meter.h - `tpscope meter`: live PCIe/NVLink rates like `nvidia-smi dmon -s t`, or the bytes of a
+// meter/meter_command.h - `tpscope meter`: live PCIe/NVLink rates like `nvidia-smi dmon -s t`, or the bytes of a
 // wrapped command and of the windows it marks through the control pipe.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cli.h"
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::cli {
 

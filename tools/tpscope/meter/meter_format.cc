@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// meter_format.cc - the text shapes of `tpscope meter`: live rows and the per-window summary.
+// meter/meter_format.cc - the text shapes of `tpscope meter`: live rows and the per-window summary.
 // Pinned by golden files (tests/unit/golden/meter_*), so they are a contract.
 #include <fmt/format.h>
 
 #include <map>
 
-#include "meter.h"
+#include "meter/meter_command.h"
 #include "meter/record.h"
 #include "tpscope/tpscope.h"
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// meter_serve.cc - the /metrics endpoint of `tpscope meter --serve` (cpp-httplib).
-#include "meter_serve.h"
+// meter/meter_serve.cc - the /metrics endpoint of `tpscope meter --serve` (cpp-httplib).
+#include "meter/meter_serve.h"
 
 #include <httplib.h>
 #include <sys/socket.h>

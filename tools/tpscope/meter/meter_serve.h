@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// meter_serve.h - `tpscope meter --serve [ADDR:]PORT`: the meter's counters for Prometheus at /metrics.
+// meter/meter_serve.h - `tpscope meter --serve [ADDR:]PORT`: the meter's counters for Prometheus at /metrics.
 //
 // Threads, all bounded: the listener, kServeWorkers workers that answer scrapes (kServeQueue more
 // connections wait; beyond that a connection is closed at once), and a link watcher that reads each
@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace httplib {
 class Server;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// report.cc - `tpscope report RUN_DIR [--format md|json] [--plots] [--plot-dir DIR]`.
-#include "report.h"
+// report/report_command.cc - `tpscope report RUN_DIR [--format md|json] [--plots] [--plot-dir DIR]`.
+#include "report/report_command.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 #include <fstream>
 #include <iostream>
 
-#include "experiment/record.h"
 #include "experiment/report_render.h"
+#include "experiment/run_folder.h"
 
 namespace tpscope::cli {
 

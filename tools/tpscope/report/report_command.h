@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// report.h - `tpscope report RUN_DIR`: the study's tables from a recorded run, markdown or JSON, and plots.
+// report/report_command.h - `tpscope report RUN_DIR`: the study's tables from a recorded run, markdown or JSON, and
+// plots.
 #pragma once
 
 #include <memory>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// topo.cc - `tpscope topo`.
-#include "topo.h"
+// topo/topo_command.cc - `tpscope topo`.
+#include "topo/topo_command.h"
 
 #include <fmt/format.h>
 

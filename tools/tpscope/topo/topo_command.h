@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// topo.h - `tpscope topo`: devices, links, P2P matrix, ceilings, and which AllReduce paths work and why.
+// topo/topo_command.h - `tpscope topo`: devices, links, P2P matrix, ceilings, and which AllReduce paths work and why.
 #pragma once
 
 #include <memory>

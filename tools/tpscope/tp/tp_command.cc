@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// tp.cc - `tpscope tp`: options, checks, and running the phases.
-#include "tp.h"
+// tp/tp_command.cc - `tpscope tp`: options, checks, and running the phases.
+#include "tp/tp_command.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// tp.h - `tpscope tp`: the synthetic tensor-parallel transformer, prefill and decode, in one split mode.
+// tp/tp_command.h - `tpscope tp`: the synthetic tensor-parallel transformer, prefill and decode, in one split mode.
 #pragma once
 
 #include <memory>

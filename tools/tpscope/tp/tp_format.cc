@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// tp_format.cc - `tpscope tp` table and JSON.
+// tp/tp_format.cc - `tpscope tp` table and JSON.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <ctime>
 
-#include "tp.h"
+#include "tp/tp_command.h"
 #include "tpscope/tpscope.h"
 #include "tpscope/version.h"
 
