@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "common/utf8.h"
+#include "meter/pm_bursts.h"
 #include "meter/window.h"
 
 namespace tpscope::experiment {
@@ -475,9 +476,10 @@ std::vector<GpuTraffic> trafficFromWindow(const MeterWindow& w, const std::vecto
     t.nvlink_rx_mbps = c[static_cast<int>(MeterCounter::kNvlinkRx)].mean_mbps;
     t.nvlink_tx_mbps = c[static_cast<int>(MeterCounter::kNvlinkTx)].mean_mbps;
     t.samples = rx.samples;
-    t.dmon_rx_mbps = rx.dmon_mbps;
-    t.dmon_tx_mbps = tx.dmon_mbps;
-    t.dmon_samples = rx.dmon_samples;
+    // The dmon figure beside the first source's (the runner runs it beside NVML).
+    const MeterCell::Beside *drx = rx.from("dmon"), *dtx = tx.from("dmon");
+    if (drx) t.dmon_rx_mbps = drx->figure.mean_mbps, t.dmon_samples = drx->figure.samples;
+    if (dtx) t.dmon_tx_mbps = dtx->figure.mean_mbps;
     t.ceiling_mbps = gpus[i].pcie_ceiling_mbps;
     out.push_back(t);
   }
@@ -524,23 +526,9 @@ std::optional<double> windowBytesFromSamples(const RunRecord& run, const std::st
   return *b - *a;
 }
 
-namespace {
-
-// Why one GPU's records do not cover [a, b] without a space (one longer than half an interval, the
-// meter's rule for a gap between PM records), or "" when they do.
-std::string pmCoverage(const std::vector<MeterPmSample>& r, int64_t a, int64_t b, int64_t interval_ns) {
-  if (r.empty()) return "no PM records over the step";
-  if (r.front().t_start_ns > a || r.back().t_end_ns < b) return "PM records do not cover the step";
-  for (size_t i = 1; i < r.size(); ++i)
-    if (r[i].t_start_ns - r[i - 1].t_end_ns > interval_ns / 2) return "a gap between PM records";
-  return "";
-}
-
-}  // namespace
-
 std::optional<PmStep> pmStepFromSamples(int64_t start_ns, int64_t end_ns, int64_t steps,
                                         const std::vector<PathCalls>& allreduce,
-                                        const std::vector<MeterPmSample>& samples, const std::vector<MeterGpu>& gpus,
+                                        const std::vector<MeterRecord>& samples, const std::vector<MeterGpu>& gpus,
                                         int64_t interval_us) {
   if (steps < 1 || end_ns <= start_ns) return std::nullopt;
   PmStep s;
@@ -555,10 +543,11 @@ std::optional<PmStep> pmStepFromSamples(int64_t start_ns, int64_t end_ns, int64_
   for (const PathCalls& pc : allreduce) calls += pc.calls;
   if (calls > 0) s.allreduce_calls_per_step = static_cast<double>(calls) / static_cast<double>(steps);
   for (size_t k = 0; k < gpus.size(); ++k) {
-    std::vector<MeterPmSample> mine;
-    for (const MeterPmSample& m : samples)
+    std::vector<MeterRecord> mine;
+    for (const MeterRecord& m : samples)
       if (m.gpu == static_cast<int>(k) && m.t_end_ns > s.start_ns && m.t_start_ns < s.end_ns) mine.push_back(m);
-    std::string why = pmCoverage(mine, s.start_ns, s.end_ns, interval_us * 1000);
+    std::string why =
+        tpscope::detail::pmStepFigures(mine, s.start_ns, s.end_ns, interval_us, tpscope::detail::kStepBurstRule).why;
     if (mine.size() > kPmStepMaxRecords) {
       why = fmt::format("the step spans {} records, the first {} are kept", mine.size(), kPmStepMaxRecords);
       mine.resize(kPmStepMaxRecords);
@@ -569,7 +558,7 @@ std::optional<PmStep> pmStepFromSamples(int64_t start_ns, int64_t end_ns, int64_
     }
     PmStepGpu g;
     g.gpu = gpus[k].index;
-    for (const MeterPmSample& m : mine) g.samples.push_back({m.t_start_ns - s.start_ns, m.bytes[0], m.bytes[1]});
+    for (const MeterRecord& m : mine) g.samples.push_back({m.t_start_ns - s.start_ns, m.bytes[0], m.bytes[1]});
     s.gpus.push_back(std::move(g));
   }
   return s;

@@ -195,12 +195,12 @@ std::optional<double> windowBytesFromSamples(const RunRecord& run, const std::st
                                              MeterCounter c, int64_t start_ns, int64_t end_ns);
 
 // The step in the middle of the window [start_ns, end_ns] cut into `steps` equal steps, with every PM
-// record of `samples` (Meter::pmSamples(); positions mapped to CUDA ordinals through `gpus`) that
+// record of `samples` (Meter::records(); positions mapped to CUDA ordinals through `gpus`) that
 // overlaps it, and the library's calls per step from `allreduce`. nullopt when steps < 1 or the
 // window is empty. Pure: the runner calls it for a decode phase when PM ran.
 std::optional<PmStep> pmStepFromSamples(int64_t start_ns, int64_t end_ns, int64_t steps,
                                         const std::vector<PathCalls>& allreduce,
-                                        const std::vector<MeterPmSample>& samples, const std::vector<MeterGpu>& gpus,
+                                        const std::vector<MeterRecord>& samples, const std::vector<MeterGpu>& gpus,
                                         int64_t interval_us);
 
 // The samples of one repetition as rows (PCIe reads only carry PCIe values, NVLink reads NVLink).

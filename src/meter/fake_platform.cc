@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// fake_source.cc - scripted counter and dmon readers (tests and CI: MeterOptions::fake_gpus).
-#include "meter/fake_source.h"
+// fake_platform.cc - scripted counter, dmon and PM readers (tests and CI: MeterOptions::fake_gpus).
+#include "meter/fake_platform.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -34,6 +34,7 @@ class FakeCounterReader : public CounterReader {
       : s_(s), t0_(t0), tally_(std::move(tally)) {}
   uint32_t supported() const override { return s_.supported; }
   int widthBits(MeterCounter c) const override { return isPcie(c) ? 32 : 64; }
+  int nvlinkLinks() const override { return (s_.supported & 0x0c) ? s_.nvlink_links : 0; }
   bool read(MeterGroup group, Reading* out) override {
     *out = Reading{};
     out->t_before_ns = monotonicNs();
@@ -135,33 +136,51 @@ double fakeCumulative(const FakeGpuScript& s, MeterCounter c, double t_s) {
   return v;
 }
 
-SourceSet makeFakeSources(const std::vector<FakeGpuScript>& scripts, MeterMethod method, MeterSource source,
-                          int64_t pm_interval_us) {
-  SourceSet set;
-  const int64_t t0 = monotonicNs();
-  for (size_t k = 0; k < scripts.size(); ++k) {
-    const FakeGpuScript& s = scripts[k];
-    MeterGpu g;
-    g.index = static_cast<int>(k);
-    g.name = s.name;
-    g.bus_id = "0000:F" + std::to_string(k) + ":00.0";
-    g.uuid = !s.uuid.empty() ? s.uuid : "GPU-fa4e0000-0000-0000-0000-00000000000" + std::to_string(k % 10);
-    for (int c = 0; c < kMeterCounters; ++c) g.supported[c] = s.supported & (1u << c);
-    g.nvlink_links = (s.supported & 0x0c) ? s.nvlink_links : 0;
-    g.pcie_ceiling_mbps = s.pcie_ceiling_mbps;
-    g.nvlink_ceiling_mbps = s.nvlink_ceiling_mbps;
-    auto tally = std::make_shared<ReadTally>();
-    if (source == MeterSource::kPm)
-      for (int c = 2; c < kMeterCounters; ++c) g.supported[c] = false;  // PM counts PCIe only
-    if (method != MeterMethod::kDmon && source != MeterSource::kPm)
-      set.counters.push_back(std::make_unique<FakeCounterReader>(s, t0, tally));
-    if (source != MeterSource::kNvml) set.pm.push_back(std::make_unique<FakePmReader>(s, t0, pm_interval_us * 1000));
-    if (method != MeterMethod::kCounters) set.dmon.push_back(std::make_unique<FakeDmonReader>(s, int(k), t0, tally));
-    set.gpus.push_back(g);
+namespace {
+
+class FakePlatform : public Platform {
+ public:
+  FakePlatform(const std::vector<FakeGpuScript>& scripts, int64_t pm_interval_us)
+      : scripts_(scripts), t0_(monotonicNs()), pm_interval_ns_(pm_interval_us * 1000) {
+    for (size_t k = 0; k < scripts_.size(); ++k) {
+      const FakeGpuScript& s = scripts_[k];
+      MeterGpu g;
+      g.index = static_cast<int>(k);
+      g.name = s.name;
+      g.bus_id = "0000:F" + std::to_string(k) + ":00.0";
+      g.uuid = !s.uuid.empty() ? s.uuid : "GPU-fa4e0000-0000-0000-0000-00000000000" + std::to_string(k % 10);
+      g.pcie_ceiling_mbps = s.pcie_ceiling_mbps;
+      g.nvlink_ceiling_mbps = s.nvlink_ceiling_mbps;
+      gpus_.push_back(g);
+      tallies_.push_back(std::make_shared<ReadTally>());
+    }
   }
-  set.processes = [scripts](int gpu) -> std::optional<std::vector<unsigned>> { return scripts[gpu].pids; };
-  set.pcie_link = [scripts](int gpu) { return scripts[gpu].pcie_link; };
-  return set;
+  const std::vector<MeterGpu>& gpus() const override { return gpus_; }
+  std::vector<MeterGpu>& mutableGpus() { return gpus_; }
+  std::unique_ptr<CounterReader> counterReader(size_t k, std::string*) override {
+    return std::make_unique<FakeCounterReader>(scripts_[k], t0_, tallies_[k]);
+  }
+  std::unique_ptr<DmonReader> dmonReader(size_t k, std::string*) override {
+    return std::make_unique<FakeDmonReader>(scripts_[k], static_cast<int>(k), t0_, tallies_[k]);
+  }
+  tpsResult_t pmReaders(std::vector<std::unique_ptr<PmReader>>* out, std::string*) override {
+    for (const FakeGpuScript& s : scripts_) out->push_back(std::make_unique<FakePmReader>(s, t0_, pm_interval_ns_));
+    return tpsSuccess;
+  }
+  std::optional<std::vector<unsigned>> processes(size_t k) override { return scripts_[k].pids; }
+  MeterPcieLink pcieLink(size_t k) override { return scripts_[k].pcie_link; }
+
+ private:
+  std::vector<FakeGpuScript> scripts_;
+  int64_t t0_, pm_interval_ns_;
+  std::vector<MeterGpu> gpus_;
+  std::vector<std::shared_ptr<ReadTally>> tallies_;
+};
+
+}  // namespace
+
+std::unique_ptr<Platform> makeFakePlatform(const std::vector<FakeGpuScript>& scripts, int64_t pm_interval_us) {
+  return std::make_unique<FakePlatform>(scripts, pm_interval_us);
 }
 
 namespace {
@@ -221,7 +240,7 @@ tpsResult_t parseFakeScript(const std::string& text, double now_unix_s, std::vec
   return tpsSuccess;
 }
 
-tpsResult_t openFakeSources(const MeterOptions& options, SourceSet* out, std::string* reason) {
+tpsResult_t openFakePlatform(const MeterOptions& options, std::unique_ptr<Platform>* out, std::string* reason) {
   // Without a script: two GPUs with steady traffic; GPU0 sends 1000 MB/s over PCIe and 2000 MB/s over
   // NVLink to GPU1.
   std::vector<FakeGpuScript> all(2);
@@ -255,8 +274,9 @@ tpsResult_t openFakeSources(const MeterOptions& options, SourceSet* out, std::st
     chosen.push_back(s);
   }
   for (FakeGpuScript& s : chosen) s.pm_own_bytes_per_s = {1.4e6, 0.3e6};  // what H200's sampler adds at 100 us
-  *out = makeFakeSources(chosen, options.method, options.source, options.pm_interval_us);
-  for (size_t k = 0; k < ids.size(); ++k) out->gpus[k].index = ids[k];
+  auto platform = std::make_unique<FakePlatform>(chosen, options.pm_interval_us);
+  for (size_t k = 0; k < ids.size(); ++k) platform->mutableGpus()[k].index = ids[k];
+  *out = std::move(platform);
   return tpsSuccess;
 }
 

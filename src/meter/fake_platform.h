@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// fake_source.h - scripted GPUs for tests: counters that grow at rates the test chooses.
+// fake_platform.h - scripted GPUs for tests and CI: counters that grow at rates the test chooses, read
+// by every source as the real GPUs would be (the platform of source.h).
 //
 // A script gives each counter a constant background rate plus bursts [from, to) at extra rates,
 // relative to the moment the reader is created. PCIe values are returned modulo 2^32 from a start
@@ -37,7 +38,7 @@ struct FakeGpuScript {
   std::array<double, kMeterCounters> background_bytes_per_s{};
   std::vector<FakeBurst> bursts;
   int64_t read_cost_ns = 200000;         // each PCIe read sleeps this long, like an NVML call
-  int64_t nvlink_read_cost_ns = 200000;  // each NVLink read (H200: ~22 ms for 18 links)
+  int64_t nvlink_read_cost_ns = 200000;  // each NVLink read (far slower on real GPUs: docs/METHOD.md)
   int64_t dmon_window_ns = 20000000;     // the dmon call blocks this long and reports the mean over it
   // What each read adds to each counter of this GPU, as a real NVML read adds its own PCIe traffic
   // (by kind: a PCIe read, an NVLink read, a dmon call); counted right after the read's values.
@@ -45,7 +46,7 @@ struct FakeGpuScript {
   std::optional<double> pcie_ceiling_mbps = 63015.4, nvlink_ceiling_mbps = 478116;
   int nvlink_links = 18;
   std::vector<unsigned> pids;  // what the process check reports
-  // PM sampling (MeterSource pm/both): what the sampler itself adds per direction ([0] TX, [1] RX,
+  // PM sampling (the pm source): what the sampler itself adds per direction ([0] TX, [1] RX,
   // bytes/s), spans [from, to) in seconds where the hardware drops records (a gap), and the moment
   // its buffer overflows (the session ends); < 0: never.
   std::array<double, 2> pm_own_bytes_per_s{};
@@ -63,11 +64,10 @@ tpsResult_t parseFakeScript(const std::string& text, double now_unix_s, std::vec
 // Cumulative bytes of counter c after `t_s` seconds of the script (exact integral).
 double fakeCumulative(const FakeGpuScript& s, MeterCounter c, double t_s);
 
-// A SourceSet from scripts; time 0 of every script is the call to this function. With source pm no
-// counter readers are made (NVML is not read); with pm or both, a PM reader per GPU whose records
-// last pm_interval_us and whose clock runs kFakePmClockOffsetNs ahead of the monotonic one.
-SourceSet makeFakeSources(const std::vector<FakeGpuScript>& scripts, MeterMethod method,
-                          MeterSource source = MeterSource::kNvml, int64_t pm_interval_us = 100);
+// A platform from scripts; time 0 of every script is the call to this function. Its PM readers' records
+// last pm_interval_us, on a clock kFakePmClockOffsetNs ahead of the monotonic one. The readers of one
+// GPU share what each read adds (FakeGpuScript::bytes_per_read), as one real GPU's do.
+std::unique_ptr<Platform> makeFakePlatform(const std::vector<FakeGpuScript>& scripts, int64_t pm_interval_us = 100);
 constexpr int64_t kFakePmClockOffsetNs = 1700000000LL * 1000000000LL;
 
 }  // namespace tpscope::detail

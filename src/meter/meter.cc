@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// meter.cc - the public Meter: options, the window book, quiescing; the threads live in Sampler.
+// meter.cc - the public Meter: options, the sources it runs, the window book, quiescing; the threads
+// live in the sources.
 //
-// Locks: mu guards the book, the closed windows and the quiescing records; the sampler has its
-// own lock for the series. Where both are needed, mu is taken first and the sampler's inside it
-// (windows()); the sampler never calls back into the Meter, so there is no opposite order.
+// Locks: mu guards the book, the closed windows and the quiescing records; each source has its own
+// lock for its series. Where both are needed, mu is taken first and a source's inside it (windows());
+// a source never calls back into the Meter, so there is no opposite order.
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,8 +17,8 @@
 #include "meter/calibrate.h"
 #include "meter/control.h"
 #include "meter/meter_internal.h"
-#include "meter/pm_sampler.h"
 #include "meter/sampler.h"
+#include "meter/window.h"
 
 TPS_PARAM_INT(MeterPeriodUs, "TPSCOPE_METER_PERIOD_US", tpscope::detail::kDefaultPeriodUs)
 TPS_PARAM_INT(MeterNvlinkLinksPerCall, "TPSCOPE_METER_NVLINK_LINKS_PER_CALL",
@@ -26,39 +27,31 @@ TPS_PARAM_INT(MeterNvlinkLinksPerCall, "TPSCOPE_METER_NVLINK_LINKS_PER_CALL",
 namespace tpscope {
 
 struct Meter::Impl {
-  Impl(const MeterOptions& o, detail::SourceSet src) : options(o) {
-    std::vector<std::unique_ptr<detail::PmReader>> pm_readers = std::move(src.pm);
-    if (!pm_readers.empty()) pm = std::make_unique<detail::PmSampler>(o, std::move(pm_readers), src.gpus);
-    sampler = std::make_unique<detail::Sampler>(o, std::move(src));
-  }
+  Impl(const MeterOptions& o, std::unique_ptr<detail::Platform> p)
+      : options(o), platform(std::move(p)), gpus(platform->gpus()), ledger(gpus.size()) {}
 
   MeterOptions options;
-  std::unique_ptr<detail::Sampler> sampler;
-  std::unique_ptr<detail::PmSampler> pm;  // source pm/both
-  mutable std::mutex mu;                  // guards the members below
+  std::unique_ptr<detail::Platform> platform;
+  std::vector<MeterGpu> gpus;
+  detail::CallLedger ledger;
+  std::vector<std::unique_ptr<detail::Source>> sources;  // in registry order: the order they start
+  std::vector<const detail::Source*> ordered;            // in options.sources order: the first fills the cells
+  const detail::Sampler* sampler = nullptr;              // the first source's that reads cumulative counters
+  mutable std::mutex mu;                                 // guards the members below
   bool stopped = false;
   detail::WindowBook book;
   std::vector<detail::ClosedWindow> closed;
   std::vector<QuiesceRecord> quiesces;
 
   MeterWindow compute(const detail::ClosedWindow& w) const {
-    MeterWindow out =
-        sampler->withData([&](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>& dmon) {
-          MeterWindow mw = detail::computeWindow(w.name, w.repetition, w.start_ns, w.end_ns, series, sampler->gpus(),
-                                                 dmon, options.peak_span_ms, &sampler->calibration());
-          for (size_t k = 0; k < series.size(); ++k)
-            mw.nvml_wrap_gaps +=
-                detail::nvmlWrapGapsIn(series[k], w.start_ns, w.end_ns, sampler->gpus()[k].pcie_ceiling_mbps);
-          return mw;
-        });
-    if (pm) {
-      pm->withData([&](const std::vector<detail::PmSeries>& series) {
-        detail::applyPm(&out, series, sampler->gpus(), pm->ownBps(), options.source == MeterSource::kPm,
-                        options.peak_span_ms);
-      });
-      if (options.source == MeterSource::kPm) out.complete = out.pm_complete;
-    }
-    return out;
+    return detail::computeWindow(w.name, w.repetition, w.start_ns, w.end_ns, ordered, gpus, options.peak_span_ms);
+  }
+  // Every source's own traffic on counter c of GPU k in [a, b]; nullopt when none measured its own.
+  std::optional<double> own(size_t k, MeterCounter c, int64_t a, int64_t b) const {
+    std::optional<double> sum;
+    for (const detail::Source* s : ordered)
+      if (const std::optional<detail::OwnBytes> o = s->own(k, c, a, b)) sum = sum.value_or(0) + o->bytes;
+    return sum;
   }
 };
 
@@ -76,18 +69,11 @@ int64_t Meter::now() { return detail::monotonicNs(); }
 tpsResult_t Meter::start(const MeterOptions& options, std::unique_ptr<Meter>* out, std::string* reason) {
   MeterOptions o = options;
   if (tpsResult_t r = detail::resolveOptions(&o, reason); r != tpsSuccess) return r;
-  detail::SourceSet set;
-  tpsResult_t r = o.fake_gpus ? detail::openFakeSources(o, &set, reason) : detail::openNvmlSources(o, &set, reason);
+  std::unique_ptr<detail::Platform> platform;
+  tpsResult_t r =
+      o.fake_gpus ? detail::openFakePlatform(o, &platform, reason) : detail::openNvmlPlatform(o, &platform, reason);
   if (r != tpsSuccess) return r;
-  if (!o.fake_gpus && o.source != MeterSource::kNvml) {
-    if (o.source == MeterSource::kPm) {  // NVML is not read: PCIe from PM only, NVLink N/A
-      set.counters.clear();
-      for (MeterGpu& g : set.gpus)
-        for (int c = 2; c < kMeterCounters; ++c) g.supported[c] = false;
-    }
-    if (tpsResult_t p = detail::openCuptiPmReaders(o, set.gpus, &set.pm, reason); p != tpsSuccess) return p;
-  }
-  return detail::createMeter(o, std::move(set), out, reason);
+  return detail::createMeter(o, std::move(platform), out, reason);
 }
 
 tpsResult_t detail::resolveOptions(MeterOptions* o, std::string* reason) {
@@ -141,18 +127,35 @@ tpsResult_t detail::resolveOptions(MeterOptions* o, std::string* reason) {
     *reason = "the PM calibration time must be 0 ms or more";
     return tpsInvalidArgument;
   }
+  std::string text;
+  for (const std::string& s : o->sources) text += (text.empty() ? "" : ",") + s;
+  if (!parseMeterSources(text, reason)) return tpsInvalidArgument;
   return tpsSuccess;
 }
 
-tpsResult_t detail::createMeter(const MeterOptions& options, SourceSet sources, std::unique_ptr<Meter>* out,
-                                std::string* reason) {
-  auto impl = std::make_unique<Meter::Impl>(options, std::move(sources));
-  // PM first: its configuration (~0.3 s) and the measure of its own traffic then see the NVML
-  // sampler's steady idle reads only, and the NVML calibration sees PM's steady traffic in both of
-  // its alternating intervals, where it cancels.
-  if (impl->pm)
-    if (tpsResult_t r = impl->pm->start(reason); r != tpsSuccess) return r;
-  if (tpsResult_t r = impl->sampler->start(reason); r != tpsSuccess) return r;
+tpsResult_t detail::createMeter(const MeterOptions& options, std::unique_ptr<Platform> platform,
+                                std::unique_ptr<Meter>* out, std::string* reason) {
+  auto impl = std::make_unique<Meter::Impl>(options, std::move(platform));
+  impl->ledger.calibration.note = "not calibrated: NVML's counters are not read";
+  SourceContext ctx{impl->options, *impl->platform, impl->gpus, impl->ledger};
+  const std::vector<std::string>& asked = impl->options.sources;
+  for (const SourceEntry* e : sourceRegistry()) {
+    if (std::find(asked.begin(), asked.end(), e->name) == asked.end()) continue;
+    std::unique_ptr<Source> s;
+    if (tpsResult_t r = e->open(ctx, &s, reason); r != tpsSuccess) return r;
+    impl->sources.push_back(std::move(s));
+  }
+  for (const std::string& name : asked)
+    for (const auto& s : impl->sources)
+      if (name == s->name()) impl->ordered.push_back(s.get());
+  for (const Source* s : impl->ordered)
+    if (!impl->sampler) impl->sampler = s->sampler();
+  // In registry order (sources/registry.cc says why); a failure stops those already started.
+  for (size_t i = 0; i < impl->sources.size(); ++i)
+    if (tpsResult_t r = impl->sources[i]->start(reason); r != tpsSuccess) {
+      while (i > 0) impl->sources[--i]->stop();
+      return r;
+    }
   *out = MeterFactory::make(std::move(impl));
   return tpsSuccess;
 }
@@ -164,7 +167,7 @@ tpsResult_t Meter::begin(const std::string& name) {
   TPS_EXPECT(!impl_->stopped, tpsInvalidUsage, "meter: begin('{}') after stop()", name);
   auto err = impl_->book.begin(name, t);
   TPS_EXPECT(!err, tpsInvalidUsage, "meter: {}", err.value_or(""));
-  impl_->sampler->wake();  // a read right after the edge (when the period adapts)
+  for (const auto& s : impl_->sources) s->wake();  // a read right after the edge (when the period adapts)
   return tpsSuccess;
 }
 
@@ -175,11 +178,13 @@ tpsResult_t Meter::end(const std::string& name) {
   auto err = impl_->book.end(name, t, &w);
   TPS_EXPECT(!err, tpsInvalidUsage, "meter: {}", err.value_or(""));
   impl_->closed.push_back(w);
-  impl_->sampler->wake();
+  for (const auto& s : impl_->sources) s->wake();
   return tpsSuccess;
 }
 
-void Meter::readNow() { impl_->sampler->wake(); }
+void Meter::readNow() {
+  for (const auto& s : impl_->sources) s->wake();
+}
 
 tpsResult_t Meter::addWindow(const std::string& name, int64_t start_ns, int64_t end_ns) {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -192,38 +197,24 @@ tpsResult_t Meter::addWindow(const std::string& name, int64_t start_ns, int64_t 
 
 tpsResult_t Meter::quiesce(const QuiesceOptions& opts, QuiesceRecord* out) {
   TPS_EXPECT(opts.idle_ms >= 0 && opts.threshold_mbps >= 0, tpsInvalidArgument, "meter: bad quiesce options");
-  const bool counters = impl_->sampler->hasCounters();
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    // With source pm NVML is not read: the idle interval is judged on PM's PCIe figures alone.
-    TPS_EXPECT(!impl_->stopped && (counters || impl_->pm), tpsInvalidUsage,
-               "meter: quiesce needs a running counter or PM sampler");
+    TPS_EXPECT(!impl_->stopped && !impl_->ordered.empty(), tpsInvalidUsage, "meter: quiesce needs a running source");
   }
   const int64_t start = now();
   std::this_thread::sleep_for(std::chrono::milliseconds(opts.idle_ms));
   const int64_t end = now();
-  // Wait (briefly) for a read of every counter after `end` on every GPU (NVLink reads take ~22 ms on
-  // H200), and for PM records past `end` (they are decoded every pm_decode_ms), so that the interval
-  // is bracketed.
-  auto counters_bracketed = [this, end](const std::vector<detail::Series>& series,
-                                        const std::vector<MeterDmonSample>&) {
-    for (size_t k = 0; k < series.size(); ++k)
-      if (!detail::readAfter(series[k], gpus()[k], end)) return false;
-    return true;
-  };
-  auto pm_bracketed = [end](const std::vector<detail::PmSeries>& series) {
-    for (const detail::PmSeries& s : series)
-      if (!s.ended && (s.samples.empty() || s.samples.back().t_end_ns < end)) return false;
-    return true;
-  };
+  // Wait (briefly) for every source to have read past `end` on every GPU (an NVLink read is slow; PM
+  // records are decoded every pm_decode_ms), so that the interval is bracketed.
   auto bracketed = [&] {
-    return (!counters || impl_->sampler->withData(counters_bracketed)) &&
-           (!impl_->pm || impl_->pm->withData(pm_bracketed));
+    for (const detail::Source* s : impl_->ordered)
+      if (!s->readAfter(end)) return false;
+    return true;
   };
   for (int i = 0; i < 1000 && !bracketed(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::vector<std::optional<std::vector<unsigned>>> pids;
   if (opts.check_processes)
-    for (size_t k = 0; k < gpus().size(); ++k) pids.push_back(impl_->sampler->processes(static_cast<int>(k)));
+    for (size_t k = 0; k < gpus().size(); ++k) pids.push_back(impl_->platform->processes(k));
   const MeterWindow idle = impl_->compute({"quiesce", 0, start, end});
   std::vector<unsigned> own = opts.own_pids;
   own.push_back(static_cast<unsigned>(getpid()));
@@ -241,26 +232,11 @@ void Meter::stop() {
     impl_->stopped = true;
     for (const auto& w : impl_->book.closeAll(now())) impl_->closed.push_back(w);
   }
-  impl_->sampler->stop();  // its last reads come after the windows just closed
-  if (impl_->pm) impl_->pm->stop();
+  // Their last reads come after the windows just closed; in the reverse of the order they started.
+  for (auto it = impl_->sources.rbegin(); it != impl_->sources.rend(); ++it) (*it)->stop();
 }
 
-std::vector<MeterPmSample> Meter::pmSamples() const {
-  if (!impl_->pm) return {};
-  return impl_->pm->withData([](const std::vector<detail::PmSeries>& series) {
-    std::vector<MeterPmSample> out;
-    for (const auto& s : series) out.insert(out.end(), s.samples.begin(), s.samples.end());
-    return out;
-  });
-}
-
-Meter::PmStatus Meter::pmStatus() const { return impl_->pm ? impl_->pm->status() : PmStatus{}; }
-
-const char* meterSourceName(MeterSource s) {
-  return s == MeterSource::kPm ? "pm" : s == MeterSource::kBoth ? "both" : "nvml";
-}
-
-const std::vector<MeterGpu>& Meter::gpus() const { return impl_->sampler->gpus(); }
+const std::vector<MeterGpu>& Meter::gpus() const { return impl_->gpus; }
 const MeterOptions& Meter::options() const { return impl_->options; }
 
 std::vector<MeterWindow> Meter::windows() const {
@@ -271,71 +247,80 @@ std::vector<MeterWindow> Meter::windows() const {
 }
 
 std::vector<MeterSample> Meter::samples() const {
-  return impl_->sampler->withData([](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>&) {
-    std::vector<MeterSample> out;
-    for (const auto& s : series) out.insert(out.end(), s.begin(), s.end());
-    return out;
-  });
+  for (const detail::Source* s : impl_->ordered)
+    if (std::vector<MeterSample> v = s->samples(); !v.empty()) return v;
+  return {};
 }
 
 std::vector<MeterDmonSample> Meter::dmonSamples() const {
-  return impl_->sampler->withData(
-      [](const std::vector<detail::Series>&, const std::vector<MeterDmonSample>& dmon) { return dmon; });
+  for (const detail::Source* s : impl_->ordered)
+    if (std::vector<MeterDmonSample> v = s->readings(); !v.empty()) return v;
+  return {};
 }
 
-std::optional<MeterSample> Meter::latest(int gpu) const { return impl_->sampler->latest(gpu); }
+std::vector<MeterRecord> Meter::records() const {
+  for (const detail::Source* s : impl_->ordered)
+    if (std::vector<MeterRecord> v = s->records(); !v.empty()) return v;
+  return {};
+}
+
+std::vector<MeterSourceStatus> Meter::sourceStatus() const {
+  std::vector<MeterSourceStatus> out;
+  for (const detail::Source* s : impl_->ordered)
+    if (std::optional<MeterSourceStatus> st = s->status()) out.push_back(std::move(*st));
+  return out;
+}
+
+std::optional<MeterSample> Meter::latest(int gpu) const {
+  return impl_->sampler ? impl_->sampler->latest(gpu) : std::nullopt;
+}
 std::optional<MeterSample> Meter::latestRead(int gpu, MeterGroup group) const {
-  return impl_->sampler->latestRead(gpu, group);
+  return impl_->sampler ? impl_->sampler->latestRead(gpu, group) : std::nullopt;
 }
 
 std::optional<MeterDmonSample> Meter::latestDmon(int gpu, MeterCounter counter) const {
-  return impl_->sampler->withData([&](const std::vector<detail::Series>&,
-                                      const std::vector<MeterDmonSample>& dmon) -> std::optional<MeterDmonSample> {
-    for (auto it = dmon.rbegin(); it != dmon.rend(); ++it)
-      if (it->gpu == gpu && it->counter == counter) return *it;
-    return std::nullopt;
-  });
+  const std::vector<MeterDmonSample> dmon = dmonSamples();
+  for (auto it = dmon.rbegin(); it != dmon.rend(); ++it)
+    if (it->gpu == gpu && it->counter == counter) return *it;
+  return std::nullopt;
 }
 
-std::vector<MeterCadence> Meter::cadence() const { return impl_->sampler->cadence(); }
+std::vector<MeterCadence> Meter::cadence() const {
+  return impl_->sampler ? impl_->sampler->cadence() : std::vector<MeterCadence>{};
+}
 
-const MeterCalibration& Meter::calibration() const { return impl_->sampler->calibration(); }
+const MeterCalibration& Meter::calibration() const { return impl_->ledger.calibration; }
 
 std::optional<double> Meter::ownBytes(int gpu, MeterCounter c, int64_t start_ns, int64_t end_ns) const {
-  const MeterCalibration& cal = calibration();
-  if (!cal.calibrated || gpu < 0 || gpu >= static_cast<int>(cal.gpus.size())) return std::nullopt;
-  return impl_->sampler->withData([&](const std::vector<detail::Series>& series,
-                                      const std::vector<MeterDmonSample>& dmon) -> std::optional<double> {
-    const std::array<int64_t, kMeterReadKinds> reads =
-        detail::readsInside(series[gpu], dmon, gpu, start_ns + 1, end_ns);
-    return detail::ownBytes(cal.gpus[gpu], static_cast<int>(c), reads);
-  });
+  if (gpu < 0 || gpu >= static_cast<int>(gpus().size())) return std::nullopt;
+  return impl_->own(static_cast<size_t>(gpu), c, start_ns + 1, end_ns);
 }
 
 std::vector<std::array<std::optional<double>, kMeterCounters>> Meter::ownMBps() const {
-  const MeterCalibration& cal = calibration();
   std::vector<std::array<std::optional<double>, kMeterCounters>> out(gpus().size());
-  if (!cal.calibrated) return out;
-  // Over the span of each GPU's reads so far: every kind of read, at its calibrated cost.
-  return impl_->sampler->withData(
-      [&](const std::vector<detail::Series>& series, const std::vector<MeterDmonSample>& dmon) {
-        for (size_t k = 0; k < out.size() && k < series.size(); ++k) {
-          if (series[k].size() < 2) continue;
-          const int64_t a = series[k].front().t_before_ns, b = series[k].back().t_after_ns;
-          const std::array<int64_t, kMeterReadKinds> reads =
-              detail::readsInside(series[k], dmon, static_cast<int>(k), a, b);
-          for (int c = 0; c < kMeterCounters; ++c) {
-            if (!gpus()[k].supported[c] || b <= a) continue;
-            if (const std::optional<double> own = detail::ownBytes(cal.gpus[k], c, reads))
-              out[k][c] = *own / ((b - a) * 1e-9) / 1e6;
-          }
-        }
-        return out;
+  if (!impl_->sampler) return out;
+  // Over the span of each GPU's counter reads so far.
+  const std::vector<std::pair<int64_t, int64_t>> spans =
+      impl_->sampler->withData([](const std::vector<detail::Series>& series) {
+        std::vector<std::pair<int64_t, int64_t>> v;
+        for (const detail::Series& s : series)
+          v.push_back(s.size() < 2 ? std::make_pair(int64_t{0}, int64_t{0})
+                                   : std::make_pair(s.front().t_before_ns, s.back().t_after_ns));
+        return v;
       });
+  for (size_t k = 0; k < out.size() && k < spans.size(); ++k) {
+    const auto [a, b] = spans[k];
+    for (int c = 0; c < kMeterCounters; ++c) {
+      if (!gpus()[k].supported[c] || b <= a) continue;
+      if (const std::optional<double> own = impl_->own(k, static_cast<MeterCounter>(c), a, b))
+        out[k][c] = *own / ((b - a) * 1e-9) / 1e6;
+    }
+  }
+  return out;
 }
 
 int64_t Meter::reads(int gpu, MeterReadKind k) const {
-  return gpu < 0 ? 0 : impl_->sampler->reads(static_cast<size_t>(gpu), k);
+  return gpu < 0 ? 0 : impl_->ledger.calls(static_cast<size_t>(gpu), k);
 }
 
 std::optional<double> Meter::ownBytesSoFar(int gpu, MeterCounter c) const {
@@ -353,7 +338,9 @@ std::optional<double> Meter::ownBytesSoFar(int gpu, MeterCounter c) const {
   return total;
 }
 
-MeterPcieLink Meter::pcieLink(int gpu) const { return impl_->sampler->pcieLink(gpu); }
+MeterPcieLink Meter::pcieLink(int gpu) const {
+  return gpu < 0 || gpu >= static_cast<int>(gpus().size()) ? MeterPcieLink{} : impl_->platform->pcieLink(gpu);
+}
 
 std::vector<QuiesceRecord> Meter::quiesceRecords() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // meter.h - the interconnect meter: exact PCIe and NVLink bytes per named window (C++ API).
 //
-// A Meter reads each GPU's cumulative byte counters (NVML field values: PCIe TX/RX, NVLink data
-// TX/RX summed over the links that are up) and turns them into bytes, mean rate and share of the
-// link ceiling for windows the caller marks by name. The counters are read in two groups, each by
-// its own thread per GPU: PCIe every period (a read costs ~0.7 ms on H200), NVLink back to back
-// (one field per link, ~0.6 ms each: ~22 ms a read for 18 links), so the PCIe cadence does not
-// depend on the NVLink read cost. Optionally it also runs the "dmon method" (the 20 ms throughput snapshot that
-// `nvidia-smi dmon -s t` prints) so the two can be compared on the same run. docs/METHOD.md says
-// how the numbers are made and how far to trust them.
+// A Meter runs one or more sources over the GPUs (MeterOptions::sources): by default NVML's cumulative
+// byte counters (PCIe TX/RX, NVLink data TX/RX summed over the links that are up), read in two groups
+// by a thread per GPU each: PCIe every period, NVLink back to back (docs/METHOD.md gives what a read
+// costs), so the PCIe cadence does not depend on the NVLink read cost. Beside it, or instead, the
+// "dmon method" (the 20 ms throughput snapshot `nvidia-smi dmon -s t` prints) and CUPTI's PM sampling
+// (the GPU counts PCIe bytes per interval itself). It turns what they read into bytes, mean rate and
+// share of the link ceiling for windows the caller marks by name. docs/METHOD.md says how the numbers
+// are made and how far to trust them.
 //
 // Conventions:
 //  - Time is CLOCK_MONOTONIC in nanoseconds (Meter::now()); every window edge and sample uses it.
@@ -45,20 +45,24 @@ inline MeterGroup groupOf(MeterCounter c) { return isPcie(c) ? MeterGroup::kPcie
 inline uint32_t groupMask(MeterGroup g) { return g == MeterGroup::kPcie ? 0x03u : 0x3cu; }
 const char* meterGroupName(MeterGroup g);  // "pcie", "nvlink"
 
-enum class MeterMethod { kCounters, kDmon, kBoth };
-
-// Where the byte counts come from: NVML's cumulative counters (read every period), CUPTI's PM
-// sampling (the GPU counts PCIe bytes itself per interval, 10 us - 1 ms, on its own clock), or both
-// side by side (PM's figure and the ratio PM / NVML beside NVML's). PM covers PCIe only.
-enum class MeterSource { kNvml, kPm, kBoth };
-const char* meterSourceName(MeterSource s);  // "nvml", "pm", "both"
+// Where the figures come from: sources by name, one file each in src/meter/sources/: "nvml" (NVML's
+// cumulative PCIe and NVLink counters, read every period), "dmon" (the ~20 ms PCIe throughput snapshot
+// `nvidia-smi dmon -s t` prints), "pm" (CUPTI's PM sampling: the GPU counts PCIe bytes itself per
+// interval, 10 us - 1 ms, on its own clock; PCIe only). Every source asked for runs on the same GPUs
+// and windows; a window's cells carry the first one's figures and the others' beside them.
+std::vector<std::string> meterSourceNames();  // every registered source, in the order they start
+// "nvml", "pm", "nvml,dmon", "both" (= "nvml,pm"): the sources in order. nullopt with *error (one
+// sentence naming the registered sources) for an unknown or repeated name.
+std::optional<std::vector<std::string>> parseMeterSources(const std::string& text, std::string* error);
+// The list as records and settings write it: "both" for nvml,pm, else the names joined by ','.
+std::string meterSourcesText(const std::vector<std::string>& sources);
 
 struct MeterOptions {
   std::vector<int> devices;  // CUDA ordinals; empty: every GPU
   // Period between reads of one GPU's counter group while its counters move (the busy period).
   // 0: TPSCOPE_METER_PERIOD_US (a fixed period), else the built-in default (2 ms; docs/METHOD.md says
-  // why). A read that takes longer than the period stretches it: NVLink reads (~22 ms on H200) then
-  // run back to back, on their own thread, beside PCIe's.
+  // why). A read that takes longer than the period stretches it: NVLink reads (one field per link, far
+  // slower than a PCIe read: docs/METHOD.md section 2) then run back to back, on their own thread.
   int64_t period_us = 0;  // 100..50000: longer and a 32-bit PCIe counter could wrap unseen
   // Period while the GPU's link is quiet (net of the meter's own reads, below busy_mbps): every read
   // adds traffic of its own to the link it measures, so a quiet link is read seldom. 0: 25 ms when
@@ -71,14 +75,14 @@ struct MeterOptions {
   // Learn what one read adds to each counter before sampling (MeterCalibration), so that windows are
   // reported net of the meter's own traffic. About 0.5 s with PCIe only, ~1.5 s with NVLink and dmon.
   bool calibrate = true;
-  bool nvlink = true;       // read NVLink data TX/RX (one field per link, ~0.6 ms each on H200)
+  bool nvlink = true;       // read NVLink data TX/RX (one field per link)
   bool nvlink_raw = false;  // also read the raw NVLink counters (data + protocol)
   // NVLink links per NVML call within one NVLink read. -1: TPSCOPE_METER_NVLINK_LINKS_PER_CALL, else
   // 1. 0: every link in one call. Short calls bound how long one call can hold the driver, in case
-  // NVML serialises calls to a device and a PCIe read would wait behind a ~22 ms NVLink call.
+  // NVML serialises calls to a device and a PCIe read would wait behind a whole NVLink read.
   int nvlink_links_per_call = -1;
-  MeterMethod method = MeterMethod::kCounters;
-  MeterSource source = MeterSource::kNvml;
+  // The sources to run, by name (meterSourceNames()); the first one's figures fill the cells.
+  std::vector<std::string> sources = {"nvml"};
   // PM sampling: the GPU's sampling interval (10..1000000 us; 100 us: edges within ~5 us and the
   // sampler's own traffic ~0.3 / 1.4 MB/s on H200, docs/METHOD.md), how often the records are
   // decoded off the hardware buffer, and how long the sampler's own traffic is measured at start.
@@ -94,7 +98,7 @@ struct MeterOptions {
   // Two scripted GPUs with steady traffic instead of the hardware (tests and CI; `tpscope` sets it
   // under TPSCOPE_METER_FAKE=1).
   bool fake_gpus = false;
-  // With fake_gpus: a JSON script of the GPUs' traffic (src/meter/fake_source.h says its form)
+  // With fake_gpus: a JSON script of the GPUs' traffic (src/meter/fake_platform.h says its form)
   // instead of the steady default; `tpscope` reads it from TPSCOPE_METER_FAKE_SCRIPT.
   std::string fake_script;
 };
@@ -142,9 +146,10 @@ struct MeterSample {
   std::array<int64_t, kMeterCounters> t_ns{};
 };
 
-// One PM-sampling record: the bytes one GPU's PCIe link carried in [t_start, t_end], in the
-// meter's monotonic clock (mapped once from the GPU's clock at start).
-struct MeterPmSample {
+// One interval record of a source that counts per interval (PM sampling): the bytes one GPU's PCIe
+// link carried in [t_start, t_end], in the meter's monotonic clock (mapped once from the GPU's clock
+// at start).
+struct MeterRecord {
   int gpu = 0;
   int64_t t_start_ns = 0, t_end_ns = 0;
   std::array<double, 2> bytes{};  // [0] PCIe TX (the GPU sends), [1] PCIe RX (it receives)
@@ -158,46 +163,75 @@ struct MeterDmonSample {
   std::optional<double> mbps;
 };
 
-// One GPU, one counter, one window. Figures are net of the meter's own reads where the meter was
-// calibrated: bytes = counted_bytes - own_bytes.
-struct MeterCell {
+// One source's figures for one GPU, one counter, one window. Net of the meter's own traffic (every
+// source's reads, calls and records that the sources measured): bytes = counted_bytes - own_bytes.
+struct MeterFigure {
   std::optional<double> bytes;          // counter difference across the window, edge intervals prorated, net
   std::optional<double> counted_bytes;  // the counter difference as the GPU counted it (gross)
-  // What the meter's own reads inside the window added (reads x calibrated bytes per read); nullopt
-  // when the meter was not calibrated, and then bytes = counted_bytes.
+  // What the meter's own traffic inside the window added (NVML: reads x calibrated bytes per read; PM:
+  // its sampler's rate measured at start x the window's length); nullopt when no source measured its
+  // own, and then bytes = counted_bytes.
   std::optional<double> own_bytes;
   // Bounds the true (net) bytes must lie within: reads strictly inside the window (low) and the reads
-  // bracketing it (high), less the most and least the meter's reads can have added (the calibration's
-  // spread). Their gap is the edge error; it shrinks when the edges fall in idle time.
+  // bracketing it (high), less the most and least the meter's own traffic can have added (the
+  // calibration's spread). Their gap is the edge error; it shrinks when the edges fall in idle time.
   std::optional<double> bytes_low, bytes_high;
-  std::optional<double> mean_mbps;         // bytes / duration; nullopt for a zero-length window
+  std::optional<double> mean_mbps;         // bytes / duration (a source of rates: the mean it read)
   std::optional<double> peak_mbps;         // highest counted rate over any span >= peak_span_ms inside
   std::optional<double> share_of_ceiling;  // mean_mbps / ceiling (0.5 = half the link per direction)
-  int samples = 0;                         // reads inside [start, end]
-  std::optional<double> dmon_mbps;         // dmon method: mean of its readings inside the window
-  int dmon_samples = 0;
-  // PM sampling (source pm or both; PCIe only): records inside count fully, the edge records are
-  // prorated; pm_edge_bytes bounds what proration can be off by. Net of the sampler's own traffic
-  // (pm_own_bytes = its rate measured at start x the window's length) where measured.
-  std::optional<double> pm_bytes, pm_counted_bytes, pm_own_bytes, pm_edge_bytes;
-  int pm_samples = 0;
-  std::optional<double> pm_ratio;  // source both: pm_bytes / bytes (NVML)
+  int samples = 0;                         // reads or records inside [start, end]
+};
+
+// One GPU, one counter, one window: the first source's figures, and every other source's beside them.
+struct MeterCell : MeterFigure {
+  struct Beside {
+    std::string source;
+    MeterFigure figure;
+    std::optional<double> ratio;  // figure.bytes / the first source's bytes; nullopt where either has none
+  };
+  std::vector<Beside> beside;  // in source order
+  const Beside* from(const std::string& source) const {
+    for (const Beside& b : beside)
+      if (b.source == source) return &b;
+    return nullptr;
+  }
+};
+
+// One source's word on one window, over every GPU.
+struct MeterVerdict {
+  std::string source;
+  bool complete = true;  // its figures cover the window on every GPU
+  std::string why;       // why not ("GPU 1: a gap between PM records"); "" where no read after the end is why
+  int gaps = 0;          // spaces between its reads inside the window wide enough to hide traffic from it
+                         // (NVML: a 32-bit PCIe counter could wrap unseen at the link's line rate)
 };
 
 struct MeterWindow {
   std::string name;
   int repetition = 0;  // 0 for the first window of this name, 1 for the next, ...
   int64_t start_ns = 0, end_ns = 0;
-  bool complete = false;  // every counter of every GPU has a value read after end_ns (true after stop())
-  // PM sampling: records cover the whole window on every GPU, with no gap or overflow touching it;
-  // pm_note says why not. Always true without PM.
-  bool pm_complete = true;
-  std::string pm_note;
-  // NVML's blind spot: gaps between PCIe reads inside the window long enough for a 32-bit counter
-  // to wrap unseen at the link's line rate (summed over GPUs). With PM beside it, PM's bytes are the
-  // cross-check.
-  int nvml_wrap_gaps = 0;
+  // The first source covered the window on every GPU (NVML: every counter has a value read after
+  // end_ns, true after stop()).
+  bool complete = false;
+  std::vector<MeterVerdict> verdicts;                        // each source's that can miss one, in source order
   std::vector<std::array<MeterCell, kMeterCounters>> cells;  // [gpu position][counter]
+  const MeterVerdict* verdict(const std::string& source) const {
+    for (const MeterVerdict& v : verdicts)
+      if (v.source == source) return &v;
+    return nullptr;
+  }
+};
+
+// What a source says of its run, for the lines under a report (PM sampling: its records, the gaps in
+// them and its own traffic, measured at start and subtracted).
+struct MeterSourceStatus {
+  std::string source;
+  std::string how;                   // one line: how it sampled
+  int64_t records = 0, dropped = 0;  // records kept; dropped (PM: the session's first, which predates it)
+  int64_t gaps = 0;                  // spaces in its series
+  std::string ended;                 // why it stopped early; "" when it did not
+  // Its own traffic per GPU position and counter, MB/s, as subtracted; nullopt where not measured.
+  std::vector<std::array<std::optional<double>, kMeterCounters>> own_mbps;
 };
 
 // What the meter's own reads cost the links they measure. An NVML counter read travels over the GPU's
@@ -301,7 +335,7 @@ class Meter {
   tpsResult_t addWindow(const std::string& name, int64_t start_ns, int64_t end_ns);
 
   // Waits opts.idle_ms while sampling and checks the GPUs were idle and unshared (see QuiesceOptions).
-  // With source pm (NVML's counters not read) the idle rates are PM's PCIe figures, NVLink N/A.
+  // The idle rates are the first source's figures (with pm alone: PM's PCIe figures, NVLink N/A).
   // Returns tpsSuccess whether or not it passed: the verdict is in *out; tpsInvalidUsage after stop().
   tpsResult_t quiesce(const QuiesceOptions& opts, QuiesceRecord* out);
 
@@ -312,20 +346,16 @@ class Meter {
   const MeterOptions& options() const;  // with defaults filled in
   // Windows in the order they closed, computed from the samples so far.
   std::vector<MeterWindow> windows() const;
-  // Every GPU's samples, GPU by GPU, each GPU's in the order they were collected: per counter, in
-  // time order (t_ns); the two groups' reads interleave.
+  // Every GPU's cumulative reads (the nvml source's), GPU by GPU, each GPU's in the order they were
+  // collected: per counter, in time order (t_ns); the two groups' reads interleave.
   std::vector<MeterSample> samples() const;
+  // The readings of the source of rates (dmon), in the order they were made; empty without one.
   std::vector<MeterDmonSample> dmonSamples() const;
-  // PM-sampling records of every GPU, GPU by GPU, in time order (source pm or both; else empty).
-  std::vector<MeterPmSample> pmSamples() const;
-  // The PM sampler's state: its own traffic per GPU position and direction (bytes/s, [0] TX, [1] RX;
-  // nullopt: not measured), records dropped, and why PM ended early ("" when it did not).
-  struct PmStatus {
-    std::vector<std::array<std::optional<double>, 2>> own_bps;
-    int64_t records = 0, dropped = 0, holes = 0;
-    std::string ended;
-  };
-  PmStatus pmStatus() const;
+  // The interval records of the first source that counts per interval (pm), GPU by GPU, in time
+  // order; empty without one.
+  std::vector<MeterRecord> records() const;
+  // What each source says of its run (records kept, gaps, its own traffic), in source order.
+  std::vector<MeterSourceStatus> sourceStatus() const;
   // The newest value of every counter of GPU position `gpu`, each with its own t_ns (the groups are
   // read at different cadences); t_before/t_after/group are those of the newest read. nullopt
   // before the first read.
@@ -337,11 +367,12 @@ class Meter {
   std::optional<MeterDmonSample> latestDmon(int gpu, MeterCounter counter) const;
   std::vector<MeterCadence> cadence() const;    // per GPU and counter group read
   const MeterCalibration& calibration() const;  // what one read costs (measured at start)
-  // The meter's own traffic per GPU position and counter over its run so far, MB/s (every kind of
-  // read, dmon calls included); nullopt where not calibrated.
+  // The meter's own traffic per GPU position and counter over the span of its counter reads so far,
+  // MB/s (every source's reads, calls and records); nullopt where no source measured its own.
   std::vector<std::array<std::optional<double>, kMeterCounters>> ownMBps() const;
-  // What the meter's reads of GPU position `gpu` with their midpoint in (start_ns, end_ns] added to
-  // counter c, in bytes; nullopt when not calibrated. A live rate between two reads subtracts it.
+  // What the meter's own traffic on GPU position `gpu` in (start_ns, end_ns] added to counter c, in
+  // bytes (every source's; reads by their midpoint); nullopt when no source measured its own. A live
+  // rate between two reads subtracts it.
   std::optional<double> ownBytes(int gpu, MeterCounter c, int64_t start_ns, int64_t end_ns) const;
   std::vector<QuiesceRecord> quiesceRecords() const;  // every quiesce() so far, in order
   // Reads of kind k made so far on GPU position `gpu` (dmon: calls), calibration excluded.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// nvml_source.cc - the real GPUs: NVML field values for the counters, the throughput call for dmon.
-#include "meter/nvml_source.h"
+// nvml_platform.cc - the real GPUs: NVML field values for the counters, the throughput call for dmon.
+#include "meter/nvml_platform.h"
 
 #include <unistd.h>
 
@@ -159,7 +159,73 @@ bool NvmlDmonReader::read(MeterCounter direction, MeterDmonSample* out) {
   return r == NVML_SUCCESS;
 }
 
-tpsResult_t openNvmlSources(const MeterOptions& options, SourceSet* out, std::string* reason) {
+namespace {
+
+class NvmlPlatform : public Platform {
+ public:
+  NvmlPlatform(const MeterOptions& options, const nvml::Api* api, std::vector<nvmlDevice_t> handles,
+               std::vector<MeterGpu> gpus)
+      : options_(options), api_(api), handles_(std::move(handles)), gpus_(std::move(gpus)) {}
+  const std::vector<MeterGpu>& gpus() const override { return gpus_; }
+
+  std::unique_ptr<CounterReader> counterReader(size_t k, std::string*) override {
+    std::vector<unsigned> links;
+    if (options_.nvlink && api_->deviceGetNvLinkState != nullptr) {
+      for (unsigned link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
+        nvmlEnableState_t active = NVML_FEATURE_DISABLED;
+        if (api_->deviceGetNvLinkState(handles_[k], link, &active) == NVML_SUCCESS && active == NVML_FEATURE_ENABLED)
+          links.push_back(link);
+      }
+    }
+    return std::make_unique<NvmlCounterReader>(api_, handles_[k], links, options_.nvlink_raw,
+                                               options_.nvlink_links_per_call);
+  }
+
+  std::unique_ptr<DmonReader> dmonReader(size_t k, std::string* reason) override {
+    if (api_->deviceGetPcieThroughput == nullptr) {
+      *reason = "cannot use the dmon method: this NVML has no nvmlDeviceGetPcieThroughput";
+      return nullptr;
+    }
+    return std::make_unique<NvmlDmonReader>(api_, handles_[k], static_cast<int>(k));
+  }
+
+  tpsResult_t pmReaders(std::vector<std::unique_ptr<PmReader>>* out, std::string* reason) override {
+    return openCuptiPmReaders(options_, gpus_, out, reason);
+  }
+
+  std::optional<std::vector<unsigned>> processes(size_t k) override {
+    if (api_->deviceGetComputeRunningProcesses == nullptr) return std::nullopt;
+    std::vector<nvmlProcessInfo_t> infos(64);
+    unsigned count = static_cast<unsigned>(infos.size());
+    if (api_->deviceGetComputeRunningProcesses(handles_[k], &count, infos.data()) != NVML_SUCCESS) return std::nullopt;
+    std::vector<unsigned> pids;
+    for (unsigned i = 0; i < count; ++i) pids.push_back(infos[i].pid);
+    return pids;
+  }
+
+  MeterPcieLink pcieLink(size_t k) override {
+    MeterPcieLink l;
+    auto get = [&](decltype(api_->deviceGetCurrPcieLinkWidth) f, std::optional<int>* v) {
+      unsigned x = 0;
+      if (f && f(handles_[k], &x) == NVML_SUCCESS) *v = static_cast<int>(x);
+    };
+    get(api_->deviceGetCurrPcieLinkGeneration, &l.gen_current);
+    get(api_->deviceGetMaxPcieLinkGeneration, &l.gen_max);
+    get(api_->deviceGetCurrPcieLinkWidth, &l.width_current);
+    get(api_->deviceGetMaxPcieLinkWidth, &l.width_max);
+    return l;
+  }
+
+ private:
+  MeterOptions options_;
+  const nvml::Api* api_;
+  std::vector<nvmlDevice_t> handles_;
+  std::vector<MeterGpu> gpus_;
+};
+
+}  // namespace
+
+tpsResult_t openNvmlPlatform(const MeterOptions& options, std::unique_ptr<Platform>* out, std::string* reason) {
   Topology topo;
   if (tpsResult_t r = queryTopology(options.devices, &topo, reason); r != tpsSuccess) return r;
   const nvml::Api* api = nvml::Nvml::get();
@@ -167,15 +233,9 @@ tpsResult_t openNvmlSources(const MeterOptions& options, SourceSet* out, std::st
     *reason = "cannot meter: " + nvml::Nvml::unavailableReason();
     return tpsUnavailable;
   }
-  const bool counters = options.method != MeterMethod::kDmon;
-  const bool dmon = options.method != MeterMethod::kCounters;
-  if (dmon && api->deviceGetPcieThroughput == nullptr) {
-    *reason = "cannot use the dmon method: this NVML has no nvmlDeviceGetPcieThroughput";
-    return tpsUnavailable;
-  }
   std::vector<nvmlDevice_t> handles;
-  for (size_t k = 0; k < topo.gpus.size(); ++k) {
-    const GpuInfo& g = topo.gpus[k];
+  std::vector<MeterGpu> gpus;
+  for (const GpuInfo& g : topo.gpus) {
     nvmlDevice_t dev = nullptr;
     nvmlReturn_t r = api->deviceGetHandleByPciBusId(g.bus_id.c_str(), &dev);
     if (r != NVML_SUCCESS) {
@@ -192,47 +252,9 @@ tpsResult_t openNvmlSources(const MeterOptions& options, SourceSet* out, std::st
     if (api->deviceGetUUID && api->deviceGetUUID(dev, uuid, sizeof(uuid)) == NVML_SUCCESS) m.uuid = uuid;
     m.pcie_ceiling_mbps = g.pcie_ceiling_mbps;
     m.nvlink_ceiling_mbps = g.nvlink_ceiling_mbps;
-    if (counters) {
-      std::vector<unsigned> links;
-      if (options.nvlink && api->deviceGetNvLinkState != nullptr) {
-        for (unsigned link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
-          nvmlEnableState_t active = NVML_FEATURE_DISABLED;
-          if (api->deviceGetNvLinkState(dev, link, &active) == NVML_SUCCESS && active == NVML_FEATURE_ENABLED)
-            links.push_back(link);
-        }
-      }
-      auto reader =
-          std::make_unique<NvmlCounterReader>(api, dev, links, options.nvlink_raw, options.nvlink_links_per_call);
-      for (int c = 0; c < kMeterCounters; ++c) m.supported[c] = reader->supported() & (1u << c);
-      m.nvlink_links = reader->linksRead();
-      if (reader->supported() == 0)
-        TPS_LOG_WARN("GPU {} answers none of the byte-counter fields (driver older than R555?): all N/A", g.index);
-      out->counters.push_back(std::move(reader));
-    }
-    if (dmon) out->dmon.push_back(std::make_unique<NvmlDmonReader>(api, dev, static_cast<int>(k)));
-    out->gpus.push_back(std::move(m));
+    gpus.push_back(std::move(m));
   }
-  out->processes = [api, handles](int gpu) -> std::optional<std::vector<unsigned>> {
-    if (api->deviceGetComputeRunningProcesses == nullptr) return std::nullopt;
-    std::vector<nvmlProcessInfo_t> infos(64);
-    unsigned count = static_cast<unsigned>(infos.size());
-    if (api->deviceGetComputeRunningProcesses(handles[gpu], &count, infos.data()) != NVML_SUCCESS) return std::nullopt;
-    std::vector<unsigned> pids;
-    for (unsigned i = 0; i < count; ++i) pids.push_back(infos[i].pid);
-    return pids;
-  };
-  out->pcie_link = [api, handles](int gpu) {
-    MeterPcieLink l;
-    auto get = [&](decltype(api->deviceGetCurrPcieLinkWidth) f, std::optional<int>* v) {
-      unsigned x = 0;
-      if (f && f(handles[gpu], &x) == NVML_SUCCESS) *v = static_cast<int>(x);
-    };
-    get(api->deviceGetCurrPcieLinkGeneration, &l.gen_current);
-    get(api->deviceGetMaxPcieLinkGeneration, &l.gen_max);
-    get(api->deviceGetCurrPcieLinkWidth, &l.width_current);
-    get(api->deviceGetMaxPcieLinkWidth, &l.width_max);
-    return l;
-  };
+  *out = std::make_unique<NvmlPlatform>(options, api, std::move(handles), std::move(gpus));
   return tpsSuccess;
 }
 

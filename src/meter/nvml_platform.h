@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// nvml_source.h - NVML field-value counters and the dmon method, per GPU.
+// nvml_platform.h - the real GPUs: NVML field-value counters and the dmon method per GPU (the platform
+// of source.h; its PM readers are CUPTI's, pm_cupti.cc).
 #pragma once
 
 #include <nvml.h>
@@ -31,8 +32,8 @@ class NvmlCounterReader : public CounterReader {
                     int links_per_call = 0);
   uint32_t supported() const override { return supported_; }
   int widthBits(MeterCounter c) const override { return width_[static_cast<int>(c)]; }
+  int nvlinkLinks() const override { return links_read_; }
   bool read(MeterGroup group, Reading* out) override;
-  int linksRead() const { return links_read_; }
   // Fields in one NVML call of this group's read (the last call of a read may have fewer).
   int fieldsPerCall(MeterGroup group) const { return groups_[static_cast<int>(group)].per_call; }
 

@@ -3,6 +3,7 @@
 // Pinned by golden files (tests/unit/golden/meter_*), so they are a contract.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "meter/meter_command.h"
@@ -36,13 +37,30 @@ std::vector<Column> liveColumns(const LiveLayout& l) {
   return cols;
 }
 
-const char* methodText(MeterMethod m) {
-  switch (m) {
-    case MeterMethod::kCounters: return "byte counters";
-    case MeterMethod::kDmon: return "dmon method";
-    case MeterMethod::kBoth: return "byte counters + dmon method";
+bool runs(const MeterOptions& o, const char* source) {
+  return std::find(o.sources.begin(), o.sources.end(), source) != o.sources.end();
+}
+
+// The header's words for what was read: the byte counters, the dmon method, other sources by name.
+std::string methodText(const MeterOptions& o) {
+  std::string out;
+  for (const std::string& s : o.sources) {
+    const std::string name = s == "nvml" ? "byte counters" : s == "dmon" ? "dmon method" : s + " source";
+    out += (out.empty() ? "" : " + ") + name;
   }
-  return "?";
+  return out;
+}
+
+// The dmon method's mean beside the first source's figures (nullopt without it).
+std::optional<double> dmonMBps(const MeterCell& c) {
+  const MeterCell::Beside* d = c.from("dmon");
+  return d ? d->figure.mean_mbps : std::nullopt;
+}
+
+// The most the true bytes can differ from the prorated figure.
+std::optional<double> edgeBytes(const MeterFigure& c) {
+  if (!c.bytes || !c.bytes_low || !c.bytes_high) return std::nullopt;
+  return std::max(*c.bytes - *c.bytes_low, *c.bytes_high - *c.bytes);
 }
 
 // The most the true bytes can differ from the prorated figure, as a share of it.
@@ -106,12 +124,13 @@ std::string liveRow(const LiveLayout& l, const LiveRow& r, const std::string& fo
 
 std::string summaryTable(const MeterSummary& s) {
   const std::vector<MeterCounter> counters = reportedCounters(s.options);
-  const bool dmon = s.options.method != MeterMethod::kCounters;
+  // The dmon method beside the counters gets a column of its own, as nvidia-smi dmon's figures.
+  const bool dmon = runs(s.options, "dmon");
   std::string out;
   std::string gpus;
   for (const MeterGpu& g : s.gpus) gpus += fmt::format("{}{} {}", gpus.empty() ? "" : " | ", g.index, g.name);
   out += fmt::format("# tpscope meter: {} GPU{} ({}), {}\n", s.gpus.size(), s.gpus.size() == 1 ? "" : "s", gpus,
-                     methodText(s.options.method));
+                     methodText(s.options));
   for (const MeterCadence& c : s.cadence)
     out += fmt::format(
         "# GPU {} {:<6} reads: period {} target, {:.2f} ms mean, {:.2f} ms p99, {:.2f} ms max; "
@@ -157,30 +176,37 @@ std::string summaryTable(const MeterSummary& s) {
                            w.name, w.repetition, (w.end_ns - w.start_ns) * 1e-6, s.gpus[k].index, meterCounterName(c),
                            num(x.bytes), num(x.own_bytes), num(x.mean_mbps, "{:.1f}"), num(x.peak_mbps, "{:.1f}"),
                            share, x.samples, num(edgePercent(x), "{:.1f}"),
-                           dmon ? fmt::format(" {:>10}", isPcie(c) ? num(x.dmon_mbps, "{:.1f}") : "") : "");
+                           dmon ? fmt::format(" {:>10}", isPcie(c) ? num(dmonMBps(x), "{:.1f}") : "") : "");
       }
     }
-    if (s.options.source == MeterSource::kBoth)
-      for (size_t k = 0; k < w.cells.size(); ++k)
-        for (MeterCounter c : {MeterCounter::kPcieTx, MeterCounter::kPcieRx}) {
-          const MeterCell& x = w.cells[k][static_cast<int>(c)];
-          out += fmt::format(
-              "   {:<19} {:>3} {:>10} {:>4}  {:<13} {:>14} {:>10} {:>10} pm/nvml {} edge {} B, {} records\n", w.name,
-              w.repetition, "", s.gpus[k].index, std::string("pm ") + meterCounterName(c), num(x.pm_bytes),
-              num(x.pm_own_bytes),
-              x.pm_bytes ? num(*x.pm_bytes / std::max(1e-9, (w.end_ns - w.start_ns) * 1e-9) / 1e6, "{:.1f}")
-                         : std::string("N/A"),
-              num(x.pm_ratio, "{:.4f}"), num(x.pm_edge_bytes), x.pm_samples);
+    // Every other source that counts bytes: a line per GPU and counter beside the first source's row,
+    // with the ratio to it.
+    const std::string first = s.options.sources.empty() ? "" : s.options.sources.front();
+    for (size_t k = 0; k < w.cells.size(); ++k)
+      for (MeterCounter c : counters)
+        for (const MeterCell::Beside& b : w.cells[k][static_cast<int>(c)].beside) {
+          if (!b.figure.counted_bytes) continue;
+          out +=
+              fmt::format("   {:<19} {:>3} {:>10} {:>4}  {:<13} {:>14} {:>10} {:>10} {}/{} {} edge {} B, {} records\n",
+                          w.name, w.repetition, "", s.gpus[k].index, b.source + " " + meterCounterName(c),
+                          num(b.figure.bytes), num(b.figure.own_bytes), num(b.figure.mean_mbps, "{:.1f}"), b.source,
+                          first, num(b.ratio, "{:.4f}"), num(edgeBytes(b.figure)), b.figure.samples);
         }
-    if (!w.complete && s.options.source != MeterSource::kPm)
-      out += fmt::format("# warning: window '{}' has no read after its end on some GPU\n", w.name);
-    if (!w.pm_complete) out += fmt::format("# warning: window '{}' is incomplete in PM: {}\n", w.name, w.pm_note);
-    if (w.nvml_wrap_gaps > 0)
-      out += fmt::format(
-          "# warning: window '{}' holds {} NVML read gap{} long enough for a PCIe counter to wrap unseen at line "
-          "rate{}\n",
-          w.name, w.nvml_wrap_gaps, w.nvml_wrap_gaps == 1 ? "" : "s",
-          s.options.source == MeterSource::kBoth ? " (PM bytes beside it are the cross-check)" : "");
+    for (const MeterVerdict& v : w.verdicts) {
+      if (!v.complete)
+        out += v.why.empty() ? fmt::format("# warning: window '{}' has no read after its end on some GPU\n", w.name)
+                             : fmt::format("# warning: window '{}' is incomplete in {}: {}\n", w.name, v.source, v.why);
+      if (v.gaps > 0) {
+        std::string others;
+        for (const MeterVerdict& o : w.verdicts)
+          if (o.source != v.source) others += (others.empty() ? "" : ", ") + o.source;
+        out += fmt::format(
+            "# warning: window '{}' holds {} {} read gap{} long enough to hide traffic (a PCIe counter could wrap "
+            "unseen at line rate){}\n",
+            w.name, v.gaps, v.source, v.gaps == 1 ? "" : "s",
+            others.empty() ? "" : " (" + others + " beside it: the cross-check)");
+      }
+    }
   }
   bool repeated = false;
   for (const auto& [name, ws] : by_name) repeated = repeated || ws.size() > 1;
@@ -203,8 +229,8 @@ std::string summaryTable(const MeterSummary& s) {
       }
     }
   }
-  if (s.options.source != MeterSource::kPm) out += ownTrafficLines(s.calibration, s.own_mbps, s.gpus);
-  out += pmLines(s.options, s.pm, s.gpus);
+  if (runs(s.options, "nvml")) out += ownTrafficLines(s.calibration, s.own_mbps, s.gpus);
+  out += sourceLines(s.sources, s.gpus);
   for (const MeterCadence& c : s.cadence) {
     if (c.dropped)
       out += fmt::format("# warning: GPU {} lost {} {} reads (ring full)\n", s.gpus[c.gpu].index, c.dropped,
@@ -247,19 +273,17 @@ nlohmann::json summaryJson(const MeterSummary& s) {
   doc["windows"] = windows;
   doc["cadence"] = cadence;
   doc["quiesce"] = quiesce;
-  if (s.options.source != MeterSource::kNvml) {
+  // What each source says of its run, by source name ("pm": records, gaps, its own traffic).
+  for (const MeterSourceStatus& st : s.sources) {
     nlohmann::json own = nlohmann::json::array();
-    for (size_t k = 0; k < s.pm.own_bps.size() && k < s.gpus.size(); ++k) {
-      const auto& o = s.pm.own_bps[k];
-      own.push_back({{"gpu", s.gpus[k].index},
-                     {"pcie_tx_mbps", o[0] ? nlohmann::json(*o[0] / 1e6) : nlohmann::json(nullptr)},
-                     {"pcie_rx_mbps", o[1] ? nlohmann::json(*o[1] / 1e6) : nlohmann::json(nullptr)}});
+    for (size_t k = 0; k < st.own_mbps.size() && k < s.gpus.size(); ++k) {
+      nlohmann::json g = {{"gpu", s.gpus[k].index}};
+      for (MeterCounter c : {MeterCounter::kPcieTx, MeterCounter::kPcieRx})
+        g[std::string(meterCounterName(c)) + "_mbps"] = opt(st.own_mbps[k][static_cast<int>(c)]);
+      own.push_back(g);
     }
-    doc["pm"] = {{"records", s.pm.records},
-                 {"dropped", s.pm.dropped},
-                 {"holes", s.pm.holes},
-                 {"ended", s.pm.ended},
-                 {"own_traffic", own}};
+    doc[st.source] = {{"how", st.how},    {"records", st.records}, {"dropped", st.dropped},
+                      {"holes", st.gaps}, {"ended", st.ended},     {"own_traffic", own}};
   }
   return doc;
 }

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cli.h"
 #include "meter/exposition.h"
+#include "meter/meter_signals.h"
 
 namespace tpscope::cli {
 
@@ -163,6 +165,13 @@ void MetricsServer::stop() {
   if (watcher_.joinable()) watcher_.join();
   if (http_) http_->stop();  // closes the listening socket; the workers finish what they answer
   if (listener_.joinable()) listener_.join();
+}
+
+// --serve without a command: the scrapes are the output; ends at SIGINT/SIGTERM, exit 0.
+int runServing(Meter& meter) {
+  while (meterInterrupts() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  meter.stop();
+  return kExitOk;
 }
 
 }  // namespace tpscope::cli

@@ -65,4 +65,7 @@ class MetricsServer {
   bool stopping_ = false;
 };
 
+// `tpscope meter --serve` without a command: the scrapes are the output, until SIGINT/SIGTERM; exit 0.
+int runServing(Meter& meter);
+
 }  // namespace tpscope::cli
