@@ -384,7 +384,7 @@ class Meter {
   // The PCIe link of GPU position `gpu` now: asks the driver (a few microseconds), so call it seldom.
   MeterPcieLink pcieLink(int gpu) const;
 
-  struct Impl;  // src/meter/meter.cc
+  struct Impl;  // src/meter/meter_impl.cc
 
  private:
   explicit Meter(std::unique_ptr<Impl> impl);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// meter.cc - the public Meter: options, the sources it runs, the window book, quiescing; the threads
-// live in the sources.
+// meter_impl.cc - the Meter behind meter.h: options, the sources it runs, the window book, quiescing;
+// the threads live in the sources.
 //
 // Locks: mu guards the book, the closed windows and the quiescing records; each source has its own
 // lock for its series. Where both are needed, mu is taken first and a source's inside it (windows());
