@@ -18,8 +18,8 @@
 // these GPUs compresses data, so values do not change the cost); -c 1 loads real data for its own call.
 // Metering (eager, unless --no-meter): after timing, a separate run of enough calls to last >= 20 ms sits
 // in a meter window that also holds 60 ms of idle before and after the calls, so the window's edges
-// fall in idle time and the counters' bytes are exact whatever their cadence (NVLink reads take ~22 ms
-// on H200); the idle background, measured inside the first guard, is subtracted.
+// fall in idle time and the counters' bytes are exact whatever their cadence (an NVLink read is slow:
+// docs/METHOD.md section 2); the idle background, measured inside the first guard, is subtracted.
 // Warm-ups (-w eager calls) precede each (backend, size); the statistics snapshots that give the path and
 // bytes columns bracket the first eager run or the capture, so warm-ups and checks are not in them.
 #pragma once
