@@ -12,10 +12,12 @@
 
 namespace tpscope::detail {
 
+// One line per source; each line ends in a backslash, so a new source is one new line.
 #define TPS_METER_SOURCES(X) \
   X(kPmSource)               \
   X(kNvmlSource)             \
-  X(kDmonSource)
+  X(kDmonSource)             \
+  /* the end of the list */
 
 #define TPS_DECLARE_SOURCE(entry) extern const SourceEntry entry;
 TPS_METER_SOURCES(TPS_DECLARE_SOURCE)
