@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // sampler.h - the threads that read cumulative counters, and the series they build (the nvml source's
-// engine: sources/nvml.cc).
+// engine: sources/nvml_source.cc).
 //
 // Threads and what they share:
 //   sampler[k, group]  one per GPU and counter group (PCIe; NVLink when the GPU has NVLink

@@ -4,11 +4,12 @@
 // A platform is what the machine gives the meter: its GPUs with their link ceilings, and per GPU a
 // reader of each kind of counter (nvml_platform.cc: NVML's counters and its dmon call, CUPTI's PM
 // sampling; fake_platform.cc: the same three, scripted, for tests and CI). A source turns one kind of
-// reading into figures (sources/, one file each: nvml.cc, dmon.cc, pm.cc). It samples on threads of its
-// own from start() to stop(), keeps its series, and answers for any window and counter: the bytes it
-// counted, the bounds they lie within, its samples, whether it covered the window and why not, and
-// what its own reads added to the link. The window code (window.h) turns those answers into MB/s, net
-// figures and shares of the ceiling once, for every source; sources/registry.cc lists them by name.
+// reading into figures (sources/, one file each: nvml_source.cc, dmon_source.cc, pm_source.cc). It
+// samples on threads of its own from start() to stop(), keeps its series, and answers for any window
+// and counter: the bytes it counted, the bounds they lie within, its samples, whether it covered the
+// window and why not, and what its own reads added to the link. The window code (window.h) turns those
+// answers into MB/s, net figures and shares of the ceiling once, for every source;
+// sources/registry.cc lists them by name.
 //
 // Readers are called from their sampling threads only (a CounterReader from its GPU's two group
 // threads, each group its own state), so they need no locking; read() must not allocate or print

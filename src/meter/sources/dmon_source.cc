@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// sources/dmon.cc - the dmon source: what `nvidia-smi dmon -s t` prints, the PCIe throughput NVML
+// sources/dmon_source.cc - the dmon source: what `nvidia-smi dmon -s t` prints, the PCIe throughput NVML
 // measures over ~20 ms per call (nvmlDeviceGetPcieThroughput), one GPU and direction after the other
 // every MeterOptions::dmon_period_ms, on a thread of its own (each call blocks). A window's figure is
 // the mean of the readings whose midpoint lies in it, as read: it is there to be compared, so it is not

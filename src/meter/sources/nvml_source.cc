@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// sources/nvml.cc - the nvml source: NVML's cumulative PCIe and NVLink byte counters, read every period
+// sources/nvml_source.cc - the nvml source: NVML's cumulative PCIe and NVLink byte counters, read every period
 // by the Sampler's threads (sampler.h), prorated across window edges (window.h), net of the meter's own
 // calls at the costs its calibration measures at start (calibrate.h).
 #include <algorithm>

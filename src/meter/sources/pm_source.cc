@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// sources/pm.cc - the pm source: CUPTI's PM sampling, PCIe bytes the GPU counts itself per interval
+// sources/pm_source.cc - the pm source: CUPTI's PM sampling, PCIe bytes the GPU counts itself per interval
 // (MeterOptions::pm_interval_us) on its own clock, decoded by PmSampler's threads (pm_sampler.h). A
 // window's bytes are the records inside it whole and the two edge records prorated (pm.h computePm);
 // its own traffic is the sampler's rate, measured over a quiet interval at start, times the window's

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // sources/registry.cc - every source the meter knows, by name; what a source list says.
 //
-// A source is a file of this folder that defines its SourceEntry (source.h), and one line below. The
-// order is the order they start (and the reverse of the order they stop): PM first, so that its own
-// traffic is measured on a link no other source reads yet; NVML next, so that its calibration sees
-// PM's steady traffic in both of its alternating intervals, where it cancels, and measures the dmon
-// call beside its own reads; dmon last, once the calibration is done.
+// A source is a file of this folder, named for it (pm_source.cc), that defines its SourceEntry
+// (source.h), and one line below. The order is the order they start (and the reverse of the order they
+// stop): PM first, so that its own traffic is measured on a link no other source reads yet; NVML next,
+// so that its calibration sees PM's steady traffic in both of its alternating intervals, where it
+// cancels, and measures the dmon call beside its own reads; dmon last, once the calibration is done.
 #include <algorithm>
 
 #include "meter/source.h"
