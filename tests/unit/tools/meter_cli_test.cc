@@ -149,7 +149,8 @@ TEST(MeterCli, PmSourceWritesPmFiguresAndATimelineOfEachWindow) {
   std::remove(path.c_str());
   EXPECT_GE(gpu0, static_cast<int>(a["duration_ms"].get<double>() * 10));  // 100 us records over the window
   EXPECT_GE(covered_to, a["duration_ms"].get<double>() * 1e3);
-  EXPECT_EQ(n, 2 * gpu0);
+  // GPU 1 has as many records over the window, give or take the one its own phase puts at an edge.
+  EXPECT_NEAR(n - gpu0, gpu0, 1);
 }
 
 // The meter decides which records are bursts (meter/pm_bursts.h): each record carries the burst it
