@@ -33,9 +33,9 @@
 #include <thread>
 
 #include "common/cuda_raii.h"
+#include "meter/meter.h"
 #include "meter/record.h"
 #include "nvml/nvml_loader.h"
-#include "tpscope/meter.h"
 
 namespace tpscope::bench {
 cudaError_t launchEmptyKernels(cudaStream_t stream, int count);
@@ -242,7 +242,7 @@ json accuracy(const Args& a, int ngpu, bool peer, json* refresh_out) {
 
   MeterOptions o;
   for (int g = 0; g < ngpu; ++g) o.devices.push_back(g);
-  o.method = MeterMethod::kBoth;
+  o.sources = {"nvml", "dmon"};
   o.dmon_period_ms = a.dmon_period_ms;
   std::unique_ptr<Meter> m = startMeter(o);
   std::vector<std::vector<MeterWindow>> windows(cases.size());
@@ -272,9 +272,9 @@ json accuracy(const Args& a, int ngpu, bool peer, json* refresh_out) {
         for (const MeterWindow& w : windows[i]) {
           const MeterCell& x = w.cells[g][k];
           r.push_back(x.bytes ? std::optional<double>(*x.bytes / c.payload) : std::nullopt);
-          if (x.dmon_mbps) {
+          if (const MeterCell::Beside* dm = x.from("dmon"); dm && dm->figure.mean_mbps) {
             ++dmon_reps;
-            d.push_back(*x.dmon_mbps * 1e6 * (w.end_ns - w.start_ns) * 1e-9 / c.payload);
+            d.push_back(*dm->figure.mean_mbps * 1e6 * (w.end_ns - w.start_ns) * 1e-9 / c.payload);
           }
         }
         const bool carrier = std::find(c.carriers.begin(), c.carriers.end(), std::make_pair(g, mc)) != c.carriers.end();
@@ -317,8 +317,8 @@ json accuracy(const Args& a, int ngpu, bool peer, json* refresh_out) {
 }
 
 // 3. Cadence and the cost of one read, per counter group (each group has its own thread per GPU).
-// The question beside the figures: does an NVLink read (~22 ms on H200) hold up the PCIe thread of
-// the same GPU, e.g. through a lock inside NVML? If it does, PCIe's p99 period with NVLink read
+// The question beside the figures: does an NVLink read (a slow one: docs/METHOD.md section 2) hold up
+// the PCIe thread of the same GPU, e.g. through a lock inside NVML? If it does, PCIe's p99 period with NVLink read
 // beside it shows gaps of the NVLink call's length, and splitting the NVLink read into one call
 // per link should shorten them. Reported as measured, whichever way it comes out.
 json cadence(int ngpu) {
@@ -423,12 +423,12 @@ json ownTraffic(int ngpu, int idle_ms) {
     const char* name;
     int64_t period_us, idle_period_us;
     bool calibrate;
-    MeterMethod method;
-  } configs[] = {{"default (2 ms busy / 25 ms quiet)", 0, 0, true, MeterMethod::kCounters},
-                 {"default + dmon method (1 s)", 0, 0, true, MeterMethod::kBoth},
-                 {"fixed 2 ms, not calibrated", 2000, 2000, false, MeterMethod::kCounters},
-                 {"fixed 2 ms, calibrated", 2000, 2000, true, MeterMethod::kCounters},
-                 {"fixed 50 ms, not calibrated", 50000, 50000, false, MeterMethod::kCounters}};
+    bool dmon;  // the dmon method beside the counters
+  } configs[] = {{"default (2 ms busy / 25 ms quiet)", 0, 0, true, false},
+                 {"default + dmon method (1 s)", 0, 0, true, true},
+                 {"fixed 2 ms, not calibrated", 2000, 2000, false, false},
+                 {"fixed 2 ms, calibrated", 2000, 2000, true, false},
+                 {"fixed 50 ms, not calibrated", 50000, 50000, false, false}};
   std::printf(
       "\n# 5. The meter's own traffic: %d GPU(s) idle for %d ms per config, each config without the NVLink\n"
       "#    thread and, where the GPUs have NVLink links, with it (\"+ NVLink\"; its NVLink counters beside).\n"
@@ -448,7 +448,7 @@ json ownTraffic(int ngpu, int idle_ms) {
       o.idle_period_us = c.idle_period_us;
       o.calibrate = c.calibrate;
       o.nvlink = nvlink;
-      o.method = c.method;
+      if (c.dmon) o.sources = {"nvml", "dmon"};
       o.dmon_period_ms = 1000;
       std::unique_ptr<Meter> m = startMeter(o);
       if (nvlink) {

@@ -32,9 +32,9 @@
 #include <thread>
 
 #include "common/cuda_raii.h"
+#include "meter/meter.h"
 #include "meter/pm_edges.h"
 #include "nvml/nvml_loader.h"
-#include "tpscope/meter.h"
 
 namespace tpscope::bench {
 cudaError_t launchStamp(unsigned long long* out, cudaStream_t stream);
@@ -155,7 +155,7 @@ json runInterval(const Args& a, int64_t interval_us, void* host, void* host_mapp
                  size_t bytes) {
   MeterOptions o;
   o.devices = {a.device};
-  o.source = MeterSource::kPm;
+  o.sources = {"pm"};
   o.pm_interval_us = interval_us;
   o.nvlink = false;
   std::unique_ptr<Meter> m;
@@ -195,8 +195,9 @@ json runInterval(const Args& a, int64_t interval_us, void* host, void* host_mapp
   // Records complete a decode period after they are taken: wait for the last ones to arrive.
   std::this_thread::sleep_for(std::chrono::milliseconds(2 * m->options().pm_decode_ms + 20));
   m->stop();
-  const std::vector<MeterPmSample> samples = m->pmSamples();
-  const Meter::PmStatus status = m->pmStatus();
+  const std::vector<MeterRecord> samples = m->records();
+  const std::vector<MeterSourceStatus> statuses = m->sourceStatus();
+  const MeterSourceStatus status = statuses.empty() ? MeterSourceStatus{} : statuses.front();
   std::vector<unsigned long long> stamp(2 * n);
   CUDA_OK(cudaMemcpy(stamp.data(), marks, sizeof(unsigned long long) * stamp.size(), cudaMemcpyDeviceToHost));
   CUDA_OK(cudaFree(marks));
@@ -248,8 +249,8 @@ json runInterval(const Args& a, int64_t interval_us, void* host, void* host_mapp
       "drift %+lld ns over %.2f s; %lld records, %lld holes%s%s; %d transfers without edges\n",
       static_cast<long long>(interval_us), bytes >> 20, static_cast<long long>(before.half_rtt_ns),
       static_cast<long long>(after.half_rtt_ns), a.pings, static_cast<long long>(after.offset_ns - before.offset_ns),
-      (after.gpu_ns - before.gpu_ns) / 1e9, static_cast<long long>(status.records),
-      static_cast<long long>(status.holes), status.ended.empty() ? "" : ", ended: ", status.ended.c_str(), missing);
+      (after.gpu_ns - before.gpu_ns) / 1e9, static_cast<long long>(status.records), static_cast<long long>(status.gaps),
+      status.ended.empty() ? "" : ", ended: ", status.ended.c_str(), missing);
   auto fitJson = [](const ClockFit& f) {
     return json{{"gpu_ns", f.gpu_ns}, {"offset_ns", f.offset_ns}, {"half_rtt_ns", f.half_rtt_ns}, {"pings", f.pings}};
   };
@@ -258,7 +259,7 @@ json runInterval(const Args& a, int64_t interval_us, void* host, void* host_mapp
           {"clock_before", fitJson(before)},
           {"clock_after", fitJson(after)},
           {"pm_records", status.records},
-          {"pm_holes", status.holes},
+          {"pm_holes", status.gaps},
           {"pm_ended", status.ended},
           {"transfers_without_edges", missing},
           {"rows", rows},

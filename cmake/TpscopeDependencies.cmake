@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Every dependency is a package made for the job (scripts/setup installs them):
 #   CUDA toolkit (runtime, cuBLAS, NCCL), NVML's header (toolkit or NVIDIA's nvidia-nvml-dev wheel),
-#   Debian's CLI11, nlohmann-json, fmt (header-only use), toml++, GoogleTest.
+#   Debian's CLI11, nlohmann-json, fmt (its headers: src/common/fmt_lib.cc holds its compiled part),
+#   toml++, GoogleTest.
 find_package(CUDAToolkit 12.0 REQUIRED)
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)

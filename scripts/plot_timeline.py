@@ -3,16 +3,15 @@
 """plot_timeline.py - the PM-sampling timeline of `tpscope meter --source pm --timeline FILE`.
 
   --out DIR     timeline.png: PCIe tx/rx MB/s per record over each window's time (us from its
-                start), one panel per window and GPU (the first --max-panels of them).
-  --bursts      prints, per window and GPU, the bursts: runs of records above --threshold-mbps
-                (in the direction --counter names: tx, rx or either) separated by at least
-                --min-gap-us of records below it; with --steps N, bursts per step beside the count.
-                JSON with --json. On the host backend's kernel path pcie_rx carries the waiting
-                ranks' flag polls without a pause, so its AllReduces show as bursts on tx alone.
+                start), one panel per window and GPU (the first --max-panels of them), the bursts
+                shaded.
+  --bursts      prints, per window and GPU, the bursts: the meter labels each record with the burst
+                it belongs to (`tpscope meter --burst-rule`, default tx:1024:25: records above 1024
+                MB/s on tx, merged across dips shorter than 25 us; src/meter/pm_bursts.h), and this
+                counts the labels; with --steps N, bursts per step beside the count. JSON with --json.
   --window NAME only windows of this name.
 
-Usage: plot_timeline.py FILE [--out DIR] [--bursts [--steps N] [--counter tx|rx|either] [--threshold-mbps X]
-                                                [--min-gap-us G]]
+Usage: plot_timeline.py FILE [--window NAME] [--out DIR] [--bursts [--steps N] [--json OUT]]
 The plot needs matplotlib (Debian: python3-matplotlib); --bursts needs nothing but Python.
 Exit 0 on success, 1 on bad input.
 """
@@ -24,8 +23,9 @@ from collections import OrderedDict
 
 
 def load(path, window=None):
-    """{(window, repetition, gpu): [record, ...]} in file order (time order per key)."""
+    """({(window, repetition, gpu): [record, ...]} in file order (time order per key), the burst rule)."""
     groups = OrderedDict()
+    rule = None
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -35,10 +35,14 @@ def load(path, window=None):
                 r = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{n}: not JSON ({e})")
+            if r.get("type") == "timeline_rule":
+                rule = r
             if r.get("type") != "timeline" or (window and r.get("window") != window):
                 continue
+            if "burst" not in r:
+                raise ValueError(f"{path}:{n}: a record without its burst: write the timeline again with this tpscope")
             groups.setdefault((r["window"], r["repetition"], r["gpu"]), []).append(r)
-    return groups
+    return groups, rule
 
 
 def rate_mbps(r, key):
@@ -46,30 +50,19 @@ def rate_mbps(r, key):
     return r[key] / dur if dur > 0 else 0.0  # bytes per us = MB/s
 
 
-COUNTERS = {"tx": ("pcie_tx_bytes",), "rx": ("pcie_rx_bytes",), "either": ("pcie_tx_bytes", "pcie_rx_bytes")}
-
-
-def bursts(records, threshold_mbps, min_gap_us, counter="either"):
-    """[(start_us, end_us, tx_bytes, rx_bytes)]: runs above the threshold, merged across short dips.
-
-    src/meter/pm_bursts.cc counts by the same rule for `tpscope arms`; a change here belongs there too."""
-    out = []
-    cur = None
+def bursts(records):
+    """[(start_us, end_us, tx_bytes, rx_bytes)] of each burst the meter labelled, in label order."""
+    out = OrderedDict()
     for r in records:
-        busy = max(rate_mbps(r, key) for key in COUNTERS[counter]) > threshold_mbps
+        b = r["burst"]
+        if b is None:
+            continue
         t0, t1 = r["t_us"], r["t_us"] + r["dur_us"]
-        if busy:
-            if cur and t0 - cur[1] < min_gap_us:
-                cur[1] = t1
-                cur[2] += r["pcie_tx_bytes"]
-                cur[3] += r["pcie_rx_bytes"]
-            else:
-                if cur:
-                    out.append(tuple(cur))
-                cur = [t0, t1, r["pcie_tx_bytes"], r["pcie_rx_bytes"]]
-    if cur:
-        out.append(tuple(cur))
-    return out
+        cur = out.setdefault(b, [t0, t1, 0.0, 0.0])
+        cur[1] = t1
+        cur[2] += r["pcie_tx_bytes"]
+        cur[3] += r["pcie_rx_bytes"]
+    return [tuple(v) for v in out.values()]
 
 
 def plot(groups, out_dir, max_panels):
@@ -83,9 +76,11 @@ def plot(groups, out_dir, max_panels):
     for ax, key in zip(axes[:, 0], keys):
         recs = groups[key]
         t = [r["t_us"] for r in recs]
+        for b in bursts(recs):
+            ax.axvspan(b[0], b[1], color="0.85", lw=0)
         ax.step(t, [rate_mbps(r, "pcie_tx_bytes") for r in recs], where="post", label="tx (GPU sends)", lw=0.8)
         ax.step(t, [rate_mbps(r, "pcie_rx_bytes") for r in recs], where="post", label="rx (GPU receives)", lw=0.8)
-        ax.set_title(f"{key[0]} #{key[1]}  GPU {key[2]}", fontsize=9)
+        ax.set_title(f"{key[0]} #{key[1]}  GPU {key[2]}  (shaded: the meter's bursts)", fontsize=9)
         ax.set_ylabel("MB/s")
         ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("us since the window's start")
@@ -97,17 +92,17 @@ def plot(groups, out_dir, max_panels):
 
 
 def self_test():
-    """Bursts on tx while rx never rests (the host kernel path's polls): 'tx' counts them, 'either' cannot."""
+    """Bursts are the meter's labels: a dip merged into a burst stays in it, a record outside none."""
     recs, t = [], 0.0
     for burst in range(30):
-        for k in range(10):  # 3 records busy on tx, 7 quiet; rx busy all along
-            tx = 20480.0 if k < 3 else 512.0
-            recs.append({"t_us": t, "dur_us": 10.0, "pcie_tx_bytes": tx, "pcie_rx_bytes": 40960.0})
+        for k in range(10):  # 3 records in a burst, one of them a dip; 7 outside
+            recs.append({"t_us": t, "dur_us": 10.0, "pcie_tx_bytes": 20480.0 if k != 1 else 512.0,
+                         "pcie_rx_bytes": 40960.0, "burst": burst if k < 3 else None})
             t += 10.0
-    got = {c: len(bursts(recs, 1024.0, 25.0, c)) for c in COUNTERS}
-    want = {"tx": 30, "rx": 1, "either": 1}
-    print(f"plot_timeline self-test: bursts {got}, want {want}")
-    return 0 if got == want else 1
+    got = bursts(recs)
+    ok = len(got) == 30 and got[0][:2] == (0.0, 30.0) and got[0][2] == 2 * 20480.0 + 512.0
+    print(f"plot_timeline self-test: {len(got)} bursts, the first {got[0]}; want 30, the first (0.0, 30.0, 41472.0, ...)")
+    return 0 if ok else 1
 
 
 def main(argv):
@@ -120,13 +115,10 @@ def main(argv):
     ap.add_argument("--max-panels", type=int, default=6)
     ap.add_argument("--bursts", action="store_true")
     ap.add_argument("--steps", type=int, default=0)
-    ap.add_argument("--counter", choices=sorted(COUNTERS), default="either")
-    ap.add_argument("--threshold-mbps", type=float, default=200.0)
-    ap.add_argument("--min-gap-us", type=float, default=15.0)
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     try:
-        groups = load(a.timeline, a.window)
+        groups, rule = load(a.timeline, a.window)
     except (OSError, ValueError, KeyError) as e:
         print(f"plot_timeline: {e}", file=sys.stderr)
         return 1
@@ -135,10 +127,12 @@ def main(argv):
         return 1
     summary = []
     if a.bursts:
+        if rule:
+            print(f"# bursts as the meter labelled them: above {rule['threshold_mbps']:g} MB/s on {rule['direction']}, "
+                  f"merged across dips shorter than {rule['min_gap_us']:g} us")
         for (w, rep, gpu), recs in groups.items():
-            b = bursts(recs, a.threshold_mbps, a.min_gap_us, a.counter)
-            row = {"window": w, "repetition": rep, "gpu": gpu, "counter": a.counter, "threshold_mbps": a.threshold_mbps,
-                   "min_gap_us": a.min_gap_us, "records": len(recs), "bursts": len(b),
+            b = bursts(recs)
+            row = {"window": w, "repetition": rep, "gpu": gpu, "rule": rule, "records": len(recs), "bursts": len(b),
                    "burst_tx_bytes": sum(x[2] for x in b), "burst_rx_bytes": sum(x[3] for x in b)}
             if a.steps:
                 row["bursts_per_step"] = len(b) / a.steps

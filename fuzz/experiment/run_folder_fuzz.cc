@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // run_folder_fuzz.cc - a run folder as `tpscope report RUN_DIR` reads and renders it
-// (src/experiment/record.h parseRun, src/experiment/report_render.h).
+// (src/experiment/run_folder.h parseRun, src/experiment/report_render.h).
 //
 // Input: manifest.json, results.jsonl, samples.jsonl and recording.txt, separated by NUL bytes (a file
 // whose section is missing is absent). Contract: the folder parses or throws RecordError, nothing else;
@@ -8,8 +8,8 @@
 // same JSON (the writer and the reader agree on every field).
 #include <string>
 
-#include "experiment/record.h"
 #include "experiment/report_render.h"
+#include "experiment/run_folder.h"
 #include "fuzz_util.h"
 
 namespace ex = tpscope::experiment;

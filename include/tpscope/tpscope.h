@@ -24,6 +24,8 @@
 #ifndef TPSCOPE_TPSCOPE_H_
 #define TPSCOPE_TPSCOPE_H_
 
+#include <stddef.h> /* size_t; outside extern "C": a C++ compiler's own headers hold C++ */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -52,8 +54,6 @@ const char* tpsGetVersion(void);
 const char* tpsGetGitRevision(void);
 
 /* ---- AllReduce ------------------------------------------------------------------------------- */
-
-#include <stddef.h>
 
 /* cudaStream_t without pulling the CUDA headers into C users' builds. */
 struct CUstream_st;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // gguf.h - the start of a GGUF model file, checked before a server is asked to load it.
 //
-// GGUF (ggml's gguf.h and docs/gguf.md in llama.cpp): "GGUF", a uint32 version, a uint64 tensor count,
+// GGUF (ggml's gguf.h and llama.cpp's docs/gguf.md): "GGUF", a uint32 version, a uint64 tensor count,
 // a uint64 metadata key-value count, then the key-value pairs (a uint64-length string key, a uint32
 // type, the value), all little-endian. llama.cpp reads versions 2 and 3. Only the first
 // kGgufPrefixBytes of a file are read: enough for the fixed header and the metadata a model lists

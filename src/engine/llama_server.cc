@@ -16,7 +16,7 @@
 #include "common/bounded_input.h"
 #include "common/utf8.h"
 #include "engine/http.h"
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::engine {
 

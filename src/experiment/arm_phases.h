@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "experiment/guards.h"
-#include "experiment/record.h"
+#include "experiment/run_folder.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::experiment {

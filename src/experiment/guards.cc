@@ -142,10 +142,11 @@ std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, con
                  {"meter_period_ms", num(sh.meter_period_ms), shared(sh.meter_period_ms != defaults.meter_period_ms)},
                  {"meter_idle_period_ms", num(std::max(sh.meter_idle_period_ms, sh.meter_period_ms)),
                   shared(sh.meter_idle_period_ms != defaults.meter_idle_period_ms)},
-                 {"meter_source", meterSourceName(sh.meter_source), shared(sh.meter_source != defaults.meter_source)},
+                 {"meter_source", sh.meter_source, shared(sh.meter_source != defaults.meter_source)},
              });
-    // PM's interval where PM samples: a run on NVML alone has no interval to compare.
-    if (sh.meter_source != MeterSource::kNvml)
+    // PM's interval where PM samples: a run without it has no interval to compare.
+    const std::optional<std::vector<std::string>> sources = parseMeterSources(sh.meter_source, nullptr);
+    if (sources && std::find(sources->begin(), sources->end(), "pm") != sources->end())
       S.push_back(
           {"pm_interval_us", std::to_string(sh.pm_interval_us), shared(sh.pm_interval_us != defaults.pm_interval_us)});
     S.insert(S.end(), {

@@ -387,13 +387,13 @@ bool plausibleStep(const PmStep& st) {
          len > 0 && len <= 3600 * int64_t{1000000000};
 }
 
-// One GPU's step as meter records (each lasts the interval), for the burst counter; records that do not
-// overlap the step [0, len_ns) (none the runner writes) are left out.
-std::vector<MeterPmSample> stepRecords(const PmStepGpu& g, int64_t interval_ns, int64_t len_ns) {
-  std::vector<MeterPmSample> out;
+// One GPU's step as meter records (each lasts the interval); records that do not overlap the step
+// [0, len_ns) (none the runner writes) are left out.
+std::vector<MeterRecord> stepRecords(const PmStepGpu& g, int64_t interval_ns, int64_t len_ns) {
+  std::vector<MeterRecord> out;
   for (const PmStepSample& x : g.samples) {
     if (x.t_ns <= -interval_ns || x.t_ns >= len_ns) continue;
-    MeterPmSample m;
+    MeterRecord m;
     m.t_start_ns = x.t_ns;
     m.t_end_ns = x.t_ns + interval_ns;
     m.bytes = {x.tx_bytes, x.rx_bytes};
@@ -402,30 +402,18 @@ std::vector<MeterPmSample> stepRecords(const PmStepGpu& g, int64_t interval_ns, 
   return out;
 }
 
-// The bytes of the step [0, len_ns) in direction `dir`: records inside whole, the edge records prorated.
-double stepBytes(const std::vector<MeterPmSample>& records, int64_t len_ns, int dir) {
-  double sum = 0;
-  for (const MeterPmSample& m : records) {
-    const int64_t len = m.t_end_ns - m.t_start_ns;
-    const int64_t in = std::min(m.t_end_ns, len_ns) - std::max(m.t_start_ns, int64_t{0});
-    if (len > 0 && in > 0) sum += m.bytes[dir] * static_cast<double>(std::min(in, len)) / static_cast<double>(len);
-  }
-  return sum;
-}
-
 // One GPU's step figures of one repetition, across the repetitions: what a ReportPmStep's spreads are of.
 struct StepValues {
   Values step_ms, records, tx_bytes, rx_bytes, bursts, calls, bursts_per_call;
   void add(const PmStep& st, const PmStepGpu& g) {
-    const tpscope::detail::PmBurstRule rule{kPmStepBurstThresholdMbps, kPmStepBurstMinGapUs,
-                                            tpscope::detail::PmDirection::kTx};
     const int64_t len = st.end_ns - st.start_ns;
-    const std::vector<MeterPmSample> recs = stepRecords(g, st.interval_us * 1000, len);
-    const double n = static_cast<double>(tpscope::detail::pmBursts(recs, rule).size());
+    const tpscope::detail::PmStepFigures f = tpscope::detail::pmStepFigures(
+        stepRecords(g, st.interval_us * 1000, len), 0, len, st.interval_us, tpscope::detail::kStepBurstRule);
+    const double n = f.bursts;
     step_ms.push_back(len * 1e-6);
-    records.push_back(static_cast<double>(recs.size()));
-    tx_bytes.push_back(stepBytes(recs, len, 0));
-    rx_bytes.push_back(stepBytes(recs, len, 1));
+    records.push_back(f.records);
+    tx_bytes.push_back(f.tx_bytes);
+    rx_bytes.push_back(f.rx_bytes);
     bursts.push_back(n);
     calls.push_back(st.allreduce_calls_per_step);
     if (st.allreduce_calls_per_step && *st.allreduce_calls_per_step > 0)

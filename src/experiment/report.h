@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "experiment/record.h"
-#include "tpscope/meter.h"
+#include "experiment/run_folder.h"
+#include "meter/meter.h"
 
 namespace tpscope::experiment {
 
@@ -72,17 +72,6 @@ struct BusiestCell {
   double mbps = 0, share = 0, ceiling_mbps = 0;
 };
 
-// How the report counts a decode step's bursts: on tx, above 1024 MB/s, merged across dips shorter
-// than 25 us; scripts/plot_timeline.py --bursts --counter tx --threshold-mbps 1024 --min-gap-us 25, the
-// rule docs/METHOD.md (section 6b) counts the host backend's calls with at 10 us. On tx because the
-// host backend's waiting ranks poll their peers' flags in pinned host memory, several GB/s of rx that
-// never pause, so rx shows one endless burst; 1024 MB/s lies far above the sampler's own and an idle
-// link's few MB/s and below a call's rate; 25 us is longer than a dip inside one call and shorter than
-// the space between two calls of a decode step. Constants, not spec keys: a figure the report compares
-// across runs must be counted one way.
-constexpr double kPmStepBurstThresholdMbps = 1024;
-constexpr double kPmStepBurstMinGapUs = 25;
-
 // One arm's decode step on the bus, one GPU (meter source pm or both): the step every valid repetition
 // recorded (PmStep), its figures as median (min–max) over those repetitions.
 struct ReportPmStep {
@@ -91,7 +80,7 @@ struct ReportPmStep {
   int64_t interval_us = 0;
   std::optional<MeterSpread> step_ms, records;
   std::optional<MeterSpread> tx_bytes, rx_bytes;  // the records' bytes, the two edge records prorated to the step
-  std::optional<MeterSpread> bursts;              // on tx, kPmStepBurst*
+  std::optional<MeterSpread> bursts;              // under the meter's kStepBurstRule (meter/pm_bursts.h)
   std::optional<MeterSpread> allreduce_calls;     // the library's calls per step
   std::optional<MeterSpread> bursts_per_call;     // per repetition: bursts / calls
   // The first valid repetition's step, record by record (what the plot draws).

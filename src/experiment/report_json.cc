@@ -2,6 +2,7 @@
 // report_json.cc - the report as JSON (report.json of a run folder, `tpscope report --format json`).
 #include "experiment/report_render.h"
 #include "experiment/report_text.h"
+#include "meter/pm_bursts.h"
 
 namespace tpscope::experiment {
 
@@ -40,8 +41,11 @@ json pmStepsJson(const Report& r) {
                     {"notes", p.notes},
                     {"plot", {{"repetition", p.repetition}, {"step_ns", p.step_ns}, {"samples", samples}}}});
   }
+  const tpscope::detail::PmBurstRule& rule = tpscope::detail::kStepBurstRule;
   return {{"burst_rule",
-           {{"counter", "tx"}, {"threshold_mbps", kPmStepBurstThresholdMbps}, {"min_gap_us", kPmStepBurstMinGapUs}}},
+           {{"counter", tpscope::detail::pmDirectionName(rule.direction)},
+            {"threshold_mbps", rule.threshold_mbps},
+            {"min_gap_us", rule.min_gap_us}}},
           {"rows", rows}};
 }
 
@@ -131,8 +135,7 @@ json toJson(const Report& r) {
   if (!r.engine.empty()) out["engine"] = r.engine;
   if (!r.recorded_from.empty()) out["recorded_from"] = r.recorded_from;
   // Only where the run asked for PM, so runs metered by NVML alone keep their shape.
-  if (!r.meter_source.empty() && r.meter_source != meterSourceName(MeterSource::kNvml))
-    out["meter_source"] = r.meter_source;
+  if (!r.meter_source.empty() && r.meter_source != "nvml") out["meter_source"] = r.meter_source;
   if (!r.pm_steps.empty()) out["decode_step_pm"] = pmStepsJson(r);
   return out;
 }

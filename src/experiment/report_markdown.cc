@@ -4,6 +4,7 @@
 
 #include "experiment/report_render.h"
 #include "experiment/report_text.h"
+#include "meter/pm_bursts.h"
 
 namespace tpscope::experiment {
 
@@ -36,11 +37,13 @@ std::string pmStepSection(const Report& r) {
   s += fmt::format(
       "\nThe step in the middle of each decode window (window / steps), record by record; median (min–max) over the "
       "arm's valid repetitions. tx and rx: the records' bytes, the two edge records prorated to the step (kB = 10^3 "
-      "bytes). Bursts: runs of records above {} MB/s on tx, merged across dips shorter than {:g} µs (as "
-      "`scripts/plot_timeline.py --bursts --counter tx --threshold-mbps {:g} --min-gap-us {:g}` counts them). "
+      "bytes). Bursts: runs of records above {} MB/s on {}, merged across dips shorter than {:g} µs (the meter's rule, "
+      "as `tpscope meter --timeline` labels them by default, `--bursts {}`). "
       "AllReduce calls: the library's count in the window / steps; N/A where it made none. `tpscope report RUN_DIR "
       "--plots` draws each arm's step of its first valid repetition (pm_step.png).\n",
-      mbps(kPmStepBurstThresholdMbps), kPmStepBurstMinGapUs, kPmStepBurstThresholdMbps, kPmStepBurstMinGapUs);
+      mbps(tpscope::detail::kStepBurstRule.threshold_mbps),
+      tpscope::detail::pmDirectionName(tpscope::detail::kStepBurstRule.direction),
+      tpscope::detail::kStepBurstRule.min_gap_us, tpscope::detail::burstRuleText(tpscope::detail::kStepBurstRule));
   for (const ReportPmStep& p : r.pm_steps)
     for (const std::string& n : p.notes) s += fmt::format("- arm {} GPU {}, {}\n", p.arm, p.gpu, n);
   return s;
@@ -72,7 +75,7 @@ std::string dmonSection(const Report& r) {
 }  // namespace
 
 std::string formatMarkdown(const Report& r) {
-  const bool pm_only = r.meter_source == meterSourceName(MeterSource::kPm);
+  const bool pm_only = r.meter_source == "pm";
   std::string s = fmt::format("# Experiment {}\n\n", r.experiment);
   if (!r.recording.empty()) s += fmt::format("> {}\n\n", r.recording);
   if (!r.engine.empty()) s += r.engine + "\n\n";

@@ -125,9 +125,9 @@ void recordPhases(const std::vector<PhaseOutcome>& outcomes, bool tail, double t
   if (tail && r->disturbed.empty())
     for (const MeterWindow& w : windows)
       if (w.name == "after") r->disturbed = trafficAfter(w, meter.gpus(), threshold_mbps);
-  // With PM sampling: one decode step record by record, beside the library's calls in it.
-  const bool pm = meter.options().source != MeterSource::kNvml;
-  const std::vector<MeterPmSample> pm_samples = pm ? meter.pmSamples() : std::vector<MeterPmSample>{};
+  // With a source that records per interval (PM): one decode step record by record, beside the
+  // library's calls in it.
+  const std::vector<MeterRecord> records = meter.records();
   for (const PhaseOutcome& o : outcomes) {
     std::vector<GpuTraffic> traffic;
     for (const MeterWindow& w : windows)
@@ -136,8 +136,8 @@ void recordPhases(const std::vector<PhaseOutcome>& outcomes, bool tail, double t
         break;
       }
     r->phases.push_back(makePhaseResult(o, traffic));
-    if (pm && o.phase == "decode")
-      r->phases.back().pm_step = pmStepFromSamples(o.start_ns, o.end_ns, o.steps, o.allreduce, pm_samples, meter.gpus(),
+    if (!records.empty() && o.phase == "decode")
+      r->phases.back().pm_step = pmStepFromSamples(o.start_ns, o.end_ns, o.steps, o.allreduce, records, meter.gpus(),
                                                    meter.options().pm_interval_us);
     *summary += fmt::format(" {} {:.1f} tok/s", o.phase, r->phases.back().tok_s);
   }
@@ -316,12 +316,12 @@ Attempt runAttempt(RunContext& x, const EffectiveSettings& arm, ArmPhases& phase
     if (std::find(mo.devices.begin(), mo.devices.end(), d) == mo.devices.end()) mo.devices.push_back(d);
   mo.period_us = static_cast<int64_t>(sh.meter_period_ms * 1000 + 0.5);
   mo.idle_period_us = std::max(mo.period_us, static_cast<int64_t>(sh.meter_idle_period_ms * 1000 + 0.5));
-  mo.source = sh.meter_source;
+  mo.sources = parseMeterSources(sh.meter_source, nullptr).value_or(std::vector<std::string>{"nvml"});
   mo.pm_interval_us = sh.pm_interval_us;
-  // The dmon figure beside the counters, same windows. Not with PM alone: the meter would take the
+  // The dmon figure beside NVML's counters, same windows. Not without NVML: the meter would make the
   // dmon calls (NVML calls that cross PCIe themselves) without NVML's calibration, so their traffic
-  // would land uncounted in PM's figures, and "NVML is not read" would no longer hold.
-  mo.method = sh.meter_source == MeterSource::kPm ? MeterMethod::kCounters : MeterMethod::kBoth;
+  // would land uncounted in the other sources' figures, and "NVML is not read" would no longer hold.
+  if (std::find(mo.sources.begin(), mo.sources.end(), "nvml") != mo.sources.end()) mo.sources.push_back("dmon");
   std::unique_ptr<Meter> meter;
   std::string reason;
   if (x.start_meter(mo, &meter, &reason) != tpsSuccess) {

@@ -24,10 +24,10 @@
 
 #include "experiment/arm_phases.h"
 #include "experiment/guards.h"
-#include "experiment/record.h"
 #include "experiment/report.h"
+#include "experiment/run_folder.h"
 #include "experiment/spec.h"
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::experiment {
 

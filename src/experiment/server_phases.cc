@@ -18,7 +18,7 @@
 #include "common/utf8.h"
 #include "engine/command.h"
 #include "engine/llama_server.h"
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::experiment {
 

@@ -76,12 +76,6 @@ namespace {
 
 int lineOf(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
 
-std::optional<MeterSource> parseMeterSource(const std::string& text) {
-  for (MeterSource m : {MeterSource::kNvml, MeterSource::kPm, MeterSource::kBoth})
-    if (text == meterSourceName(m)) return m;
-  return std::nullopt;
-}
-
 struct Reader {
   std::string source;
 
@@ -315,7 +309,10 @@ void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec, Gi
     else if (key == "meter_idle_period_ms")
       s.meter_idle_period_ms = r.number(v, key, 0.1, 50);
     else if (key == "meter_source") {
-      s.meter_source = r.choice(v, key, parseMeterSource, "nvml, pm, both");
+      std::string why;
+      const std::optional<std::vector<std::string>> sources = parseMeterSources(r.string(v, key), &why);
+      if (!sources) r.error(v, "'meter_source': " + why);
+      s.meter_source = meterSourcesText(*sources);
     } else if (key == "pm_interval_us") {
       s.pm_interval_us = r.integer(v, key, 10, 1000000);
       pm_interval = &v;
@@ -339,7 +336,8 @@ void parseShared(const Reader& r, const toml::table& t, ExperimentSpec* spec, Gi
     }
   }
   // An interval with nothing sampling at it would be a setting that changes nothing.
-  if (pm_interval && s.meter_source == MeterSource::kNvml)
+  const std::optional<std::vector<std::string>> sources = parseMeterSources(s.meter_source, nullptr);
+  if (pm_interval && std::find(sources->begin(), sources->end(), "pm") == sources->end())
     r.error(*pm_interval, "'pm_interval_us' is PM sampling's interval: set meter_source = \"pm\" or \"both\" too");
   if (e.engine == Engine::kSynthetic && s.prompt_tokens + s.decode_tokens > s.context)
     throw SpecError(r.source, lineOf(t),

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 #include "workload/model_config.h"
 
 namespace tpscope::experiment {
@@ -92,10 +92,11 @@ struct SharedSettings {
   double meter_period_ms = 2;            // counter read period while a link moves
   double meter_idle_period_ms = 25;      // counter read period while a link is quiet (= meter_period_ms: fixed)
   int baseline_retries = 2;              // a repetition whose baseline fails is retried this often, then reported
-  // Where the phases' PCIe bytes come from (MeterOptions::source): NVML's counters, CUPTI's PM
-  // sampling (the GPU counts them itself per interval; needs profiling rights), or both side by side.
-  // With PM the report also shows one decode step record by record.
-  MeterSource meter_source = MeterSource::kNvml;
+  // Where the phases' figures come from (MeterOptions::sources, as meterSourcesText writes the list):
+  // "nvml" (NVML's counters), "pm" (CUPTI's PM sampling: the GPU counts PCIe bytes itself per interval;
+  // needs profiling rights), "both", or any list of registered sources. With PM the report also shows
+  // one decode step record by record.
+  std::string meter_source = "nvml";
   int pm_interval_us = 100;  // PM's sampling interval (MeterOptions::pm_interval_us), 10..1000000
   ArmDelta base;             // arm settings given once in [experiment], overridden per arm
   EngineSettings engine;

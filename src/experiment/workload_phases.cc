@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 #include "workload/attention_cudnn.h"
 #include "workload/model.h"
 #include "workload/phases.h"

@@ -213,22 +213,24 @@ MeterGpuCalibration calibrateGpu(CounterReader& counters, DmonReader* dmon, cons
   return out;
 }
 
-MeterCalibration calibrateAll(SourceSet& src, const CalibrationPlan& plan) {
+MeterCalibration calibrateAll(std::vector<std::unique_ptr<CounterReader>>& counters,
+                              std::vector<std::unique_ptr<DmonReader>>& dmon, const std::vector<MeterGpu>& gpus,
+                              const CalibrationPlan& plan) {
   MeterCalibration cal;
   cal.start_ns = monotonicNs();
-  cal.gpus.resize(src.gpus.size());
+  cal.gpus.resize(gpus.size());
   std::vector<std::thread> threads;
-  for (size_t k = 0; k < src.counters.size() && k < src.gpus.size(); ++k) {
-    DmonReader* dmon = k < src.dmon.size() ? src.dmon[k].get() : nullptr;
-    threads.emplace_back([&, k, dmon] { cal.gpus[k] = calibrateGpu(*src.counters[k], dmon, src.gpus[k], plan); });
+  for (size_t k = 0; k < counters.size() && k < gpus.size(); ++k) {
+    DmonReader* d = k < dmon.size() ? dmon[k].get() : nullptr;
+    threads.emplace_back([&, k, d] { cal.gpus[k] = calibrateGpu(*counters[k], d, gpus[k], plan); });
   }
   for (std::thread& t : threads) t.join();
   cal.end_ns = monotonicNs();
   std::vector<std::string> busy;
   for (size_t k = 0; k < cal.gpus.size(); ++k)
-    if (cal.gpus[k].rounds < plan.min_rounds) busy.push_back(std::to_string(src.gpus[k].index));
-  cal.calibrated = !cal.gpus.empty() && busy.empty() && src.counters.size() == src.gpus.size();
-  if (src.counters.empty()) {
+    if (cal.gpus[k].rounds < plan.min_rounds) busy.push_back(std::to_string(gpus[k].index));
+  cal.calibrated = !cal.gpus.empty() && busy.empty() && counters.size() == gpus.size();
+  if (counters.empty()) {
     cal.note = "not calibrated: the meter reads no counters (dmon method only)";
   } else if (!busy.empty()) {
     std::string list;

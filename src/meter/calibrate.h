@@ -13,9 +13,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
+#include "meter/meter.h"
 #include "meter/source.h"
-#include "tpscope/meter.h"
 
 namespace tpscope::detail {
 
@@ -29,7 +31,7 @@ struct CalibrationPlan {
   // seems to pay for waking between spaced reads. So the calibration reads at the spacing it
   // corrects for (clamped to 0.35-5 ms so that a burst holds enough reads).
   int64_t pcie_spacing_ns = 2000000;
-  int nvlink_reads = 2;    // NVLink reads per burst (~22 ms each on H200)
+  int nvlink_reads = 2;    // NVLink reads per burst (each a slow one: docs/METHOD.md section 2)
   int dmon_calls = 2;      // dmon calls per burst (rx and tx, ~20 ms each)
   double busy_mbps = 100;  // a quiet interval faster than this on any counter is discarded
 };
@@ -38,8 +40,11 @@ struct CalibrationPlan {
 MeterGpuCalibration calibrateGpu(CounterReader& counters, DmonReader* dmon, const MeterGpu& info,
                                  const CalibrationPlan& plan);
 
-// Every GPU of `src` in parallel (one thread each). Sets calibrated and note.
-MeterCalibration calibrateAll(SourceSet& src, const CalibrationPlan& plan);
+// Every GPU in parallel (one thread each), through counters[k] and, where given, dmon[k] (empty: the
+// dmon call is not measured). Sets calibrated and note.
+MeterCalibration calibrateAll(std::vector<std::unique_ptr<CounterReader>>& counters,
+                              std::vector<std::unique_ptr<DmonReader>>& dmon, const std::vector<MeterGpu>& gpus,
+                              const CalibrationPlan& plan);
 
 // The bytes counter c of a GPU gained from `reads` reads of kind k; nullopt when k's cost for c is
 // unknown and reads > 0. which: 0 median, -1 lowest round, +1 highest round.

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace tpscope::detail {
@@ -116,7 +117,8 @@ std::string renderMetrics(const Meter& meter, const ExpositionContext& ctx) {
       if (kind == MeterReadKind::kNvlink && !gpus[k].supported[static_cast<int>(MeterCounter::kNvlinkTx)] &&
           !gpus[k].supported[static_cast<int>(MeterCounter::kNvlinkRx)])
         continue;
-      if (kind == MeterReadKind::kDmon && meter.options().method == MeterMethod::kCounters) continue;
+      const std::vector<std::string>& sources = meter.options().sources;
+      if (kind == MeterReadKind::kDmon && std::find(sources.begin(), sources.end(), "dmon") == sources.end()) continue;
       m.sample(with(gpuLabels(gpus[k]), "kind", meterReadKindName(kind)), static_cast<uint64_t>(meter.reads(k, kind)));
     }
 

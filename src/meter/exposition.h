@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::detail {
 

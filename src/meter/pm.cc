@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cmath>
 
 namespace tpscope::detail {
 
@@ -24,6 +23,23 @@ ClockMap ClockMap::measure(const std::function<int64_t()>& source_now, const std
   return best;
 }
 
+void appendRecord(const MeterRecord& r, int64_t gap_ns, PmSeries* out) {
+  MeterRecord m = r;
+  if (!out->samples.empty()) {
+    const int64_t prev_end = out->samples.back().t_end_ns;
+    if (m.t_start_ns < prev_end) m.t_start_ns = prev_end;  // never overlap (a ns of rounding)
+    if (m.t_end_ns < m.t_start_ns) m.t_end_ns = m.t_start_ns;
+    if (m.t_start_ns - prev_end > gap_ns) out->holes.push_back({prev_end, m.t_start_ns, "gap"});
+  }
+  out->samples.push_back(m);
+}
+
+PmSeries pmSeriesOf(const std::vector<MeterRecord>& records, int64_t gap_ns) {
+  PmSeries s;
+  for (const MeterRecord& r : records) appendRecord(r, gap_ns, &s);
+  return s;
+}
+
 void PmSeriesBuilder::append(const PmBatch& batch, PmSeries* out) {
   for (const PmRecord& r : batch.records) {
     if (out->ended) break;  // nothing after the end of the session counts
@@ -32,18 +48,12 @@ void PmSeriesBuilder::append(const PmBatch& batch, PmSeries* out) {
       ++dropped_;
       continue;
     }
-    MeterPmSample m;
+    MeterRecord m;
     m.gpu = gpu_;
     m.t_start_ns = map_.toMonotonic(r.start_ns);
     m.t_end_ns = map_.toMonotonic(std::max(r.end_ns, r.start_ns));
     m.bytes = r.bytes;
-    if (!out->samples.empty()) {
-      const int64_t prev_end = out->samples.back().t_end_ns;
-      if (m.t_start_ns < prev_end) m.t_start_ns = prev_end;  // never overlap (a ns of rounding)
-      if (m.t_end_ns < m.t_start_ns) m.t_end_ns = m.t_start_ns;
-      if (m.t_start_ns - prev_end > gap_ns_) out->holes.push_back({prev_end, m.t_start_ns, "gap"});
-    }
-    out->samples.push_back(m);
+    appendRecord(m, gap_ns_, out);
   }
   if (!out->ended && (batch.overflow || !batch.error.empty())) {
     const int64_t from = out->samples.empty() ? INT64_MIN : out->samples.back().t_end_ns;
@@ -52,11 +62,11 @@ void PmSeriesBuilder::append(const PmBatch& batch, PmSeries* out) {
   }
 }
 
-PmFigure computePm(const PmSeries& s, int dir, int64_t start_ns, int64_t end_ns) {
+PmFigure computePm(const PmSeries& s, int dir, int64_t start_ns, int64_t end_ns, const char* what) {
   PmFigure f;
   // First record ending after start (records are in time order and do not overlap).
   auto it = std::lower_bound(s.samples.begin(), s.samples.end(), start_ns,
-                             [](const MeterPmSample& m, int64_t t) { return m.t_end_ns <= t; });
+                             [](const MeterRecord& m, int64_t t) { return m.t_end_ns <= t; });
   const bool covers_start = it != s.samples.end() && it->t_start_ns <= start_ns;
   int64_t covered_to = INT64_MIN;
   for (; it != s.samples.end() && (it->t_start_ns < end_ns || (start_ns == end_ns && it->t_start_ns <= end_ns)); ++it) {
@@ -78,7 +88,7 @@ PmFigure computePm(const PmSeries& s, int dir, int64_t start_ns, int64_t end_ns)
       return f;
     }
   if (!covers_start || covered_to < end_ns) {
-    f.why = s.samples.empty() ? "no PM records" : "PM records do not cover the window";
+    f.why = std::string(s.samples.empty() ? "no PM records over " : "PM records do not cover ") + what;
     return f;
   }
   f.complete = true;
@@ -102,37 +112,9 @@ std::array<std::optional<double>, 2> pmQuietRate(const PmSeries& s, int64_t from
   return out;
 }
 
-int nvmlWrapGapsIn(const std::vector<MeterSample>& series, int64_t start_ns, int64_t end_ns,
-                   std::optional<double> ceiling_mbps) {
-  if (!ceiling_mbps || *ceiling_mbps <= 0) return 0;
-  const double wrap_ns = 4294967296.0 / (*ceiling_mbps * 1e6) * 1e9;
-  int gaps = 0;
-  for (int c : {static_cast<int>(MeterCounter::kPcieTx), static_cast<int>(MeterCounter::kPcieRx)}) {
-    // Only the reads around the window: a row's t_ns[c] never decreases along the series (a row without
-    // a value carries the last one's), so the first read after start is found by bisection, and the pair
-    // it makes with the last read before it is the first that can count. The window's work is then the
-    // reads in it, not the whole series (a command that marks 200,000 windows).
-    size_t i = std::partition_point(series.begin(), series.end(),
-                                    [&](const MeterSample& m) { return m.t_ns[c] <= start_ns; }) -
-               series.begin();
-    while (i > 0 && !series[i - 1].bytes[c]) --i;
-    if (i > 0) --i;
-    std::optional<int64_t> prev;
-    for (; i < series.size(); ++i) {
-      const MeterSample& m = series[i];
-      if (!m.bytes[c]) continue;
-      const int64_t t = m.t_ns[c];
-      if (prev && t - *prev >= wrap_ns && *prev < end_ns && t > start_ns) ++gaps;
-      prev = t;
-      if (t >= end_ns) break;  // every later pair starts at or after the window's end
-    }
-  }
-  return gaps;
-}
-
 std::optional<double> pmPeakMBps(const PmSeries& s, int dir, int64_t start_ns, int64_t end_ns, double peak_span_ms) {
   auto first = std::lower_bound(s.samples.begin(), s.samples.end(), start_ns,
-                                [](const MeterPmSample& m, int64_t t) { return m.t_start_ns < t; });
+                                [](const MeterRecord& m, int64_t t) { return m.t_start_ns < t; });
   auto last = first;
   while (last != s.samples.end() && last->t_end_ns <= end_ns) ++last;
   const int64_t span_ns = static_cast<int64_t>(peak_span_ms * 1e6);
@@ -148,50 +130,6 @@ std::optional<double> pmPeakMBps(const PmSeries& s, int dir, int64_t start_ns, i
     sum -= i->bytes[dir];
   }
   return peak;
-}
-
-void applyPm(MeterWindow* w, const std::vector<PmSeries>& series, const std::vector<MeterGpu>& gpus,
-             const std::vector<std::array<std::optional<double>, 2>>& own_bps, bool replace, double peak_span_ms) {
-  const double dur_s = (w->end_ns - w->start_ns) * 1e-9;
-  for (size_t k = 0; k < w->cells.size() && k < series.size(); ++k) {
-    for (int dir = 0; dir < 2; ++dir) {
-      const MeterCounter c = dir == kPmTx ? MeterCounter::kPcieTx : MeterCounter::kPcieRx;
-      MeterCell& cell = w->cells[k][static_cast<int>(c)];
-      PmFigure f = computePm(series[k], dir, w->start_ns, w->end_ns);
-      if (!f.complete) {
-        w->pm_complete = false;
-        if (w->pm_note.empty()) w->pm_note = "GPU " + std::to_string(gpus[k].index) + ": " + f.why;
-      }
-      std::optional<double> own =
-          k < own_bps.size() && own_bps[k][dir] ? std::optional<double>(*own_bps[k][dir] * dur_s) : std::nullopt;
-      // Beside NVML, PM also sees NVML's reads in the window (~14 KB RX + 18 KB TX each on H200, what the
-      // NVML calibration measured them at in NVML's count, within its ~3 % difference): subtract them too.
-      if (!replace && cell.own_bytes) own = own.value_or(0) + *cell.own_bytes;
-      double net = f.bytes - own.value_or(0);
-      if (std::abs(net) < 0.5) net = 0;  // below a byte: rounding of the own-traffic estimate
-      cell.pm_counted_bytes = f.bytes;
-      cell.pm_own_bytes = own;
-      cell.pm_bytes = net;
-      cell.pm_edge_bytes = f.edge_bytes;
-      cell.pm_samples = f.samples;
-      if (replace) {
-        cell.counted_bytes = f.bytes;
-        cell.own_bytes = own;
-        cell.bytes = net;
-        cell.bytes_low = std::max(0.0, f.low - own.value_or(0));
-        cell.bytes_high = f.high - own.value_or(0);
-        cell.samples = f.samples;
-        cell.mean_mbps = dur_s > 0 ? std::optional<double>(net / dur_s / 1e6) : std::nullopt;
-        const std::optional<double> ceiling = gpus[k].ceilingMBps(c);
-        cell.share_of_ceiling = cell.mean_mbps && ceiling && *ceiling > 0
-                                    ? std::optional<double>(*cell.mean_mbps / *ceiling)
-                                    : std::nullopt;
-        cell.peak_mbps = pmPeakMBps(series[k], dir, w->start_ns, w->end_ns, peak_span_ms);
-      } else if (cell.bytes && *cell.bytes != 0) {
-        cell.pm_ratio = net / *cell.bytes;
-      }
-    }
-  }
 }
 
 }  // namespace tpscope::detail

@@ -9,8 +9,8 @@
 //   ClockMap         the source clock -> the meter's monotonic clock, measured once at start.
 //   PmSeriesBuilder  maps and appends records, drops the first record of the session (it starts
 //                    before the configuration and ends at the start), and marks holes: a gap
-//                    between two records, or an overflow or failed decode, after which the session
-//                    has nothing more (the hole runs to the end of time).
+//                    between two records (pmGapNs), or an overflow or failed decode, after which the
+//                    session has nothing more (the hole runs to the end of time).
 //   computePm        the bytes of a window: records inside count fully, the two edge records are
 //                    prorated by time; the truth lies between the records inside only (low) and
 //                    every record touching the window (high). A hole touching the window, or a
@@ -19,6 +19,7 @@
 // rate, measured at start over quiet intervals (pmQuietRate) and subtracted per window.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -26,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::detail {
 
@@ -77,14 +78,25 @@ struct PmHole {
 };
 
 struct PmSeries {
-  std::vector<MeterPmSample> samples;  // monotonic clock, in time order
+  std::vector<MeterRecord> samples;  // monotonic clock, in time order
   std::vector<PmHole> holes;
   bool ended = false;  // an overflow or a failed decode ended the session
 };
 
+// Records are back to back: a space between two longer than half an interval (and than 1 us, what the
+// clock mapping may round) is a gap. The one rule for the series, the step records and the plots.
+inline int64_t pmGapNs(int64_t interval_us) { return std::max<int64_t>(1000, interval_us * 500); }
+
+// Appends one record already in the meter's clock, after the series' last: never overlapping it (a ns
+// of rounding), and with a hole before it when the space since the last is longer than gap_ns.
+void appendRecord(const MeterRecord& r, int64_t gap_ns, PmSeries* out);
+// Records already in the meter's clock (a recorded step, a window's records) as a series, their gaps
+// marked by the same rule.
+PmSeries pmSeriesOf(const std::vector<MeterRecord>& records, int64_t gap_ns);
+
 class PmSeriesBuilder {
  public:
-  // gap_ns: a space between two records longer than this is a hole (records are back to back).
+  // gap_ns: a space between two records longer than this is a hole (pmGapNs).
   PmSeriesBuilder(int gpu, ClockMap map, int64_t gap_ns) : gpu_(gpu), map_(map), gap_ns_(gap_ns) {}
   void append(const PmBatch& batch, PmSeries* out);
   int64_t dropped() const { return dropped_; }  // records dropped (the session's first)
@@ -106,24 +118,12 @@ struct PmFigure {
   bool complete = false;     // covered by records, no hole touching it
   std::string why;           // what made it incomplete ("" when complete)
 };
-PmFigure computePm(const PmSeries& s, int dir, int64_t start_ns, int64_t end_ns);
+// `what` names the span in the reasons ("no PM records over the window").
+PmFigure computePm(const PmSeries& s, int dir, int64_t start_ns, int64_t end_ns, const char* what = "the window");
 
 // The median rate (bytes/s per direction) of the records over `slices` equal slices of [from, to];
 // nullopt for a direction when the slices are not covered.
 std::array<std::optional<double>, 2> pmQuietRate(const PmSeries& s, int64_t from_ns, int64_t to_ns, int slices = 5);
-
-// Wrap gaps: spaces between consecutive PCIe reads of `series` long enough for a 32-bit counter to
-// wrap unseen at `ceiling_mbps`, that overlap [start, end].
-int nvmlWrapGapsIn(const std::vector<MeterSample>& series, int64_t start_ns, int64_t end_ns,
-                   std::optional<double> ceiling_mbps);
-
-// Fills the PM fields of a window's cells (pm_*), from figures of every GPU; own_bps[k][dir] is the
-// sampler's own rate on GPU k (nullopt: not measured, gross). When `replace`, the cell's main
-// figures (bytes, bounds, mean, share) become PM's (source pm); else PM stays beside NVML and the
-// ratio PM/NVML is filled (source both), and PM is also made net of NVML's reads in the window (the
-// cell's own_bytes, which PM sees as traffic too).
-void applyPm(MeterWindow* w, const std::vector<PmSeries>& series, const std::vector<MeterGpu>& gpus,
-             const std::vector<std::array<std::optional<double>, 2>>& own_bps, bool replace, double peak_span_ms = 0);
 
 // The highest counted rate (MB/s) over any run of consecutive records inside [start, end] that spans
 // at least peak_span_ms; nullopt when no run inside is that long.

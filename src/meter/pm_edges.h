@@ -12,7 +12,7 @@
 #include <optional>
 #include <vector>
 
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::detail {
 
@@ -27,7 +27,7 @@ struct PmEdges {
 // busiest record's and `min_bps` (the sampler's own trickle, a few MB/s, stays below both); the full
 // rate is the median rate of the active records strictly between the first and the last (the
 // busiest record's rate when there are none: a transfer shorter than three records).
-PmEdges pmTrafficEdges(const std::vector<MeterPmSample>& samples, int gpu, int dir, int64_t from_ns, int64_t to_ns,
+PmEdges pmTrafficEdges(const std::vector<MeterRecord>& samples, int gpu, int dir, int64_t from_ns, int64_t to_ns,
                        double active_share = 0.05, double min_bps = 1e9);
 
 }  // namespace tpscope::detail

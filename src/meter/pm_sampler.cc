@@ -17,8 +17,7 @@ PmSampler::PmSampler(const MeterOptions& options, std::vector<std::unique_ptr<Pm
 }
 
 tpsResult_t PmSampler::start(std::string* reason) {
-  // A space between records longer than half an interval (they are back to back) is a gap.
-  const int64_t gap_ns = std::max<int64_t>(1000, options_.pm_interval_us * 500);
+  const int64_t gap_ns = pmGapNs(options_.pm_interval_us);
   for (size_t k = 0; k < readers_.size(); ++k) {
     PmReader* r = readers_[k].get();
     builders_.emplace_back(static_cast<int>(k), ClockMap::measure([r] { return r->sourceNow(); }, monotonicNs), gap_ns);
@@ -103,9 +102,8 @@ void PmSampler::stop() {
   }
 }
 
-Meter::PmStatus PmSampler::status() const {
-  Meter::PmStatus s;
-  s.own_bps = own_bps_;
+PmSampler::Status PmSampler::status() const {
+  Status s;
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t k = 0; k < series_.size(); ++k) {
     s.records += static_cast<int64_t>(series_[k].samples.size());

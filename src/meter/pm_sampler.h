@@ -39,7 +39,12 @@ class PmSampler {
   }
   const std::vector<std::array<std::optional<double>, 2>>& ownBps() const { return own_bps_; }
   const std::string& note() const { return note_; }
-  Meter::PmStatus status() const;
+  // Records kept and dropped (the session's first), holes, and why PM ended early ("" when it did not).
+  struct Status {
+    int64_t records = 0, dropped = 0, holes = 0;
+    std::string ended;
+  };
+  Status status() const;
 
  private:
   void decodeOnce(size_t k);

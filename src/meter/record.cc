@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace tpscope {
 
 namespace {
@@ -28,13 +30,13 @@ std::string csvName(const std::string& s) {
   return q + "\"";
 }
 
-const char* methodName(MeterMethod m) {
-  switch (m) {
-    case MeterMethod::kCounters: return "counters";
-    case MeterMethod::kDmon: return "dmon";
-    case MeterMethod::kBoth: return "both";
-  }
-  return "?";
+bool runs(const MeterOptions& o, const char* source) {
+  return std::find(o.sources.begin(), o.sources.end(), source) != o.sources.end();
+}
+
+// The record's "method" (the counters, the dmon method, or both), as records had it before sources.
+const char* methodName(const MeterOptions& o) {
+  return runs(o, "dmon") ? (runs(o, "nvml") ? "both" : "dmon") : "counters";
 }
 
 // The counters a GPU supports, by name; null where a value is missing.
@@ -47,29 +49,63 @@ nlohmann::json countersJson(const std::array<std::optional<double>, kMeterCounte
 
 }  // namespace
 
-std::string pmLines(const MeterOptions& o, const Meter::PmStatus& st, const std::vector<MeterGpu>& gpus) {
-  if (o.source == MeterSource::kNvml) return "";
-  std::string out = fmt::format(
-      "# PM sampling (CUPTI, {}): a record every {} us on the GPU's clock, decoded every {} ms; {} records kept, "
-      "{} dropped (the session's first), {} gaps\n",
-      o.source == MeterSource::kPm ? "PCIe bytes from PM only" : "beside NVML: pm bytes and pm/nvml", o.pm_interval_us,
-      o.pm_decode_ms, st.records, st.dropped, st.holes);
-  for (size_t k = 0; k < st.own_bps.size() && k < gpus.size(); ++k) {
-    const auto& own = st.own_bps[k];
-    if (own[0] && own[1])
-      out += fmt::format(
-          "# GPU {} PM sampler's own traffic (measured at start, subtracted): tx {:.2f} MB/s, rx {:.2f} MB/s\n",
-          gpus[k].index, *own[0] / 1e6, *own[1] / 1e6);
-    else
-      out += fmt::format("# GPU {} PM sampler's own traffic not measured: PM figures include it\n", gpus[k].index);
+std::string sourceLines(const std::vector<MeterSourceStatus>& status, const std::vector<MeterGpu>& gpus) {
+  std::string out;
+  for (const MeterSourceStatus& st : status) {
+    out += fmt::format("# {}; {} records kept, {} dropped, {} gaps\n", st.how, st.records, st.dropped, st.gaps);
+    const int tx = static_cast<int>(MeterCounter::kPcieTx), rx = static_cast<int>(MeterCounter::kPcieRx);
+    for (size_t k = 0; k < st.own_mbps.size() && k < gpus.size(); ++k) {
+      const auto& own = st.own_mbps[k];
+      if (own[tx] && own[rx])
+        out += fmt::format(
+            "# GPU {} {} source's own traffic (measured at start, subtracted): tx {:.2f} MB/s, rx {:.2f} MB/s\n",
+            gpus[k].index, st.source, *own[tx], *own[rx]);
+      else
+        out += fmt::format("# GPU {} {} source's own traffic not measured: its figures include it\n", gpus[k].index,
+                           st.source);
+    }
+    if (!st.ended.empty())
+      out += "# warning: " + st.source + " ended early (" + st.ended + "): later windows are incomplete\n";
   }
-  if (!st.ended.empty()) out += "# warning: PM sampling ended early (" + st.ended + "): later windows are incomplete\n";
+  return out;
+}
+
+std::vector<nlohmann::json> timelineJson(const std::vector<MeterWindow>& windows,
+                                         const std::vector<MeterRecord>& records, const std::vector<MeterGpu>& gpus,
+                                         const detail::PmBurstRule& rule) {
+  std::vector<nlohmann::json> out;
+  out.push_back({{"type", "timeline_rule"},
+                 {"direction", detail::pmDirectionName(rule.direction)},
+                 {"threshold_mbps", rule.threshold_mbps},
+                 {"min_gap_us", rule.min_gap_us}});
+  const bool marked =
+      std::any_of(windows.begin(), windows.end(), [](const MeterWindow& w) { return w.name != "command"; });
+  for (const MeterWindow& w : windows) {
+    if (marked && w.name == "command") continue;
+    for (size_t k = 0; k < gpus.size(); ++k) {
+      // Records are GPU by GPU, each GPU's in time order.
+      std::vector<MeterRecord> mine;
+      for (const MeterRecord& r : records)
+        if (r.gpu == static_cast<int>(k) && r.t_end_ns > w.start_ns && r.t_start_ns < w.end_ns) mine.push_back(r);
+      const std::vector<int> burst = detail::burstLabels(mine, rule);
+      for (size_t i = 0; i < mine.size(); ++i) {
+        nlohmann::json j = toJson(mine[i], gpus);
+        j["type"] = "timeline";
+        j["window"] = w.name;
+        j["repetition"] = w.repetition;
+        j["t_us"] = (mine[i].t_start_ns - w.start_ns) * 1e-3;
+        j["dur_us"] = (mine[i].t_end_ns - mine[i].t_start_ns) * 1e-3;
+        j["burst"] = burst[i] >= 0 ? nlohmann::json(burst[i]) : nlohmann::json(nullptr);
+        out.push_back(std::move(j));
+      }
+    }
+  }
   return out;
 }
 
 std::vector<MeterCounter> reportedCounters(const MeterOptions& o) {
   std::vector<MeterCounter> out{MeterCounter::kPcieTx, MeterCounter::kPcieRx};
-  if (o.method == MeterMethod::kDmon || o.source == MeterSource::kPm) return out;  // PM counts PCIe only
+  if (!runs(o, "nvml")) return out;  // the other sources count PCIe only
   if (o.nvlink) {
     out.push_back(MeterCounter::kNvlinkTx);
     out.push_back(MeterCounter::kNvlinkRx);
@@ -94,13 +130,22 @@ nlohmann::json toJson(const MeterGpu& g) {
 }
 
 nlohmann::json toJson(const MeterOptions& o) {
-  nlohmann::json j = {{"period_us", o.period_us},           {"idle_period_us", o.idle_period_us},
-                      {"busy_mbps", o.busy_mbps},           {"calibrate", o.calibrate},
-                      {"method", methodName(o.method)},     {"nvlink", o.nvlink},
-                      {"nvlink_raw", o.nvlink_raw},         {"nvlink_links_per_call", o.nvlink_links_per_call},
-                      {"dmon_period_ms", o.dmon_period_ms}, {"peak_span_ms", o.peak_span_ms}};
-  if (o.source != MeterSource::kNvml) {  // NVML-only records keep their earlier shape
-    j["source"] = meterSourceName(o.source);
+  nlohmann::json j = {{"period_us", o.period_us},
+                      {"idle_period_us", o.idle_period_us},
+                      {"busy_mbps", o.busy_mbps},
+                      {"calibrate", o.calibrate},
+                      {"method", methodName(o)},
+                      {"nvlink", o.nvlink},
+                      {"nvlink_raw", o.nvlink_raw},
+                      {"nvlink_links_per_call", o.nvlink_links_per_call},
+                      {"dmon_period_ms", o.dmon_period_ms},
+                      {"peak_span_ms", o.peak_span_ms}};
+  // The sources besides NVML and dmon ("method" says those two), so that NVML-only records keep their shape.
+  std::vector<std::string> others;
+  for (const std::string& s : o.sources)
+    if (s != "dmon") others.push_back(s);
+  if (others != std::vector<std::string>{"nvml"}) j["source"] = meterSourcesText(others);
+  if (runs(o, "pm")) {
     j["pm_interval_us"] = o.pm_interval_us;
     j["pm_decode_ms"] = o.pm_decode_ms;
     j["pm_calibrate_ms"] = o.pm_calibrate_ms;
@@ -108,7 +153,7 @@ nlohmann::json toJson(const MeterOptions& o) {
   return j;
 }
 
-nlohmann::json toJson(const MeterPmSample& p, const std::vector<MeterGpu>& gpus) {
+nlohmann::json toJson(const MeterRecord& p, const std::vector<MeterGpu>& gpus) {
   return {{"type", "pm_sample"},    {"gpu", gpus[p.gpu].index},    {"t_start_ns", p.t_start_ns},
           {"t_end_ns", p.t_end_ns}, {"pcie_tx_bytes", p.bytes[0]}, {"pcie_rx_bytes", p.bytes[1]}};
 }
@@ -147,39 +192,52 @@ nlohmann::json toJson(const MeterWindow& w, const std::vector<MeterGpu>& gpus,
     nlohmann::json cells = nlohmann::json::object();
     for (MeterCounter c : counters) {
       const MeterCell& x = w.cells[k][static_cast<int>(c)];
-      cells[meterCounterName(c)] = {{"bytes", opt(x.bytes)},
-                                    {"counted_bytes", opt(x.counted_bytes)},
-                                    {"own_bytes", opt(x.own_bytes)},
-                                    {"bytes_low", opt(x.bytes_low)},
-                                    {"bytes_high", opt(x.bytes_high)},
-                                    {"mean_mbps", opt(x.mean_mbps)},
-                                    {"peak_mbps", opt(x.peak_mbps)},
-                                    {"share_of_ceiling", opt(x.share_of_ceiling)},
-                                    {"samples", x.samples},
-                                    {"dmon_mbps", opt(x.dmon_mbps)},
-                                    {"dmon_samples", x.dmon_samples}};
-      if (x.pm_counted_bytes) {
-        nlohmann::json& j = cells[meterCounterName(c)];
-        j["pm_bytes"] = opt(x.pm_bytes);
-        j["pm_counted_bytes"] = opt(x.pm_counted_bytes);
-        j["pm_own_bytes"] = opt(x.pm_own_bytes);
-        j["pm_edge_bytes"] = opt(x.pm_edge_bytes);
-        j["pm_samples"] = x.pm_samples;
-        j["pm_ratio"] = opt(x.pm_ratio);
+      nlohmann::json j = {{"bytes", opt(x.bytes)},
+                          {"counted_bytes", opt(x.counted_bytes)},
+                          {"own_bytes", opt(x.own_bytes)},
+                          {"bytes_low", opt(x.bytes_low)},
+                          {"bytes_high", opt(x.bytes_high)},
+                          {"mean_mbps", opt(x.mean_mbps)},
+                          {"peak_mbps", opt(x.peak_mbps)},
+                          {"share_of_ceiling", opt(x.share_of_ceiling)},
+                          {"samples", x.samples},
+                          // Every cell has carried the dmon figure since the first records.
+                          {"dmon_mbps", nullptr},
+                          {"dmon_samples", 0}};
+      // The other sources' figures, keyed by source: a source of rates gives its mean, a source of
+      // bytes its net and counted bytes, own traffic, edge bound and ratio to the first source.
+      for (const MeterCell::Beside& b : x.beside) {
+        const MeterFigure& f = b.figure;
+        if (!f.counted_bytes) {
+          j[b.source + "_mbps"] = opt(f.mean_mbps);
+        } else {
+          std::optional<double> edge;
+          if (f.bytes && f.bytes_low && f.bytes_high)
+            edge = std::max(*f.bytes - *f.bytes_low, *f.bytes_high - *f.bytes);
+          j[b.source + "_bytes"] = opt(f.bytes);
+          j[b.source + "_counted_bytes"] = opt(f.counted_bytes);
+          j[b.source + "_own_bytes"] = opt(f.own_bytes);
+          j[b.source + "_edge_bytes"] = opt(edge);
+          j[b.source + "_ratio"] = opt(b.ratio);
+        }
+        j[b.source + "_samples"] = f.samples;
       }
+      cells[meterCounterName(c)] = j;
     }
     per_gpu.push_back({{"gpu", gpus[k].index}, {"counters", cells}});
   }
   nlohmann::json j = {{"type", "window"},       {"name", w.name},     {"repetition", w.repetition},
                       {"start_ns", w.start_ns}, {"end_ns", w.end_ns}, {"duration_ms", (w.end_ns - w.start_ns) * 1e-6},
                       {"complete", w.complete}, {"gpus", per_gpu}};
-  bool pm = false;
-  for (const auto& g : w.cells) pm = pm || g[0].pm_counted_bytes || g[1].pm_counted_bytes;
-  if (pm) {
-    j["pm_complete"] = w.pm_complete;
-    j["pm_note"] = w.pm_note;
+  // Each source's verdict where there is more than one source, or one has something to say.
+  bool say = w.verdicts.size() > 1;
+  for (const MeterVerdict& v : w.verdicts) say = say || !v.why.empty() || v.gaps > 0;
+  if (say) {
+    nlohmann::json verdicts = nlohmann::json::array();
+    for (const MeterVerdict& v : w.verdicts)
+      verdicts.push_back({{"source", v.source}, {"complete", v.complete}, {"why", v.why}, {"gaps", v.gaps}});
+    j["sources"] = verdicts;
   }
-  if (pm || w.nvml_wrap_gaps > 0) j["nvml_wrap_gaps"] = w.nvml_wrap_gaps;
   return j;
 }
 
@@ -311,11 +369,12 @@ std::string toCsv(const MeterWindow& w, const std::vector<MeterGpu>& gpus, const
   for (size_t k = 0; k < w.cells.size(); ++k) {
     for (MeterCounter c : counters) {
       const MeterCell& x = w.cells[k][static_cast<int>(c)];
+      const MeterCell::Beside* dmon = x.from("dmon");
       out += fmt::format("{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csvName(w.name), w.repetition,
                          w.start_ns, w.end_ns, (w.end_ns - w.start_ns) * 1e-6, gpus[k].index, meterCounterName(c),
                          csv(x.bytes, true), csv(x.counted_bytes, true), csv(x.own_bytes, true), csv(x.bytes_low, true),
                          csv(x.bytes_high, true), csv(x.mean_mbps), csv(x.peak_mbps), csv(x.share_of_ceiling),
-                         x.samples, csv(x.dmon_mbps), x.dmon_samples);
+                         x.samples, csv(dmon ? dmon->figure.mean_mbps : std::nullopt), dmon ? dmon->figure.samples : 0);
     }
   }
   return out;

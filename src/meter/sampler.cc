@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// sampler.cc - sampler, dmon and collector threads; unwrapping into the series; cadence statistics.
+// sampler.cc - sampler and collector threads; unwrapping into the series; cadence statistics.
 #include "meter/sampler.h"
 
 #include <pthread.h>
@@ -90,16 +90,17 @@ void SeriesBuilder::append(MeterGroup group, const Reading& r, Series* out) {
   out->push_back(m);
 }
 
-Sampler::Sampler(const MeterOptions& options, SourceSet sources) : options_(options), src_(std::move(sources)) {
-  const size_t n = src_.gpus.size();
-  read_counts_ = std::make_unique<std::atomic<int64_t>[]>(n * kMeterReadKinds + 1);
+Sampler::Sampler(const MeterOptions& options, const std::vector<MeterGpu>& gpus,
+                 std::vector<std::unique_ptr<CounterReader>> counters, CallLedger& ledger)
+    : options_(options), gpus_(gpus), counters_(std::move(counters)), ledger_(ledger) {
+  const size_t n = gpus_.size();
   series_.resize(n);
   builders_.resize(n);
-  for (size_t k = 0; k < src_.counters.size(); ++k) {
-    const CounterReader& reader = *src_.counters[k];
+  for (size_t k = 0; k < counters_.size() && k < n; ++k) {
+    const CounterReader& reader = *counters_[k];
     std::array<int, kMeterCounters> bits{};
     for (int c = 0; c < kMeterCounters; ++c) bits[c] = reader.widthBits(static_cast<MeterCounter>(c));
-    builders_[k] = SeriesBuilder(static_cast<int>(k), src_.gpus[k], bits);
+    builders_[k] = SeriesBuilder(static_cast<int>(k), gpus_[k], bits);
     // PCIe always has a thread (it also keeps a GPU with no counters at all in the series, all
     // N/A); NVLink only where the GPU has NVLink counters.
     streams_.push_back({k, MeterGroup::kPcie, std::make_unique<SpscRing<Reading>>(kRingSlots)});
@@ -107,24 +108,12 @@ Sampler::Sampler(const MeterOptions& options, SourceSet sources) : options_(opti
       streams_.push_back({k, MeterGroup::kNvlink, std::make_unique<SpscRing<Reading>>(kRingSlots)});
     series_[k].reserve(1 << 14);
   }
-  dmon_ring_ = std::make_unique<SpscRing<MeterDmonSample>>(1024);
   edge_reads_ = std::make_unique<std::atomic<int64_t>[]>(streams_.size() + 1);
 }
 
 tpsResult_t Sampler::start(std::string* reason) {
-  if (options_.source == MeterSource::kPm) {
-    calibration_.note = "NVML is not read (source pm): the PM sampler's own traffic is measured on its own";
-  } else if (!options_.calibrate) {
-    calibration_.note = "not calibrated (turned off): figures include the meter's own reads";
-  } else {
-    CalibrationPlan plan;
-    plan.busy_mbps = options_.busy_mbps;
-    plan.pcie_spacing_ns = options_.period_us * 1000;
-    calibration_ = calibrateAll(src_, plan);
-  }
   try {
     for (size_t i = 0; i < streams_.size(); ++i) threads_.emplace_back([this, i] { sample(i); });
-    if (!src_.dmon.empty()) threads_.emplace_back([this] { sampleDmon(); });
     collector_ = std::thread([this] { collect(); });
   } catch (const std::system_error& e) {
     *reason = std::string("cannot start the sampler threads: ") + e.what();
@@ -159,9 +148,10 @@ void Sampler::sleepOrWake(int64_t until_ns, uint64_t* seen) {
 
 bool Sampler::busySince(const Stream& st, const Reading& prev, const Reading& now,
                         const std::array<int64_t, kMeterReadKinds>& own_reads) const {
-  const CounterReader& reader = *src_.counters[st.gpu];
+  const CounterReader& reader = *counters_[st.gpu];
+  const MeterCalibration& calibration = ledger_.calibration;
   const MeterGpuCalibration* cal =
-      calibration_.calibrated && st.gpu < calibration_.gpus.size() ? &calibration_.gpus[st.gpu] : nullptr;
+      calibration.calibrated && st.gpu < calibration.gpus.size() ? &calibration.gpus[st.gpu] : nullptr;
   for (int c = 0; c < kMeterCounters; ++c) {
     if (!(groupMask(st.group) & prev.valid & now.valid & (1u << c))) continue;
     const int64_t dt = now.t_ns[c] - prev.t_ns[c];
@@ -193,7 +183,7 @@ void Sampler::sample(size_t i) {
   const Stream& st = streams_[i];
   // tps-pcie-0, tps-nvlink-0: shows in top -H, gdb, perf (names are at most 15 characters).
   nameThread(((st.group == MeterGroup::kPcie ? "tps-pcie-" : "tps-nvlink-") + std::to_string(st.gpu)).c_str());
-  CounterReader& reader = *src_.counters[st.gpu];
+  CounterReader& reader = *counters_[st.gpu];
   const MeterReadKind kind = st.group == MeterGroup::kPcie ? MeterReadKind::kPcie : MeterReadKind::kNvlink;
   const int64_t busy_period = options_.period_us * 1000;
   const int64_t idle_period =
@@ -208,21 +198,21 @@ void Sampler::sample(size_t i) {
     seen = wake_seq_;
   }
   Reading prev;
-  std::array<int64_t, kMeterReadKinds> reads_prev = readCounts(st.gpu);
+  std::array<int64_t, kMeterReadKinds> reads_prev = ledger_.calls(st.gpu);
   for (;;) {
     // acquire pairs with stop()'s release: a read that starts after seeing the flag is later than
     // everything the stopping thread did before stop(), window ends included.
     const bool last = stop_sampling_.load(std::memory_order_acquire);
     Reading r;
     reader.read(st.group, &r);
-    readCount(st.gpu, kind).fetch_add(1, std::memory_order_relaxed);
+    ledger_.count(st.gpu, kind);
     st.ring->push(r);
     if (!first_done) {
       first_done = true;
       first_reads_.fetch_add(1, std::memory_order_release);  // start() waits for every stream's first read
     }
     if (last) return;
-    const std::array<int64_t, kMeterReadKinds> reads_now = readCounts(st.gpu);
+    const std::array<int64_t, kMeterReadKinds> reads_now = ledger_.calls(st.gpu);
     std::array<int64_t, kMeterReadKinds> own{};
     for (int k = 0; k < kMeterReadKinds; ++k) own[k] = reads_now[k] - reads_prev[k];
     const int64_t now = monotonicNs();
@@ -242,26 +232,6 @@ void Sampler::sample(size_t i) {
   }
 }
 
-void Sampler::sampleDmon() {
-  nameThread("tps-meter-dmon");
-  int64_t next = monotonicNs();
-  while (!stop_sampling_.load(std::memory_order_acquire)) {
-    for (size_t k = 0; k < src_.dmon.size(); ++k) {
-      for (MeterCounter dir : {MeterCounter::kPcieRx, MeterCounter::kPcieTx}) {
-        MeterDmonSample d;
-        src_.dmon[k]->read(dir, &d);
-        readCount(k, MeterReadKind::kDmon).fetch_add(1, std::memory_order_relaxed);
-        d.gpu = static_cast<int>(k);
-        dmon_ring_->push(d);
-      }
-    }
-    next = std::max(next + options_.dmon_period_ms * 1000000, monotonicNs());
-    // Sleep in short steps so that stop() does not wait a whole dmon period.
-    while (!stop_sampling_.load(std::memory_order_acquire) && monotonicNs() < next)
-      sleepUntil(std::min(next, monotonicNs() + 20000000));
-  }
-}
-
 void Sampler::collect() {
   nameThread("tps-meter-coll");
   while (!stop_collecting_.load(std::memory_order_acquire)) {
@@ -278,7 +248,6 @@ void Sampler::drainLocked() const {
   // counter, so the order between the two streams of a GPU does not matter.
   for (const Stream& st : streams_)
     st.ring->drain([&](const Reading& r) { builders_[st.gpu].append(st.group, r, &series_[st.gpu]); });
-  dmon_ring_->drain([&](const MeterDmonSample& d) { dmon_.push_back(d); });
   if (options_.history_s > 0) trimLocked();
 }
 
@@ -298,7 +267,6 @@ void trimOlderThan(Samples& v, int64_t keep_ns) {
 void Sampler::trimLocked() const {
   const int64_t keep_ns = static_cast<int64_t>(options_.history_s * 1e9);
   for (Series& s : series_) trimOlderThan(s, keep_ns);
-  trimOlderThan(dmon_, keep_ns);
 }
 
 std::optional<MeterSample> Sampler::latest(int gpu) const {
@@ -354,11 +322,12 @@ std::vector<MeterCadence> Sampler::cadence() const {
       c.read_cost_mean_ms = cost_sum / costs.size();
       c.read_cost_p99_ms = percentile(costs, 0.99);
     }
-    if (calibration_.calibrated && st.gpu < calibration_.gpus.size() && prev > first) {
+    const MeterCalibration& calibration = ledger_.calibration;
+    if (calibration.calibrated && st.gpu < calibration.gpus.size() && prev > first) {
       const MeterReadKind kind = st.group == MeterGroup::kPcie ? MeterReadKind::kPcie : MeterReadKind::kNvlink;
       for (int k = 0; k < kMeterCounters; ++k) {
-        const std::optional<double> b = ownBytes(calibration_.gpus[st.gpu], kind, k, c.reads);
-        if (b && src_.gpus[st.gpu].supported[k]) c.own_mbps[k] = *b / ((prev - first) * 1e-9) / 1e6;
+        const std::optional<double> b = ownBytes(calibration.gpus[st.gpu], kind, k, c.reads);
+        if (b && gpus_[st.gpu].supported[k]) c.own_mbps[k] = *b / ((prev - first) * 1e-9) / 1e6;
       }
     }
     out.push_back(c);

@@ -1,17 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// sampler.h - the threads that read the counters, and the series they build.
+// sampler.h - the threads that read cumulative counters, and the series they build (the nvml source's
+// engine: sources/nvml_source.cc).
 //
 // Threads and what they share:
 //   sampler[k, group]  one per GPU and counter group (PCIe; NVLink when the GPU has NVLink
 //               counters). Each reads its group every period into its own SPSC ring (preallocated);
 //               never allocates or prints, and locks only to sleep (so that wake() can end a sleep
 //               early). The period adapts (MeterOptions::idle_period_us): the busy period while the
-//               link moves more than busy_mbps net of the meter's own reads, the idle period otherwise. Splitting the
-//               groups keeps PCIe's cadence
-//               (~0.7 ms a read on H200) independent of NVLink's (one field per link, ~22 ms a read
-//               for 18 links), which then simply runs back to back.
-//   dmon        (method dmon/both) calls the blocking ~20 ms throughput function per GPU and
-//               direction every dmon_period_ms, into the dmon ring.
+//               link moves more than busy_mbps net of the meter's own reads, the idle period
+//               otherwise. Splitting the groups keeps PCIe's cadence independent of NVLink's (one
+//               field per link, a read far slower than PCIe's: docs/METHOD.md section 2), which then
+//               simply runs back to back.
 //   collector   every 5 ms drains the rings under mu_ and merges each GPU's two streams into its
 //               series (SeriesBuilder). Allocation happens here, off the sampling path.
 // Readers (Meter) see the data through withData(), which drains first, under the same lock.
@@ -66,39 +65,33 @@ class SeriesBuilder {
 
 class Sampler {
  public:
-  Sampler(const MeterOptions& options, SourceSet sources);
+  // Reads counters[k] for GPU gpus[k], counting every read in `ledger`, whose calibration (once
+  // measured) judges a link busy net of the meter's own calls.
+  Sampler(const MeterOptions& options, const std::vector<MeterGpu>& gpus,
+          std::vector<std::unique_ptr<CounterReader>> counters, CallLedger& ledger);
   ~Sampler() { stop(); }
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
 
-  // Calibrates (MeterOptions::calibrate), starts the threads and returns once every stream has read
-  // once (at most 5 s), so that anything marked after start() is bracketed by reads. tpsSystemError
-  // when a thread cannot start.
+  // Starts the threads and returns once every stream has read once (at most 5 s), so that anything
+  // marked after start() is bracketed by reads. tpsSystemError when a thread cannot start.
   tpsResult_t start(std::string* reason);
   // With a period that adapts: every sampler reads at once (a window edge was just marked).
   void wake();
-  const MeterCalibration& calibration() const { return calibration_; }
-  // Reads of each kind made so far on GPU position k (dmon: calls).
-  int64_t reads(size_t k, MeterReadKind kind) const {
-    return k < src_.gpus.size() ? readCount(k, kind).load(std::memory_order_relaxed) : 0;
-  }
   // Each sampler takes one last read after this call began, then every thread is joined.
   void stop();
 
-  const std::vector<MeterGpu>& gpus() const { return src_.gpus; }
-  bool hasCounters() const { return !streams_.empty(); }
-  // PIDs on GPU position k; nullopt when the platform cannot say.
-  std::optional<std::vector<unsigned>> processes(int k) const {
-    return src_.processes ? src_.processes(k) : std::nullopt;
-  }
-  MeterPcieLink pcieLink(int k) const { return src_.pcie_link ? src_.pcie_link(k) : MeterPcieLink{}; }
+  const std::vector<MeterGpu>& gpus() const { return gpus_; }
+  // The readers, for a calibration before start().
+  std::vector<std::unique_ptr<CounterReader>>& readers() { return counters_; }
+  const MeterCalibration& calibration() const { return ledger_.calibration; }
 
-  // Calls f(series, dmon) with the lock held, after moving everything read so far into them.
+  // Calls f(series) with the lock held, after moving everything read so far into them.
   template <typename F>
   auto withData(F&& f) const {
     std::lock_guard<std::mutex> lock(mu_);
     drainLocked();
-    return f(static_cast<const std::vector<Series>&>(series_), static_cast<const std::vector<MeterDmonSample>&>(dmon_));
+    return f(static_cast<const std::vector<Series>&>(series_));
   }
   std::optional<MeterSample> latest(int gpu) const;
   std::optional<MeterSample> latestRead(int gpu, MeterGroup group) const;
@@ -111,7 +104,6 @@ class Sampler {
     std::unique_ptr<SpscRing<Reading>> ring;
   };
   void sample(size_t i);
-  void sampleDmon();
   void collect();
   void drainLocked() const;
   void trimLocked() const;  // MeterOptions::history_s
@@ -123,31 +115,21 @@ class Sampler {
   void sleepOrWake(int64_t until_ns, uint64_t* seen);
 
   MeterOptions options_;
-  SourceSet src_;
-  MeterCalibration calibration_;
-  std::atomic<int64_t>& readCount(size_t k, MeterReadKind kind) const {
-    return read_counts_[k * kMeterReadKinds + static_cast<int>(kind)];
-  }
-  std::array<int64_t, kMeterReadKinds> readCounts(size_t k) const {
-    return {readCount(k, MeterReadKind::kPcie).load(std::memory_order_relaxed),
-            readCount(k, MeterReadKind::kNvlink).load(std::memory_order_relaxed),
-            readCount(k, MeterReadKind::kDmon).load(std::memory_order_relaxed)};
-  }
-  std::unique_ptr<std::atomic<int64_t>[]> read_counts_;  // [gpu position * kMeterReadKinds + kind]
-  std::unique_ptr<std::atomic<int64_t>[]> edge_reads_;   // [stream]
+  std::vector<MeterGpu> gpus_;
+  std::vector<std::unique_ptr<CounterReader>> counters_;
+  CallLedger& ledger_;
+  std::unique_ptr<std::atomic<int64_t>[]> edge_reads_;  // [stream]
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   uint64_t wake_seq_ = 0;  // guarded by wake_mu_
   std::vector<Stream> streams_;
-  std::unique_ptr<SpscRing<MeterDmonSample>> dmon_ring_;
-  std::vector<std::thread> threads_;  // samplers and dmon
+  std::vector<std::thread> threads_;  // one per stream
   std::thread collector_;
   std::atomic<bool> stop_sampling_{false}, stop_collecting_{false};
   std::atomic<int> first_reads_{0};
 
   mutable std::mutex mu_;  // guards the members below; drainLocked() mutates them under it
   mutable std::vector<Series> series_;
-  mutable std::vector<MeterDmonSample> dmon_;
   mutable std::vector<SeriesBuilder> builders_;  // per GPU
 };
 

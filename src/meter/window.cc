@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// window.cc - interpolation, proration, bounds, peak rate, dmon figure, spread and quiescing verdicts.
+// window.cc - interpolation, proration, bounds, peak rate, the dmon figure; net figures and windows over
+// any sources; spread and quiescing verdicts.
 #include "meter/window.h"
 
 #include <fmt/format.h>
@@ -60,10 +61,25 @@ std::optional<double> cumulativeAt(const Series& s, MeterCounter counter, int64_
   return at(s[prev], c) + (at(s[next], c) - at(s[prev], c)) * ((double(t) - t0) / (t1 - t0));
 }
 
-MeterCell computeCell(const Series& s, MeterCounter counter, int64_t start, int64_t end, double peak_span_ms,
-                      std::optional<double> ceiling_mbps) {
+int wrapGapsIn(const Series& series, int64_t start_ns, int64_t end_ns, std::optional<double> ceiling_mbps) {
+  if (!ceiling_mbps || *ceiling_mbps <= 0) return 0;
+  const double wrap_ns = 4294967296.0 / (*ceiling_mbps * 1e6) * 1e9;
+  int gaps = 0;
+  for (int c : {static_cast<int>(MeterCounter::kPcieTx), static_cast<int>(MeterCounter::kPcieRx)}) {
+    std::optional<int64_t> prev;
+    for (const MeterSample& m : series) {
+      if (!m.bytes[c]) continue;
+      const int64_t t = m.t_ns[c];
+      if (prev && t - *prev >= wrap_ns && *prev < end_ns && t > start_ns) ++gaps;
+      prev = t;
+    }
+  }
+  return gaps;
+}
+
+SourceFigure counterFigure(const Series& s, MeterCounter counter, int64_t start, int64_t end, double peak_span_ms) {
   const int c = static_cast<int>(counter);
-  MeterCell cell;
+  SourceFigure f;
   // Reads inside [start, end] and the two that bracket it.
   const size_t first_in = lowerBound(s, c, start), past_in = upperBound(s, c, end);
   size_t inner_first = std::string::npos, inner_last = std::string::npos;
@@ -71,25 +87,21 @@ MeterCell computeCell(const Series& s, MeterCounter counter, int64_t start, int6
     if (!has(s[i], c)) continue;
     if (inner_first == std::string::npos) inner_first = i;
     inner_last = i;
-    ++cell.samples;
+    ++f.samples;
   }
+  const size_t last = validBefore(s, c, s.size());
+  f.complete = last != std::string::npos && s[last].t_ns[c] >= end;
   const size_t lo =
       inner_first != std::string::npos && s[inner_first].t_ns[c] == start ? inner_first : validBefore(s, c, first_in);
   const size_t hi =
       inner_last != std::string::npos && s[inner_last].t_ns[c] == end ? inner_last : validFrom(s, c, past_in);
-  if (lo == std::string::npos || hi == std::string::npos) return cell;  // not bracketed: N/A
+  if (lo == std::string::npos || hi == std::string::npos) return f;  // not bracketed: N/A
 
   const std::optional<double> c_start = cumulativeAt(s, counter, start), c_end = cumulativeAt(s, counter, end);
-  if (!c_start || !c_end) return cell;
-  cell.bytes = *c_end - *c_start;
-  cell.counted_bytes = cell.bytes;
-  cell.bytes_high = at(s[hi], c) - at(s[lo], c);
-  cell.bytes_low = inner_first == std::string::npos ? 0.0 : at(s[inner_last], c) - at(s[inner_first], c);
-  const double duration_s = (end - start) * 1e-9;
-  if (duration_s > 0) {
-    cell.mean_mbps = *cell.bytes / duration_s / 1e6;
-    if (ceiling_mbps && *ceiling_mbps > 0) cell.share_of_ceiling = *cell.mean_mbps / *ceiling_mbps;
-  }
+  if (!c_start || !c_end) return f;
+  f.bytes = *c_end - *c_start;
+  f.high = at(s[hi], c) - at(s[lo], c);
+  f.low = inner_first == std::string::npos ? 0.0 : at(s[inner_last], c) - at(s[inner_first], c);
   // Peak: the highest rate between two reads at least peak_span apart, among the reads from lo to
   // hi. Reads closer than the span are not compared: their short intervals magnify timing jitter.
   // A bracket shorter than the span gives its own mean.
@@ -104,24 +116,23 @@ MeterCell computeCell(const Series& s, MeterCounter counter, int64_t start, int6
     const double r = (at(s[j], c) - at(s[i], c)) / ((s[j].t_ns[c] - s[i].t_ns[c]) * 1e-9) / 1e6;
     if (!peak || r > *peak) peak = r;
   }
-  if (!peak && s[hi].t_ns[c] > s[lo].t_ns[c]) peak = *cell.bytes_high / ((s[hi].t_ns[c] - s[lo].t_ns[c]) * 1e-9) / 1e6;
-  if (duration_s > 0) cell.peak_mbps = peak;
-  return cell;
+  if (!peak && s[hi].t_ns[c] > s[lo].t_ns[c]) peak = *f.high / ((s[hi].t_ns[c] - s[lo].t_ns[c]) * 1e-9) / 1e6;
+  f.peak_mbps = peak;
+  return f;
 }
 
-void addDmon(MeterCell* cell, const std::vector<MeterDmonSample>& dmon, int gpu, MeterCounter c, int64_t start,
-             int64_t end) {
+SourceFigure dmonFigure(const std::vector<MeterDmonSample>& dmon, int gpu, MeterCounter c, int64_t start, int64_t end) {
+  SourceFigure f;
   double sum = 0;
-  int n = 0;
   for (const MeterDmonSample& d : dmon) {
     if (d.gpu != gpu || d.counter != c || !d.mbps) continue;
     const int64_t mid = d.t_before_ns + (d.t_after_ns - d.t_before_ns) / 2;
     if (mid < start || mid > end) continue;
     sum += *d.mbps;
-    ++n;
+    ++f.samples;
   }
-  cell->dmon_samples = n;
-  cell->dmon_mbps = n > 0 ? std::optional<double>(sum / n) : std::nullopt;
+  if (f.samples > 0) f.mean_mbps = sum / f.samples;
+  return f;
 }
 
 std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vector<MeterDmonSample>& dmon, int gpu,
@@ -138,78 +149,168 @@ std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vec
   return n;
 }
 
-ReadIndex indexReads(const Series& s, const std::vector<MeterDmonSample>& dmon, int gpu) {
-  ReadIndex index;
-  for (const MeterSample& x : s)
-    index.mids[x.group == MeterGroup::kPcie ? 0 : 1].push_back(x.t_before_ns + (x.t_after_ns - x.t_before_ns) / 2);
-  for (const MeterDmonSample& d : dmon)
-    if (d.gpu == gpu)
-      index.mids[static_cast<int>(MeterReadKind::kDmon)].push_back(d.t_before_ns + (d.t_after_ns - d.t_before_ns) / 2);
-  for (std::vector<int64_t>& m : index.mids) std::sort(m.begin(), m.end());
-  return index;
-}
-
-std::array<int64_t, kMeterReadKinds> readsInside(const ReadIndex& index, int64_t start, int64_t end) {
-  std::array<int64_t, kMeterReadKinds> n{};
-  for (int k = 0; k < kMeterReadKinds; ++k) {
-    const std::vector<int64_t>& m = index.mids[k];
-    n[k] = std::upper_bound(m.begin(), m.end(), end) - std::lower_bound(m.begin(), m.end(), start);
-  }
-  return n;
-}
-
-void subtractOwn(MeterCell* cell, const MeterGpuCalibration& cal, int c,
-                 const std::array<int64_t, kMeterReadKinds>& reads, double duration_s,
-                 std::optional<double> ceiling_mbps) {
-  if (!cell->bytes) return;
+std::optional<OwnBytes> ownOfReads(const MeterGpuCalibration& cal, int c,
+                                   const std::array<int64_t, kMeterReadKinds>& reads) {
   const std::optional<double> mid = ownBytes(cal, c, reads), lo = ownBytes(cal, c, reads, -1),
                               hi = ownBytes(cal, c, reads, +1);
-  if (!mid || !lo || !hi) return;
-  const double own = *mid, own_low = *lo, own_high = *hi;
-  cell->counted_bytes = cell->bytes;
-  cell->own_bytes = own;
-  cell->bytes = *cell->bytes - own;
-  if (cell->bytes_low) cell->bytes_low = *cell->bytes_low - own_high;
-  if (cell->bytes_high) cell->bytes_high = *cell->bytes_high - own_low;
-  if (duration_s > 0) {
-    cell->mean_mbps = *cell->bytes / duration_s / 1e6;
-    if (ceiling_mbps && *ceiling_mbps > 0) cell->share_of_ceiling = *cell->mean_mbps / *ceiling_mbps;
+  if (!mid || !lo || !hi) return std::nullopt;
+  return OwnBytes{*mid, *lo, *hi};
+}
+
+MeterFigure netFigure(const SourceFigure& f, const std::optional<OwnBytes>& own, double duration_s,
+                      std::optional<double> ceiling_mbps) {
+  MeterFigure m;
+  m.samples = f.samples;
+  if (duration_s > 0) m.peak_mbps = f.peak_mbps;
+  if (f.bytes) {
+    m.counted_bytes = f.bytes;
+    double net = *f.bytes;
+    std::optional<double> low = f.low, high = f.high;
+    if (own) {
+      m.own_bytes = own->bytes;
+      net -= own->bytes;
+      if (low) *low -= own->high;
+      if (high) *high -= own->low;
+    }
+    m.bytes = net;
+    m.bytes_low = low;
+    m.bytes_high = high;
+    if (duration_s > 0) m.mean_mbps = net / duration_s / 1e6;
+  } else {
+    m.mean_mbps = f.mean_mbps;  // a source of rates
   }
+  if (m.mean_mbps && ceiling_mbps && *ceiling_mbps > 0) m.share_of_ceiling = *m.mean_mbps / *ceiling_mbps;
+  return m;
 }
 
 MeterWindow computeWindow(const std::string& name, int repetition, int64_t start, int64_t end,
-                          const std::vector<Series>& series, const std::vector<MeterGpu>& gpus,
-                          const std::vector<MeterDmonSample>& dmon, double peak_span_ms,
-                          const MeterCalibration* calibration, const std::vector<ReadIndex>* index) {
+                          const std::vector<const Source*>& sources, const std::vector<MeterGpu>& gpus,
+                          double peak_span_ms) {
   MeterWindow w;
   w.name = name;
   w.repetition = repetition;
   w.start_ns = start;
   w.end_ns = end;
-  w.complete = true;
   w.cells.resize(gpus.size());
-  const bool net = calibration && calibration->calibrated && calibration->gpus.size() == gpus.size();
+  const double duration_s = (end - start) * 1e-9;
+  // A verdict for every source that can miss a window (not dmon's readings: a rate has no edge to miss).
+  std::vector<int> verdict_of(sources.size(), -1);
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (sources[i]->canMiss()) {
+      verdict_of[i] = static_cast<int>(w.verdicts.size());
+      w.verdicts.push_back({sources[i]->name(), true, "", sources[i]->gapsIn(start, end)});
+    }
   for (size_t k = 0; k < gpus.size(); ++k) {
-    // A reference, never `k < n ? series[k] : Series{}`: that conditional is a temporary, a copy of
-    // the whole series for every window.
-    static const Series kNone;
-    const Series& s = k < series.size() ? series[k] : kNone;
-    if (!readAfter(s, gpus[k], end)) w.complete = false;
-    std::array<int64_t, kMeterReadKinds> reads{};
-    if (net)
-      reads = index && k < index->size() ? readsInside((*index)[k], start, end)
-                                         : readsInside(s, dmon, static_cast<int>(k), start, end);
     for (int c = 0; c < kMeterCounters; ++c) {
       const MeterCounter mc = static_cast<MeterCounter>(c);
-      if (gpus[k].supported[c]) {
-        w.cells[k][c] = computeCell(s, mc, start, end, peak_span_ms, gpus[k].ceilingMBps(mc));
-        if (net)
-          subtractOwn(&w.cells[k][c], calibration->gpus[k], c, reads, (end - start) * 1e-9, gpus[k].ceilingMBps(mc));
+      // Every source's own traffic on this counter, in source order; nullopt when none measured its own.
+      std::optional<OwnBytes> own;
+      for (const Source* src : sources)
+        if (const std::optional<OwnBytes> o = src->own(k, mc, start, end)) {
+          if (!own) own = OwnBytes{};
+          own->bytes += o->bytes;
+          own->low += o->low;
+          own->high += o->high;
+        }
+      MeterCell& cell = w.cells[k][c];
+      for (size_t i = 0; i < sources.size(); ++i) {
+        const Source& src = *sources[i];
+        if (!src.measures(k, mc)) continue;
+        const SourceFigure f = src.figure(k, mc, start, end, peak_span_ms);
+        if (verdict_of[i] >= 0 && !f.complete && w.verdicts[verdict_of[i]].complete) {
+          MeterVerdict& v = w.verdicts[verdict_of[i]];
+          v.complete = false;
+          if (!f.why.empty()) v.why = "GPU " + std::to_string(gpus[k].index) + ": " + f.why;
+        }
+        const MeterFigure m = netFigure(f, src.net() ? own : std::nullopt, duration_s, gpus[k].ceilingMBps(mc));
+        if (i == 0) {
+          static_cast<MeterFigure&>(cell) = m;
+        } else {
+          std::optional<double> ratio;
+          if (m.bytes && cell.bytes && *cell.bytes != 0) ratio = *m.bytes / *cell.bytes;
+          cell.beside.push_back({src.name(), m, ratio});
+        }
       }
-      if (isPcie(mc) && !dmon.empty()) addDmon(&w.cells[k][c], dmon, static_cast<int>(k), mc, start, end);
     }
   }
+  w.complete = verdict_of.empty() || verdict_of[0] < 0 || w.verdicts[verdict_of[0]].complete;
   return w;
+}
+
+namespace {
+
+// Recorded NVML series as a source: what a run folder or a test replays.
+class RecordedCounters : public Source {
+ public:
+  RecordedCounters(const std::vector<Series>& series, const std::vector<MeterGpu>& gpus, const MeterCalibration* cal)
+      : series_(series), gpus_(gpus), cal_(cal && cal->calibrated && cal->gpus.size() == gpus.size() ? cal : nullptr) {}
+  const char* name() const override { return "nvml"; }
+  tpsResult_t start(std::string*) override { return tpsSuccess; }
+  void stop() override {}
+  bool measures(size_t k, MeterCounter c) const override { return gpus_[k].supported[static_cast<int>(c)]; }
+  SourceFigure figure(size_t k, MeterCounter c, int64_t start, int64_t end, double peak_span_ms) const override {
+    return counterFigure(k < series_.size() ? series_[k] : Series{}, c, start, end, peak_span_ms);
+  }
+  std::optional<OwnBytes> own(size_t k, MeterCounter c, int64_t start, int64_t end) const override {
+    if (!cal_ || k >= series_.size()) return std::nullopt;
+    return ownOfReads(cal_->gpus[k], static_cast<int>(c), readsInside(series_[k], {}, static_cast<int>(k), start, end));
+  }
+  bool readAfter(int64_t t) const override {
+    for (size_t k = 0; k < gpus_.size(); ++k)
+      if (k >= series_.size() || !detail::readAfter(series_[k], gpus_[k], t)) return false;
+    return true;
+  }
+
+ private:
+  const std::vector<Series>& series_;
+  const std::vector<MeterGpu>& gpus_;
+  const MeterCalibration* cal_;
+};
+
+// Recorded dmon readings as a source, their calls at the calibrated cost.
+class RecordedDmon : public Source {
+ public:
+  RecordedDmon(const std::vector<MeterDmonSample>& dmon, const MeterCalibration* cal, size_t gpus)
+      : dmon_(dmon), cal_(cal && cal->calibrated && cal->gpus.size() == gpus ? cal : nullptr) {}
+  const char* name() const override { return "dmon"; }
+  tpsResult_t start(std::string*) override { return tpsSuccess; }
+  void stop() override {}
+  bool net() const override { return false; }
+  bool measures(size_t, MeterCounter c) const override { return isPcie(c); }
+  SourceFigure figure(size_t k, MeterCounter c, int64_t start, int64_t end, double) const override {
+    return dmonFigure(dmon_, static_cast<int>(k), c, start, end);
+  }
+  std::optional<OwnBytes> own(size_t k, MeterCounter c, int64_t start, int64_t end) const override {
+    if (!cal_) return std::nullopt;
+    return ownOfReads(cal_->gpus[k], static_cast<int>(c), readsInside({}, dmon_, static_cast<int>(k), start, end));
+  }
+  bool readAfter(int64_t) const override { return true; }
+  bool canMiss() const override { return false; }
+
+ private:
+  const std::vector<MeterDmonSample>& dmon_;
+  const MeterCalibration* cal_;
+};
+
+}  // namespace
+
+MeterWindow computeWindow(const std::string& name, int repetition, int64_t start, int64_t end,
+                          const std::vector<Series>& series, const std::vector<MeterGpu>& gpus,
+                          const std::vector<MeterDmonSample>& dmon, double peak_span_ms,
+                          const MeterCalibration* calibration) {
+  RecordedCounters counters(series, gpus, calibration);
+  RecordedDmon rates(dmon, calibration, gpus.size());
+  std::vector<const Source*> sources{&counters};
+  if (!dmon.empty()) sources.push_back(&rates);
+  return computeWindow(name, repetition, start, end, sources, gpus, peak_span_ms);
+}
+
+MeterCell computeCell(const Series& s, MeterCounter c, int64_t start, int64_t end, double peak_span_ms,
+                      std::optional<double> ceiling_mbps) {
+  MeterCell cell;
+  static_cast<MeterFigure&>(cell) =
+      netFigure(counterFigure(s, c, start, end, peak_span_ms), std::nullopt, (end - start) * 1e-9, ceiling_mbps);
+  return cell;
 }
 
 QuiesceRecord evaluateQuiesce(const MeterWindow& idle, const std::vector<MeterGpu>& gpus, double threshold_mbps,

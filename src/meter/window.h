@@ -1,19 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
-// window.h - bytes, rates and bounds for a window [start, end] from cumulative counter samples.
+// window.h - a window [start, end] from the sources' answers: net bytes, rates, bounds and shares, once
+// for every source; and the answers of the sources that read cumulative counters and dmon rates.
 //
-// Pure functions of the recorded samples (no clocks, no threads), so all of it is unit-tested.
-// The model: between two reads a counter grew linearly. The cumulative value at any instant inside
-// the recorded span is the linear interpolation of its two neighbouring reads, and the bytes in a
-// window are C(end) - C(start): the reads inside count fully, the two edge intervals are prorated
-// by time. Proration is exact for steady traffic; for bursty traffic the truth lies between
-// bytes_low (reads inside the window only) and bytes_high (the reads bracketing it).
+// Pure functions of recorded data (no clocks, no threads), so all of it is unit-tested.
+// Cumulative counters (nvml): between two reads a counter grew linearly. The cumulative value at any
+// instant inside the recorded span is the linear interpolation of its two neighbouring reads, and the
+// bytes in a window are C(end) - C(start): the reads inside count fully, the two edge intervals are
+// prorated by time. Proration is exact for steady traffic; for bursty traffic the truth lies between
+// the reads inside the window only (low) and the reads bracketing it (high).
+// Net figures: a figure is made net of the own traffic of every source that measured its own (an NVML
+// read crosses the link it reads, and so do PM's records), and its bounds widen by their spread.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "tpscope/meter.h"
+#include "meter/calibrate.h"
+#include "meter/meter.h"
+#include "meter/source.h"
 
 namespace tpscope::detail {
 
@@ -28,44 +33,51 @@ bool readAfter(const Series& s, const MeterGpu& info, int64_t t);
 // Interpolated cumulative bytes of counter c at time t; nullopt outside the recorded span.
 std::optional<double> cumulativeAt(const Series& s, MeterCounter c, int64_t t);
 
-// One GPU, one counter. ceiling_mbps may be nullopt (share N/A). Requires start <= end.
-MeterCell computeCell(const Series& s, MeterCounter c, int64_t start, int64_t end, double peak_span_ms,
-                      std::optional<double> ceiling_mbps);
+// Spaces between consecutive PCIe reads of `s` long enough for a 32-bit counter to wrap unseen at
+// `ceiling_mbps`, that overlap [start, end], counted per direction: NVML's blind spot in a window.
+int wrapGapsIn(const Series& s, int64_t start_ns, int64_t end_ns, std::optional<double> ceiling_mbps);
 
-// The dmon method for the cell: the mean of the dmon readings whose midpoint lies in [start, end].
-void addDmon(MeterCell* cell, const std::vector<MeterDmonSample>& dmon, int gpu, MeterCounter c, int64_t start,
-             int64_t end);
+// ---- the sources' answers ----------------------------------------------------------------------
 
-// The midpoints of one GPU's reads of each kind, sorted (a series holds its groups' rows interleaved
-// as their rings were drained, so its rows are not in time order): readsInside() by bisection, for many
-// windows over one series.
-struct ReadIndex {
-  std::array<std::vector<int64_t>, kMeterReadKinds> mids;
-};
-ReadIndex indexReads(const Series& s, const std::vector<MeterDmonSample>& dmon, int gpu);
-
-// A window over every GPU. series[k] belongs to gpus[k]; dmon may be empty. With a calibration
-// (calibrated), each cell is made net of the meter's own reads inside the window (subtractOwn).
-// `index` (indexReads of each series, same order), where given, counts those reads in O(log n) instead
-// of a pass over the series: what Meter::windows() passes for its many windows.
-MeterWindow computeWindow(const std::string& name, int repetition, int64_t start, int64_t end,
-                          const std::vector<Series>& series, const std::vector<MeterGpu>& gpus,
-                          const std::vector<MeterDmonSample>& dmon, double peak_span_ms,
-                          const MeterCalibration* calibration = nullptr, const std::vector<ReadIndex>* index = nullptr);
+// Cumulative counter c over [start, end] (requires start <= end): prorated bytes, the bounds, the
+// peak, the reads inside; complete when c has a value read at or after end.
+SourceFigure counterFigure(const Series& s, MeterCounter c, int64_t start, int64_t end, double peak_span_ms);
+// The dmon method's figure: the mean of the readings of GPU position `gpu` and counter c whose midpoint
+// lies in [start, end] (a rate; no bytes).
+SourceFigure dmonFigure(const std::vector<MeterDmonSample>& dmon, int gpu, MeterCounter c, int64_t start, int64_t end);
 
 // Reads of each kind on GPU position `gpu` whose midpoint lies in [start, end]: the series' rows by
 // group, the dmon readings as calls.
 std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vector<MeterDmonSample>& dmon, int gpu,
                                                  int64_t start, int64_t end);
-std::array<int64_t, kMeterReadKinds> readsInside(const ReadIndex& index, int64_t start, int64_t end);
+// What `reads` reads of each kind added to counter c at the calibrated costs, with the calibration's
+// spread; nullopt when a kind that was read has no cost for c.
+std::optional<OwnBytes> ownOfReads(const MeterGpuCalibration& cal, int c,
+                                   const std::array<int64_t, kMeterReadKinds>& reads);
 
-// Makes a cell net of `reads` reads of each kind at the calibrated costs: counted_bytes keeps the
-// counter difference, own_bytes what the reads added, bytes/mean/share become net, and the bounds
-// widen by the calibration's spread. A cell without bytes, or a kind without a cost for the counter
-// while it was read, is left gross (own_bytes stays nullopt).
-void subtractOwn(MeterCell* cell, const MeterGpuCalibration& cal, int c,
-                 const std::array<int64_t, kMeterReadKinds>& reads, double duration_s,
-                 std::optional<double> ceiling_mbps);
+// ---- once for every source ---------------------------------------------------------------------
+
+// A figure as a window reports it: net of `own` (nullopt: gross), bounds widened by own's spread,
+// mean = bytes / duration (a rate source's own mean where it has no bytes), share of the ceiling.
+MeterFigure netFigure(const SourceFigure& f, const std::optional<OwnBytes>& own, double duration_s,
+                      std::optional<double> ceiling_mbps);
+
+// A window over every GPU from `sources` (the first one's figures fill the cells, the others' stand
+// beside them with their ratio to it), each figure net of every source's own traffic in the window.
+MeterWindow computeWindow(const std::string& name, int repetition, int64_t start, int64_t end,
+                          const std::vector<const Source*>& sources, const std::vector<MeterGpu>& gpus,
+                          double peak_span_ms);
+
+// The same from recorded NVML series (and dmon readings beside them where `dmon` is not empty), made
+// net at `calibration` where it is calibrated: what a recorded run or a test replays.
+MeterWindow computeWindow(const std::string& name, int repetition, int64_t start, int64_t end,
+                          const std::vector<Series>& series, const std::vector<MeterGpu>& gpus,
+                          const std::vector<MeterDmonSample>& dmon, double peak_span_ms,
+                          const MeterCalibration* calibration = nullptr);
+
+// One counter's cell from a recorded series, gross (the counter difference as counted).
+MeterCell computeCell(const Series& s, MeterCounter c, int64_t start, int64_t end, double peak_span_ms,
+                      std::optional<double> ceiling_mbps);
 
 // The verdict of a quiescing interval from its window. pids[k] lists the processes on GPU k
 // (nullopt: could not list); own_pids are ours (this process, an engine's server) and do not count.

@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "common/checks.h"
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::workload {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-#include "tpscope/meter.h"
+#include "meter/meter.h"
 
 namespace tpscope::testing {
 

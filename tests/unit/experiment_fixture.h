@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "experiment/guards.h"
-#include "experiment/record.h"
+#include "experiment/run_folder.h"
 #include "experiment/spec.h"
 
 namespace tpscope::testing {

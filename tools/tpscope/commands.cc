@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // commands.cc - the list of subcommands, in the order `tpscope --help` shows them.
-#include "arms.h"
+#include "arms/arms_command.h"
 #include "bench/allreduce.h"
 #include "cli.h"
-#include "meter.h"
-#include "report.h"
-#include "topo.h"
-#include "tp.h"
+#include "meter/meter_command.h"
+#include "report/report_command.h"
+#include "topo/topo_command.h"
+#include "tp/tp_command.h"
 
 namespace tpscope::cli {
 

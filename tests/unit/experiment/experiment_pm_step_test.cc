@@ -8,8 +8,8 @@
 #include <limits>
 #include <utility>
 
-#include "experiment/record.h"
 #include "experiment/report_render.h"
+#include "experiment/run_folder.h"
 #include "experiment_fixture.h"
 
 namespace tpscope::experiment {
@@ -18,12 +18,12 @@ namespace {
 constexpr int64_t kUs = 1000;
 
 // Back-to-back records of `interval_us` on GPU position `gpu` from t0 to t1 (ns), tx(i) / rx(i) bytes.
-std::vector<MeterPmSample> records(int gpu, int64_t t0, int64_t t1, int64_t interval_us,
-                                   const std::function<double(int)>& tx, const std::function<double(int)>& rx) {
-  std::vector<MeterPmSample> out;
+std::vector<MeterRecord> records(int gpu, int64_t t0, int64_t t1, int64_t interval_us,
+                                 const std::function<double(int)>& tx, const std::function<double(int)>& rx) {
+  std::vector<MeterRecord> out;
   int i = 0;
   for (int64_t t = t0; t < t1; t += interval_us * kUs, ++i) {
-    MeterPmSample m;
+    MeterRecord m;
     m.gpu = gpu;
     m.t_start_ns = t;
     m.t_end_ns = t + interval_us * kUs;
@@ -53,9 +53,9 @@ PathCalls calls(uint64_t n) {
 TEST(ExperimentPmStep, TheMiddleStepWithEveryRecordOverlappingIt) {
   // A 1 ms window from 3 us, 10 steps of 100 us: step 5 is [503, 603) us. 10 us records from 0 on GPU
   // position 0 (ordinal 4), from 0 on position 1 (ordinal 6) with other bytes.
-  std::vector<MeterPmSample> s = records(
+  std::vector<MeterRecord> s = records(
       0, 0, 2000 * kUs, 10, [](int i) { return 100.0 * i; }, [](int) { return 7.0; });
-  const std::vector<MeterPmSample> s1 = records(
+  const std::vector<MeterRecord> s1 = records(
       1, 0, 2000 * kUs, 10, [](int) { return 1.0; }, [](int) { return 2.0; });
   s.insert(s.end(), s1.begin(), s1.end());
   const std::optional<PmStep> st =
@@ -79,7 +79,7 @@ TEST(ExperimentPmStep, TheMiddleStepWithEveryRecordOverlappingIt) {
   EXPECT_EQ(st->gpus[0].samples.back().t_ns, 97 * kUs);
   EXPECT_DOUBLE_EQ(st->gpus[1].samples.back().tx_bytes, 1);
   // A step edge on a record edge: that record starts the step, and the one ending at the edge is out.
-  const std::vector<MeterPmSample> s0 = records(
+  const std::vector<MeterRecord> s0 = records(
       0, 0, 2000 * kUs, 10, [](int) { return 1.0; }, [](int) { return 2.0; });
   const std::optional<PmStep> aligned = pmStepFromSamples(0, 1000 * kUs, 10, {}, s0, gpus({6}), 10);
   ASSERT_TRUE(aligned);
@@ -89,7 +89,7 @@ TEST(ExperimentPmStep, TheMiddleStepWithEveryRecordOverlappingIt) {
 }
 
 TEST(ExperimentPmStep, NoStepWithoutStepsOrWindow) {
-  const std::vector<MeterPmSample> s = records(
+  const std::vector<MeterRecord> s = records(
       0, 0, 1000 * kUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; });
   EXPECT_FALSE(pmStepFromSamples(0, 1000 * kUs, 0, {}, s, gpus({0}), 10));
   EXPECT_FALSE(pmStepFromSamples(500 * kUs, 500 * kUs, 4, {}, s, gpus({0}), 10));
@@ -102,7 +102,7 @@ TEST(ExperimentPmStep, NoStepWithoutStepsOrWindow) {
 }
 
 TEST(ExperimentPmStep, GapsAndMissingRecordsMarkTheStepIncomplete) {
-  std::vector<MeterPmSample> s = records(
+  std::vector<MeterRecord> s = records(
       0, 0, 1000 * kUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; });
   s.erase(s.begin() + 55);  // [550, 560) us lost: more than half an interval
   std::optional<PmStep> st = pmStepFromSamples(0, 1000 * kUs, 10, {}, s, gpus({2}), 10);
@@ -126,7 +126,7 @@ TEST(ExperimentPmStep, GapsAndMissingRecordsMarkTheStepIncomplete) {
 
 TEST(ExperimentPmStep, ALongStepKeepsItsFirstRecordsOnly) {
   // One step of 1 s at 10 us: 100000 records, more than a record keeps.
-  const std::vector<MeterPmSample> s = records(
+  const std::vector<MeterRecord> s = records(
       0, 0, 1000000 * kUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; });
   const std::optional<PmStep> st = pmStepFromSamples(0, 1000000 * kUs, 1, {}, s, gpus({0}), 10);
   ASSERT_TRUE(st);

@@ -11,8 +11,8 @@
 #include <limits>
 
 #include "experiment/arm_phases.h"
-#include "experiment/record.h"
 #include "experiment/report_render.h"
+#include "experiment/run_folder.h"
 #include "experiment_fixture.h"
 #include "meter/window.h"
 
@@ -450,8 +450,10 @@ TEST(ExperimentRecord, TrafficFromMeterWindow) {
   rx.bytes = 4e6;
   rx.mean_mbps = 2.0;
   rx.samples = 900;
-  rx.dmon_mbps = 1.5;
-  rx.dmon_samples = 90;
+  MeterFigure dmon;
+  dmon.mean_mbps = 1.5;
+  dmon.samples = 90;
+  rx.beside.push_back({"dmon", dmon, std::nullopt});
   w.cells[1][static_cast<int>(MeterCounter::kNvlinkTx)].mean_mbps = 77;
   const auto t = trafficFromWindow(w, {g0, g1});
   ASSERT_EQ(t.size(), 2u);

@@ -18,7 +18,7 @@
 #include "experiment/report_render.h"
 #include "experiment/runner.h"
 #include "experiment_fixture.h"
-#include "meter/fake_source.h"
+#include "meter/fake_platform.h"
 #include "meter/meter_internal.h"
 
 namespace tpscope::testing {
@@ -353,7 +353,7 @@ TEST_F(Runner, EveryWindowRecomputesFromItsSamples) {
       s.bytes_per_read[2] = {5000, 4000, 0, 0, 0, 0};    // a dmon call
       s.dmon_window_ns = 2000000;
     }
-    return detail::createMeter(o, detail::makeFakeSources(scripts, o.method), out, reason);
+    return detail::createMeter(o, detail::makeFakePlatform(scripts), out, reason);
   };
   const RunOutcome o = runExperiment(c_);
   ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
@@ -414,16 +414,15 @@ name = "T"
     o.pm_calibrate_ms = 100;
     std::vector<detail::FakeGpuScript> scripts(o.devices.size());
     for (detail::FakeGpuScript& s : scripts) s.background_bytes_per_s = {2e9, 1e6, 0, 0, 0, 0};  // tx > 1024 MB/s
-    return detail::createMeter(o, detail::makeFakeSources(scripts, o.method, o.source, o.pm_interval_us), out, reason);
+    return detail::createMeter(o, detail::makeFakePlatform(scripts, o.pm_interval_us), out, reason);
   };
   c_.make_phases = [](const EffectiveSettings& arm) { return makeFakeArmPhases(arm, 0.05); };
   const RunOutcome o = runExperiment(c_);
   ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
   ASSERT_EQ(asked.size(), 1u);
-  EXPECT_EQ(asked[0].devices, std::vector<int>{0});  // each GPU once: one PM session per GPU
-  EXPECT_EQ(asked[0].source, MeterSource::kPm);
+  EXPECT_EQ(asked[0].devices, std::vector<int>{0});             // each GPU once: one PM session per GPU
+  EXPECT_EQ(asked[0].sources, std::vector<std::string>{"pm"});  // no dmon calls beside PM alone
   EXPECT_EQ(asked[0].pm_interval_us, 100);
-  EXPECT_EQ(asked[0].method, MeterMethod::kCounters);  // no dmon calls beside PM alone
   const RunRecord run = readRun(dir_);
   EXPECT_EQ(run.manifest.effective[0].value("meter_source"), "pm");
   EXPECT_EQ(run.manifest.effective[0].value("pm_interval_us"), "100");

@@ -248,17 +248,21 @@ TEST(ExperimentSpec, MissingFile) {
 // Where the phases' PCIe bytes come from: NVML by default; PM sampling with its interval when asked.
 TEST(ExperimentSpec, MeterSourceAndPmInterval) {
   const ExperimentSpec d = parseSpec(kArms);
-  EXPECT_EQ(d.shared.meter_source, MeterSource::kNvml);
+  EXPECT_EQ(d.shared.meter_source, "nvml");
   EXPECT_EQ(d.shared.pm_interval_us, 100);  // the meter's own default
   const ExperimentSpec pm = parseSpec("[experiment]\nmeter_source = \"pm\"\npm_interval_us = 10\n" + kArms);
-  EXPECT_EQ(pm.shared.meter_source, MeterSource::kPm);
+  EXPECT_EQ(pm.shared.meter_source, "pm");
   EXPECT_EQ(pm.shared.pm_interval_us, 10);
-  EXPECT_EQ(parseSpec("[experiment]\nmeter_source = \"both\"\n" + kArms).shared.meter_source, MeterSource::kBoth);
+  EXPECT_EQ(parseSpec("[experiment]\nmeter_source = \"both\"\n" + kArms).shared.meter_source, "both");
   EXPECT_EQ(
       parseSpec("[experiment]\nmeter_source = \"both\"\npm_interval_us = 1000000\n" + kArms).shared.pm_interval_us,
       1000000);
+  // Any list of the meter's sources, written back as the meter writes it ("both" for nvml,pm).
+  EXPECT_EQ(parseSpec("[experiment]\nmeter_source = \"nvml,pm\"\n" + kArms).shared.meter_source, "both");
+  EXPECT_EQ(parseSpec("[experiment]\nmeter_source = \"pm,nvml\"\n" + kArms).shared.meter_source, "pm,nvml");
   expectError("[experiment]\nmeter_source = \"cupti\"\n" + kArms, 2,
-              "'meter_source' = \"cupti\" is not one of nvml, pm, both");
+              "'meter_source': 'cupti' names no meter source: use one or more of");
+  expectError("[experiment]\nmeter_source = \"pm,pm\"\n" + kArms, 2, "names the source pm twice");
   expectError("[experiment]\nmeter_source = 1\n" + kArms, 2, "'meter_source' must be a string");
   expectError("[experiment]\nmeter_source = \"pm\"\npm_interval_us = 9\n" + kArms, 3,
               "'pm_interval_us' = 9 is out of range [10, 1000000]");
@@ -288,7 +292,7 @@ TEST(ExperimentSpec, OnlyTensorSplitMayRepeatAGpu) {
 
 TEST(ExperimentSpec, PmStepExampleParses) {
   const ExperimentSpec s = loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/pm-step.toml");
-  EXPECT_EQ(s.shared.meter_source, MeterSource::kPm);
+  EXPECT_EQ(s.shared.meter_source, "pm");
   EXPECT_EQ(s.shared.pm_interval_us, 10);
   EXPECT_EQ(*s.shared.base.devices, (std::vector<int>{0, 0}));
   EXPECT_EQ(*s.shared.base.split, SplitMode::kTensor);

@@ -139,7 +139,7 @@ TEST(MeterControl, TheRestOfAnOverlongLineIsNoLineOfItsOwn) {
 // Found by fuzz/meter/control_fuzz.cc: a name that is not UTF-8 was accepted, and the JSON writer of
 // `tpscope meter --format json` (and of the run folder) throws on it.
 TEST(MeterControl, ANameThatIsNotUtf8IsMalformed) {
-  const ControlLine c = parseControlLine("begin pre\xfffill");
+  const ControlLine c = parseControlLine(std::string("begin pre") + '\xff' + "fill");
   EXPECT_EQ(c.kind, Kind::kMalformed);
   EXPECT_EQ(c.error, "window name is not UTF-8");
   EXPECT_EQ(parseControlLine("begin d\xc3\xa9j\xc3\xa0").kind, Kind::kBegin);

@@ -6,7 +6,7 @@
 
 #include <map>
 
-#include "meter/nvml_source.h"
+#include "meter/nvml_platform.h"
 
 namespace tpscope::detail {
 namespace {
@@ -71,7 +71,7 @@ TEST(MeterNvmlSource, SumsNvlinkOverLinksInBytesAndReadsEachGroupApart) {
   nvml::Api api = stubApi();
   NvmlCounterReader reader(&api, nullptr, {0, 1, 5}, false, /*links_per_call=*/0);
   EXPECT_EQ(reader.supported(), 0x0fu) << "PCIe and NVLink data; raw not asked for";
-  EXPECT_EQ(reader.linksRead(), 3);
+  EXPECT_EQ(reader.nvlinkLinks(), 3);
   EXPECT_EQ(reader.widthBits(MeterCounter::kPcieTx), 32);
   EXPECT_EQ(reader.widthBits(MeterCounter::kNvlinkTx), 64);
   int before = g_script.calls;
@@ -134,7 +134,7 @@ TEST(MeterNvmlSource, FieldsThatFailTheProbeAreNAAndNotReadAgain) {
   nvml::Api api = stubApi();
   NvmlCounterReader reader(&api, nullptr, {0, 1}, true);
   EXPECT_EQ(reader.supported(), 0x33u) << "PCIe and raw NVLink only";
-  EXPECT_EQ(reader.linksRead(), 0);
+  EXPECT_EQ(reader.nvlinkLinks(), 0);
   Reading r;
   ASSERT_TRUE(reader.read(MeterGroup::kPcie, &r));
   EXPECT_TRUE(has(r, MeterCounter::kPcieTx));

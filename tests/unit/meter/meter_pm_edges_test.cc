@@ -12,10 +12,10 @@ constexpr int64_t kUs = 1000;
 
 // Back-to-back records of 10 us over [0, 500) us on `gpu`; a transfer at `bps` in direction `dir`
 // over [from_ns, to_ns), plus `trickle` bytes per record in both directions.
-std::vector<MeterPmSample> series(int gpu, int dir, double bps, int64_t from_ns, int64_t to_ns, double trickle = 16) {
-  std::vector<MeterPmSample> out;
+std::vector<MeterRecord> series(int gpu, int dir, double bps, int64_t from_ns, int64_t to_ns, double trickle = 16) {
+  std::vector<MeterRecord> out;
   for (int64_t t = 0; t < 500 * kUs; t += 10 * kUs) {
-    MeterPmSample m;
+    MeterRecord m;
     m.gpu = gpu;
     m.t_start_ns = t, m.t_end_ns = t + 10 * kUs;
     m.bytes = {trickle, trickle};

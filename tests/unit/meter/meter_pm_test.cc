@@ -6,9 +6,10 @@
 #include <climits>
 #include <thread>
 
-#include "meter/fake_source.h"
+#include "meter/fake_platform.h"
 #include "meter/meter_internal.h"
 #include "meter/pm.h"
+#include "meter/window.h"
 
 namespace tpscope::detail {
 namespace {
@@ -146,46 +147,93 @@ TEST(MeterPm, PeakIsTheBusiestRunOfTheSpan) {
   EXPECT_FALSE(pmPeakMBps(s, kPmTx, 100 * kUs, 400 * kUs, 1.0));  // no run that long inside
 }
 
-MeterWindow window(int64_t start_ns, int64_t end_ns) {
-  MeterWindow w;
-  w.start_ns = start_ns;
-  w.end_ns = end_ns;
-  w.cells.resize(1);
-  return w;
-}
+// Recorded PM records as a source, their own traffic at a measured rate per direction (nullopt:
+// not measured): what sources/pm.cc answers, over a series built here.
+class RecordedPm : public Source {
+ public:
+  RecordedPm(PmSeries s, std::array<std::optional<double>, 2> own_bps) : s_(std::move(s)), own_bps_(own_bps) {}
+  const char* name() const override { return "pm"; }
+  tpsResult_t start(std::string*) override { return tpsSuccess; }
+  void stop() override {}
+  bool measures(size_t, MeterCounter c) const override { return isPcie(c); }
+  SourceFigure figure(size_t, MeterCounter c, int64_t a, int64_t b, double) const override {
+    const PmFigure p = computePm(s_, c == MeterCounter::kPcieTx ? kPmTx : kPmRx, a, b);
+    SourceFigure f;
+    f.bytes = p.bytes, f.low = p.low, f.high = p.high, f.samples = p.samples, f.complete = p.complete, f.why = p.why;
+    return f;
+  }
+  std::optional<OwnBytes> own(size_t, MeterCounter c, int64_t a, int64_t b) const override {
+    const std::optional<double> bps = isPcie(c) ? own_bps_[c == MeterCounter::kPcieTx ? kPmTx : kPmRx] : std::nullopt;
+    if (!bps) return std::nullopt;
+    return OwnBytes{*bps * (b - a) * 1e-9, *bps * (b - a) * 1e-9, *bps * (b - a) * 1e-9};
+  }
+  bool readAfter(int64_t) const override { return true; }
 
-TEST(MeterPm, ApplySubtractsOwnTrafficAndReplacesOrSitsBeside) {
-  PmSeries s = build({records(0, 11, 100, 1000, 500)});
+ private:
+  PmSeries s_;
+  std::array<std::optional<double>, 2> own_bps_;
+};
+
+// NVML's answer for PCIe TX, fixed: `counted` bytes, and its reads' `own`.
+class FixedNvml : public Source {
+ public:
+  FixedNvml(double counted, double own) : counted_(counted), own_(own) {}
+  const char* name() const override { return "nvml"; }
+  tpsResult_t start(std::string*) override { return tpsSuccess; }
+  void stop() override {}
+  bool measures(size_t, MeterCounter c) const override { return c == MeterCounter::kPcieTx; }
+  SourceFigure figure(size_t, MeterCounter, int64_t, int64_t, double) const override {
+    SourceFigure f;
+    f.bytes = f.low = f.high = counted_;
+    return f;
+  }
+  std::optional<OwnBytes> own(size_t, MeterCounter c, int64_t, int64_t) const override {
+    if (c != MeterCounter::kPcieTx) return std::nullopt;
+    return OwnBytes{own_, own_, own_};
+  }
+  bool readAfter(int64_t) const override { return true; }
+
+ private:
+  double counted_, own_;
+};
+
+TEST(MeterPm, AWindowIsNetOfEverySourcesOwnTrafficWhicheverSourceComesFirst) {
+  const RecordedPm pm(build({records(0, 11, 100, 1000, 500)}), {1e6, std::nullopt});  // 1 MB/s TX; RX unmeasured
   MeterGpu g;
   g.pcie_ceiling_mbps = 1000;
-  std::vector<std::array<std::optional<double>, 2>> own = {{1e6, std::nullopt}};  // 1 MB/s TX; RX unmeasured
-  // source pm: the cell's figures are PM's. 1000 us window: 10000 B TX counted, 1000 B own.
-  MeterWindow w = window(100 * kUs, 1100 * kUs);
-  applyPm(&w, {s}, {g}, own, true);
+  g.supported[0] = g.supported[1] = true;
+  // pm first: the cell's figures are PM's. 1000 us window: 10000 B TX counted, 1000 B its own.
+  MeterWindow w = computeWindow("w", 0, 100 * kUs, 1100 * kUs, std::vector<const Source*>{&pm}, {g}, 0);
   const MeterCell& tx = w.cells[0][0];
   const MeterCell& rx = w.cells[0][1];
-  EXPECT_TRUE(w.pm_complete) << w.pm_note;
-  EXPECT_DOUBLE_EQ(*tx.pm_counted_bytes, 10000);
-  EXPECT_DOUBLE_EQ(*tx.pm_own_bytes, 1000);
+  EXPECT_TRUE(w.complete);
+  EXPECT_DOUBLE_EQ(*tx.counted_bytes, 10000);
+  EXPECT_DOUBLE_EQ(*tx.own_bytes, 1000);
   EXPECT_DOUBLE_EQ(*tx.bytes, 9000);
   EXPECT_DOUBLE_EQ(*tx.mean_mbps, 9);
   EXPECT_DOUBLE_EQ(*tx.share_of_ceiling, 0.009);
-  EXPECT_FALSE(rx.pm_own_bytes);  // unmeasured: gross
+  EXPECT_FALSE(rx.own_bytes);  // unmeasured: gross
   EXPECT_DOUBLE_EQ(*rx.bytes, 5000);
-  // source both: NVML's figures stay, PM and the ratio beside them.
-  MeterWindow v = window(100 * kUs, 1100 * kUs);
-  v.cells[0][0].bytes = 9900;
-  v.cells[0][0].own_bytes = 500;  // NVML's reads in the window, which PM sees too
-  applyPm(&v, {s}, {g}, own, false);
-  EXPECT_DOUBLE_EQ(*v.cells[0][0].bytes, 9900);
-  EXPECT_DOUBLE_EQ(*v.cells[0][0].pm_own_bytes, 1500);
-  EXPECT_DOUBLE_EQ(*v.cells[0][0].pm_bytes, 8500);
-  EXPECT_NEAR(*v.cells[0][0].pm_ratio, 8500.0 / 9900, 1e-12);
+  EXPECT_TRUE(tx.beside.empty());  // no twin of its own figures
+  // nvml first, pm beside: each is net of both sources' own traffic (NVML's 500 B of reads and PM's
+  // 1000 B of records cross the same link), and PM's ratio to NVML stands beside.
+  const FixedNvml nvml(11400, 500);
+  MeterWindow v = computeWindow("w", 0, 100 * kUs, 1100 * kUs, std::vector<const Source*>{&nvml, &pm}, {g}, 0);
+  const MeterCell& vtx = v.cells[0][0];
+  EXPECT_DOUBLE_EQ(*vtx.bytes, 9900);
+  ASSERT_EQ(vtx.beside.size(), 1u);
+  const MeterCell::Beside* b = vtx.from("pm");
+  ASSERT_TRUE(b);
+  EXPECT_DOUBLE_EQ(*b->figure.own_bytes, 1500);
+  EXPECT_DOUBLE_EQ(*b->figure.bytes, 8500);
+  EXPECT_NEAR(*b->ratio, 8500.0 / 9900, 1e-12);
+  ASSERT_EQ(v.verdicts.size(), 2u);
+  EXPECT_EQ(v.verdicts[1].source, "pm");
   // A window past the records: marked, with the reason.
-  MeterWindow late = window(1000 * kUs, 3000 * kUs);
-  applyPm(&late, {s}, {g}, own, true);
-  EXPECT_FALSE(late.pm_complete);
-  EXPECT_NE(late.pm_note.find("cover"), std::string::npos);
+  MeterWindow late = computeWindow("late", 0, 1000 * kUs, 3000 * kUs, std::vector<const Source*>{&pm}, {g}, 0);
+  EXPECT_FALSE(late.complete);
+  EXPECT_FALSE(late.verdicts[0].complete);
+  EXPECT_NE(late.verdicts[0].why.find("cover"), std::string::npos) << late.verdicts[0].why;
 }
 
 TEST(MeterPm, NvmlWrapGapsCountedPerWindow) {
@@ -197,25 +245,24 @@ TEST(MeterPm, NvmlWrapGapsCountedPerWindow) {
     m.bytes[0] = m.bytes[1] = 1;
     series.push_back(m);
   }
-  EXPECT_EQ(nvmlWrapGapsIn(series, 50 * 1000000, 60 * 1000000, 63015.4), 2);  // both directions
-  EXPECT_EQ(nvmlWrapGapsIn(series, 0, 5 * 1000000, 63015.4), 0);
-  EXPECT_EQ(nvmlWrapGapsIn(series, 115 * 1000000, 120 * 1000000, 63015.4), 0);
-  EXPECT_EQ(nvmlWrapGapsIn(series, 0, 200 * 1000000, std::nullopt), 0);
+  EXPECT_EQ(wrapGapsIn(series, 50 * 1000000, 60 * 1000000, 63015.4), 2);  // both directions
+  EXPECT_EQ(wrapGapsIn(series, 0, 5 * 1000000, 63015.4), 0);
+  EXPECT_EQ(wrapGapsIn(series, 115 * 1000000, 120 * 1000000, 63015.4), 0);
+  EXPECT_EQ(wrapGapsIn(series, 0, 200 * 1000000, std::nullopt), 0);
 }
 
 // The meter end to end on scripted GPUs with a scripted PM source.
-std::unique_ptr<Meter> startPm(const std::vector<FakeGpuScript>& scripts, MeterSource source,
+std::unique_ptr<Meter> startPm(const std::vector<FakeGpuScript>& scripts, std::vector<std::string> sources,
                                int64_t calibrate_ms = 200) {
   MeterOptions o;
-  o.source = source;
+  o.sources = sources;
   o.calibrate = false;
   o.pm_decode_ms = 10;
   o.pm_calibrate_ms = calibrate_ms;
   std::string reason;
   EXPECT_EQ(resolveOptions(&o, &reason), tpsSuccess) << reason;
   std::unique_ptr<Meter> m;
-  EXPECT_EQ(createMeter(o, makeFakeSources(scripts, o.method, source, o.pm_interval_us), &m, &reason), tpsSuccess)
-      << reason;
+  EXPECT_EQ(createMeter(o, makeFakePlatform(scripts, o.pm_interval_us), &m, &reason), tpsSuccess) << reason;
   return m;
 }
 
@@ -224,13 +271,14 @@ TEST(MeterPmSource, WindowsNetOfTheSamplersOwnTraffic) {
   FakeGpuScript s;
   s.pm_own_bytes_per_s = {2e6, 0.5e6};
   s.bursts.push_back({0.5, 100, MeterCounter::kPcieTx, 1e9});
-  auto m = startPm({s}, MeterSource::kPm);
+  auto m = startPm({s}, {"pm"});
   ASSERT_TRUE(m);
-  const Meter::PmStatus st0 = m->pmStatus();
-  ASSERT_EQ(st0.own_bps.size(), 1u);
-  ASSERT_TRUE(st0.own_bps[0][0]);
-  EXPECT_NEAR(*st0.own_bps[0][0], 2e6, 1e4);
-  EXPECT_NEAR(*st0.own_bps[0][1], 0.5e6, 1e4);
+  const std::vector<MeterSourceStatus> st0 = m->sourceStatus();
+  ASSERT_EQ(st0.size(), 1u);
+  ASSERT_EQ(st0[0].own_mbps.size(), 1u);
+  ASSERT_TRUE(st0[0].own_mbps[0][0]);
+  EXPECT_NEAR(*st0[0].own_mbps[0][0], 2, 1e-2);  // MB/s, TX
+  EXPECT_NEAR(*st0[0].own_mbps[0][1], 0.5, 1e-2);
   std::this_thread::sleep_for(std::chrono::milliseconds(600));  // into the burst (start took ~0.25 s)
   const int64_t a = Meter::now();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -242,18 +290,19 @@ TEST(MeterPmSource, WindowsNetOfTheSamplersOwnTraffic) {
   const MeterCell& tx = ws[0].cells[0][0];
   const double dur = (b - a) * 1e-9;
   EXPECT_TRUE(ws[0].complete);
-  EXPECT_TRUE(ws[0].pm_complete) << ws[0].pm_note;
-  EXPECT_NEAR(*tx.pm_own_bytes, 2e6 * dur, 2e6 * dur * 0.01);
-  EXPECT_NEAR(*tx.bytes, 1e9 * dur, 1e9 * dur * 0.002);    // own traffic gone, edges prorated
-  EXPECT_LE(*tx.pm_edge_bytes, 2 * (1e9 * 100e-6 + 200));  // at most one record at each edge
+  EXPECT_NEAR(*tx.own_bytes, 2e6 * dur, 2e6 * dur * 0.01);
+  EXPECT_NEAR(*tx.bytes, 1e9 * dur, 1e9 * dur * 0.002);  // own traffic gone, edges prorated
+  EXPECT_LE(std::max(*tx.bytes - *tx.bytes_low, *tx.bytes_high - *tx.bytes),
+            2 * (1e9 * 100e-6 + 200));  // at most one record at each edge
   EXPECT_GE(tx.samples, 999);
   EXPECT_FALSE(ws[0].cells[0][2].bytes);  // NVLink: N/A with PM alone
-  const Meter::PmStatus st = m->pmStatus();
+  const MeterSourceStatus st = m->sourceStatus().at(0);
+  EXPECT_EQ(st.source, "pm");
   EXPECT_EQ(st.dropped, 1);
-  EXPECT_EQ(st.holes, 0);
+  EXPECT_EQ(st.gaps, 0);
   EXPECT_TRUE(st.ended.empty());
-  // Samples come back in the meter's clock, back to back.
-  std::vector<MeterPmSample> ps = m->pmSamples();
+  // Records come back in the meter's clock, back to back.
+  std::vector<MeterRecord> ps = m->records();
   ASSERT_GT(ps.size(), 100u);
   EXPECT_LT(ps.front().t_start_ns, a);
   EXPECT_EQ(ps[1].t_start_ns, ps[0].t_end_ns);
@@ -264,7 +313,7 @@ TEST(MeterPmSource, OverflowMarksLaterWindowsIncomplete) {
   s.background_bytes_per_s = {1e8, 1e8, 0, 0, 0, 0};
   s.pm_overflow_at_s = 0.45;
   s.pm_gaps = {{0.30, 0.32}};
-  auto m = startPm({s}, MeterSource::kPm, 0);
+  auto m = startPm({s}, {"pm"}, 0);
   ASSERT_TRUE(m);
   const int64_t t0 = Meter::now();  // ~0 s of the script (no calibration wait)
   auto at = [t0](double s_) { return t0 + static_cast<int64_t>(s_ * 1e9); };
@@ -275,14 +324,14 @@ TEST(MeterPmSource, OverflowMarksLaterWindowsIncomplete) {
   m->stop();
   std::vector<MeterWindow> ws = m->windows();
   ASSERT_EQ(ws.size(), 3u);
-  EXPECT_TRUE(ws[0].pm_complete) << ws[0].pm_note;
+  EXPECT_TRUE(ws[0].complete) << ws[0].verdicts[0].why;
   EXPECT_NEAR(*ws[0].cells[0][1].bytes, 1e7, 1e7 * 0.01);
-  EXPECT_FALSE(ws[1].pm_complete);
-  EXPECT_NE(ws[1].pm_note.find("gap"), std::string::npos);
-  EXPECT_FALSE(ws[2].pm_complete);
+  EXPECT_FALSE(ws[1].complete);
+  EXPECT_NE(ws[1].verdicts[0].why.find("gap"), std::string::npos);
   EXPECT_FALSE(ws[2].complete);
-  EXPECT_NE(ws[2].pm_note.find("overflow"), std::string::npos);
-  EXPECT_NE(m->pmStatus().ended.find("overflow"), std::string::npos);
+  EXPECT_FALSE(ws[2].complete);
+  EXPECT_NE(ws[2].verdicts[0].why.find("overflow"), std::string::npos);
+  EXPECT_NE(m->sourceStatus().at(0).ended.find("overflow"), std::string::npos);
 }
 
 TEST(MeterPmSource, BothPutsPmAndTheRatioBesideNvml) {
@@ -290,7 +339,7 @@ TEST(MeterPmSource, BothPutsPmAndTheRatioBesideNvml) {
   s.background_bytes_per_s = {5e8, 2e8, 0, 0, 0, 0};
   s.supported = 0x03;
   s.pm_own_bytes_per_s = {0, 0};
-  auto m = startPm({s}, MeterSource::kBoth);
+  auto m = startPm({s}, {"nvml", "pm"});
   ASSERT_TRUE(m);
   ASSERT_EQ(m->begin("w"), tpsSuccess);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -299,9 +348,11 @@ TEST(MeterPmSource, BothPutsPmAndTheRatioBesideNvml) {
   std::vector<MeterWindow> ws = m->windows();
   ASSERT_EQ(ws.size(), 1u);
   const MeterCell& tx = ws[0].cells[0][0];
-  ASSERT_TRUE(tx.bytes && tx.pm_bytes && tx.pm_ratio);
-  EXPECT_NEAR(*tx.pm_ratio, 1.0, 0.01);  // the same script through both paths
-  EXPECT_NEAR(*ws[0].cells[0][1].pm_ratio, 1.0, 0.01);
+  const MeterCell::Beside* pm = tx.from("pm");
+  ASSERT_TRUE(tx.bytes && pm && pm->figure.bytes && pm->ratio);
+  EXPECT_NEAR(*pm->ratio, 1.0, 0.01);  // the same script through both paths
+  ASSERT_TRUE(ws[0].cells[0][1].from("pm"));
+  EXPECT_NEAR(*ws[0].cells[0][1].from("pm")->ratio, 1.0, 0.01);
   EXPECT_FALSE(m->samples().empty());  // NVML still read
 }
 
@@ -314,7 +365,7 @@ TEST(MeterPmSource, QuiesceJudgesTheIdleIntervalOnPmAlone) {
   q.check_processes = false;
   FakeGpuScript quiet;
   quiet.pm_own_bytes_per_s = {2e6, 0.5e6};
-  auto m = startPm({quiet}, MeterSource::kPm, 100);
+  auto m = startPm({quiet}, {"pm"}, 100);
   ASSERT_TRUE(m);
   ASSERT_TRUE(m->samples().empty());  // no counter reader
   QuiesceRecord r;
@@ -326,7 +377,7 @@ TEST(MeterPmSource, QuiesceJudgesTheIdleIntervalOnPmAlone) {
   EXPECT_FALSE(r.idle_mbps[0][2]);     // NVLink: N/A with PM alone
   FakeGpuScript busy;
   busy.background_bytes_per_s = {300e6, 0, 0, 0, 0, 0};
-  m = startPm({busy}, MeterSource::kPm, 100);
+  m = startPm({busy}, {"pm"}, 100);
   ASSERT_TRUE(m);
   ASSERT_EQ(m->quiesce(q, &r), tpsSuccess);
   EXPECT_FALSE(r.passed);

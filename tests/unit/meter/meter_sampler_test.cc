@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "meter/fake_source.h"
+#include "meter/fake_platform.h"
 #include "meter/meter_internal.h"
 #include "meter/sampler.h"
 
@@ -22,7 +22,7 @@ std::unique_ptr<Meter> startFake(const std::vector<FakeGpuScript>& scripts, Mete
   std::string reason;
   EXPECT_EQ(resolveOptions(&o, &reason), tpsSuccess) << reason;
   std::unique_ptr<Meter> m;
-  EXPECT_EQ(createMeter(o, makeFakeSources(scripts, o.method), &m, &reason), tpsSuccess) << reason;
+  EXPECT_EQ(createMeter(o, makeFakePlatform(scripts), &m, &reason), tpsSuccess) << reason;
   return m;
 }
 
@@ -249,7 +249,7 @@ TEST(MeterSampler, DmonMethodRunsBesideTheCounters) {
   s.background_bytes_per_s = {5e9, 0, 0, 0, 0, 0};
   s.dmon_window_ns = 5000000;
   MeterOptions o;
-  o.method = MeterMethod::kBoth;
+  o.sources = {"nvml", "dmon"};
   o.dmon_period_ms = 0;  // back to back
   auto m = startFake({s}, o);
   ASSERT_EQ(m->begin("w"), tpsSuccess);
@@ -257,8 +257,10 @@ TEST(MeterSampler, DmonMethodRunsBesideTheCounters) {
   ASSERT_EQ(m->end("w"), tpsSuccess);
   m->stop();
   MeterWindow w = m->windows().at(0);
-  EXPECT_GT(w.cells[0][0].dmon_samples, 5);
-  EXPECT_NEAR(*w.cells[0][0].dmon_mbps, 5000, 50);
+  const MeterCell::Beside* dmon = w.cells[0][0].from("dmon");
+  ASSERT_TRUE(dmon);
+  EXPECT_GT(dmon->figure.samples, 5);
+  EXPECT_NEAR(*dmon->figure.mean_mbps, 5000, 50);
   EXPECT_NEAR(*w.cells[0][0].mean_mbps, 5000, 50);
   EXPECT_FALSE(m->dmonSamples().empty());
   EXPECT_TRUE(m->latestDmon(0, MeterCounter::kPcieRx));
@@ -339,7 +341,7 @@ FakeGpuScript selfMeasuringGpu() {
 
 TEST(MeterCalibration, FindsWhatEachKindOfReadAddsToEachCounter) {
   MeterOptions o;
-  o.method = MeterMethod::kBoth;
+  o.sources = {"nvml", "dmon"};
   auto m = startFake({selfMeasuringGpu()}, o, true);
   const MeterCalibration& c = m->calibration();
   ASSERT_TRUE(c.calibrated) << c.note;

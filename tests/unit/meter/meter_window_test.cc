@@ -152,17 +152,17 @@ TEST(MeterWindow, PeakIsTheBurstNotTheMean) {
 }
 
 TEST(MeterWindow, DmonFigureIsTheMeanOfItsReadingsInsideAndNAWithout) {
-  MeterCell c;
   std::vector<MeterDmonSample> d(3);
   d[0] = {0, MeterCounter::kPcieTx, 0, 20 * kMs, 60000.0};        // midpoint 10 ms: inside
   d[1] = {0, MeterCounter::kPcieTx, 980 * kMs, 1000 * kMs, 0.0};  // midpoint 990 ms: inside
   d[2] = {0, MeterCounter::kPcieRx, 0, 20 * kMs, 5.0};            // other direction
-  addDmon(&c, d, 0, MeterCounter::kPcieTx, 0, 1000 * kMs);
-  EXPECT_EQ(c.dmon_samples, 2);
-  EXPECT_DOUBLE_EQ(*c.dmon_mbps, 30000);
-  addDmon(&c, d, 0, MeterCounter::kPcieTx, 100 * kMs, 900 * kMs);  // the 0.8 s between them
-  EXPECT_EQ(c.dmon_samples, 0);
-  EXPECT_FALSE(c.dmon_mbps);  // the dmon method did not look: N/A, not 0
+  SourceFigure f = dmonFigure(d, 0, MeterCounter::kPcieTx, 0, 1000 * kMs);
+  EXPECT_EQ(f.samples, 2);
+  EXPECT_DOUBLE_EQ(*f.mean_mbps, 30000);
+  EXPECT_FALSE(f.bytes);                                              // a rate, no bytes
+  f = dmonFigure(d, 0, MeterCounter::kPcieTx, 100 * kMs, 900 * kMs);  // the 0.8 s between them
+  EXPECT_EQ(f.samples, 0);
+  EXPECT_FALSE(f.mean_mbps);  // the dmon method did not look: N/A, not 0
 }
 
 TEST(MeterSpread, MedianMinMaxOverPresentValues) {

@@ -2,7 +2,12 @@
 // bench_procs_test - `tpscope bench allreduce --procs N` without a GPU: which GPU each rank takes, the plan
 // the workers read, how the ranks' results become one row, and how procs rows sit beside threads rows.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <stdexcept>
 
 #include "bench/procs.h"
@@ -161,6 +166,70 @@ TEST(BenchProcs, ProcsRowsStandBesideThreadsRows) {
   const auto r = timeRatios({t, p}, {tpsBackendP2p}, tpsBackendP2p);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_DOUBLE_EQ(*r[0].ratio[0], 1.0);
+}
+
+// A stand-in for `tpscope bench allreduce-rank`: a shell script that gets the same arguments
+// (bench allreduce-rank --plan P --rank R --out O, so $6 is the rank and $8 the result file).
+class RankScript {
+ public:
+  explicit RankScript(const std::string& body) {
+    char tmpl[] = "/tmp/tpscope-procs-test-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+    dir_ = tmpl;
+    path_ = dir_ + "/rank.sh";
+    std::ofstream(path_) << "#!/bin/sh\n" << body << "\n";
+    chmod(path_.c_str(), 0755);
+  }
+  ~RankScript() {
+    std::remove(path_.c_str());
+    rmdir(dir_.c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string dir_, path_;
+};
+
+TEST(BenchProcs, EachRankRunsAsAProcessAndItsLinesComeBack) {
+  RankResult r;
+  r.samples_us = {12, 13};
+  r.path = "p2p-one-shot";
+  // One line per item; rank R reports a mean of 1R.5 us, so the results show which rank wrote which line.
+  std::string line = rankResultJson(r).dump();
+  const std::string mean = "\"mean_us\":0.0";
+  ASSERT_NE(line.find(mean), std::string::npos) << line;
+  line.replace(line.find(mean), mean.size(), "\"mean_us\":1'\"$6\"'.5");
+  RankScript script("for item in 1 2; do echo '" + line + "'; done > \"$8\"");
+  const auto results = runProcsPlan(samplePlan(), script.path(), 30);
+  ASSERT_EQ(results.size(), 2u);  // per item
+  for (const auto& item : results) {
+    ASSERT_EQ(item.size(), 2u);  // per rank
+    EXPECT_DOUBLE_EQ(item[0].mean_us, 10.5);
+    EXPECT_DOUBLE_EQ(item[1].mean_us, 11.5);
+    EXPECT_EQ(item[1].path, "p2p-one-shot");
+  }
+}
+
+TEST(BenchProcs, AFailedRankIsNamedWithHowItEnded) {
+  RankScript script("[ \"$6\" = 1 ] && exit 3; printf '' > \"$8\"");
+  try {
+    runProcsPlan(samplePlan(), script.path(), 30);
+    ADD_FAILURE() << "a rank that failed went unnoticed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("exited with status 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BenchProcs, RanksStillRunningPastTheLimitAreStopped) {
+  RankScript script("exec sleep 30");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(runProcsPlan(samplePlan(), script.path(), 0.3), std::runtime_error);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST(BenchProcs, AProgramThatCannotStartIsAnError) {
+  EXPECT_THROW(runProcsPlan(samplePlan(), "/nonexistent/tpscope", 30), std::runtime_error);
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -114,20 +116,28 @@ TEST(MeterCli, PmSourceWritesPmFiguresAndATimelineOfEachWindow) {
   EXPECT_EQ(doc["context"]["options"]["source"], "pm");
   ASSERT_EQ(doc["windows"].size(), 2u);
   const auto& a = doc["windows"][0];
-  EXPECT_TRUE(a["pm_complete"].get<bool>()) << a["pm_note"];
+  EXPECT_TRUE(a["complete"].get<bool>()) << a.dump();
+  EXPECT_FALSE(a.contains("sources")) << "one source, nothing to say";
   const auto& tx = a["gpus"][0]["counters"]["pcie_tx"];
   EXPECT_FALSE(a["gpus"][0]["counters"].contains("nvlink_tx"));  // PM counts PCIe only
   // The fake GPU0 sends 1000 MB/s; the sampler's own traffic, measured while it did, is not subtracted.
-  EXPECT_NEAR(tx["pm_counted_bytes"].get<double>(), 1e9 * a["duration_ms"].get<double>() / 1e3, 0.01 * 1e8);
-  EXPECT_EQ(tx["bytes"], tx["pm_bytes"]);
+  EXPECT_NEAR(tx["counted_bytes"].get<double>(), 1e9 * a["duration_ms"].get<double>() / 1e3, 0.01 * 1e8);
+  EXPECT_FALSE(tx.contains("pm_bytes")) << "PM's figures are the cell's own, not a twin beside them";
   EXPECT_TRUE(doc["pm"]["ended"].get<std::string>().empty());
   EXPECT_EQ(doc["pm"]["dropped"], 2);  // the first record of each GPU's session
   std::ifstream f(path);
+  std::string first;
+  ASSERT_TRUE(std::getline(f, first));
+  const nlohmann::json rule = nlohmann::json::parse(first);  // the meter's burst rule, then the records
+  EXPECT_EQ(rule["type"], "timeline_rule");
+  EXPECT_EQ(rule["direction"], "tx");
+  EXPECT_EQ(rule["threshold_mbps"], 1024);
   int n = 0, gpu0 = 0;
   double last_us = -1e9, covered_to = 0;
   for (std::string l; std::getline(f, l); ++n) {
     const nlohmann::json j = nlohmann::json::parse(l);
     EXPECT_EQ(j["type"], "timeline");
+    EXPECT_TRUE(j["burst"].is_null()) << "1000 MB/s stays under the default 1024 MB/s: no burst";
     EXPECT_EQ(j["window"], "a") << "the whole-command window is left out when the command marks windows";
     if (j["gpu"] != 0) continue;
     ++gpu0;
@@ -139,7 +149,51 @@ TEST(MeterCli, PmSourceWritesPmFiguresAndATimelineOfEachWindow) {
   std::remove(path.c_str());
   EXPECT_GE(gpu0, static_cast<int>(a["duration_ms"].get<double>() * 10));  // 100 us records over the window
   EXPECT_GE(covered_to, a["duration_ms"].get<double>() * 1e3);
-  EXPECT_EQ(n, 2 * gpu0);
+  // GPU 1 has as many records over the window, give or take the one its own phase puts at an edge.
+  EXPECT_NEAR(n - gpu0, gpu0, 1);
+}
+
+// The meter decides which records are bursts (meter/pm_bursts.h): each record carries the burst it
+// belongs to, so a plot or a count of the timeline needs no rule of its own.
+TEST(MeterCli, TimelineLabelsEachRecordWithTheBurstTheMeterCounts) {
+  const std::string path = ::testing::TempDir() + "meter_bursts_" + std::to_string(getpid()) + ".jsonl";
+  Result r = tpscope({"meter", "--source", "pm", "--timeline", path, "--burst-rule", "tx:500:25", "--", "sh", "-c",
+                      "echo 'begin a' > \"$TPSCOPE_METER_PIPE\"; sleep 0.05; echo 'end a' > \"$TPSCOPE_METER_PIPE\""});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream f(path);
+  std::map<int, std::set<std::string>> labels;  // by GPU
+  for (std::string l; std::getline(f, l);) {
+    const nlohmann::json j = nlohmann::json::parse(l);
+    if (j["type"] == "timeline_rule") {
+      EXPECT_EQ(j["threshold_mbps"], 500);
+      continue;
+    }
+    labels[j["gpu"].get<int>()].insert(j["burst"].dump());
+  }
+  std::remove(path.c_str());
+  // GPU0 sends 1000 MB/s without a pause: one burst over the window; GPU1's 10 MB/s is none.
+  EXPECT_EQ(labels[0], std::set<std::string>{"0"});
+  EXPECT_EQ(labels[1], std::set<std::string>{"null"});
+  Result bad = tpscope({"meter", "--source", "pm", "--timeline", path, "--burst-rule", "tx:fast", "--", "true"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("DIRECTION:MBPS:GAP_US"), std::string::npos) << bad.err;
+}
+
+// Sources by name from the meter's registry, alone or several: the first one's figures fill the table.
+TEST(MeterCli, SourcesAreTheMetersRegisteredOnesInAnyOrder) {
+  Result r = tpscope({"meter", "--source", "pm,nvml", "--format", "json", "--", "sleep", "0.05"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["context"]["options"]["source"], "pm,nvml");
+  const auto& w = doc["windows"][0];
+  ASSERT_EQ(w["sources"].size(), 2u);
+  EXPECT_EQ(w["sources"][0]["source"], "pm");
+  EXPECT_EQ(w["sources"][1]["source"], "nvml");
+  const auto& tx = w["gpus"][0]["counters"]["pcie_tx"];
+  EXPECT_TRUE(tx.contains("nvml_bytes") && tx.contains("nvml_ratio")) << tx.dump();
+  Result bad = tpscope({"meter", "--source", "nvml,sysfs", "--", "true"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("use one or more of pm, nvml, dmon"), std::string::npos) << bad.err;
 }
 
 TEST(MeterCli, PmOptionsAreCheckedAndAMissingCuptiSaysWhy) {

@@ -12,9 +12,9 @@
 #include <string>
 
 #include "fixtures.h"
-#include "meter.h"
 #include "meter/calibrate.h"
-#include "meter/fake_source.h"
+#include "meter/fake_platform.h"
+#include "meter/meter_command.h"
 #include "meter/record.h"
 #include "meter/window.h"
 
@@ -71,7 +71,7 @@ cli::MeterSummary summary() {
   cli::MeterSummary s;
   s.gpus = h200Gpus();
   s.options.period_us = 2000;
-  s.options.method = MeterMethod::kBoth;
+  s.options.sources = {"nvml", "dmon"};
   const std::vector<detail::Series> rec = recording();
   std::vector<MeterDmonSample> dmon = {{0, MeterCounter::kPcieTx, 25 * kMs, 45 * kMs, 41250.0},
                                        {0, MeterCounter::kPcieRx, 45 * kMs, 65 * kMs, 2.0}};
@@ -168,9 +168,15 @@ MeterCalibration fakeCalibration() {
     g.bytes_per_read = kOwnPerRead;
     g.dmon_window_ns = 2 * kMs;
   }
-  detail::SourceSet src = detail::makeFakeSources(scripts, MeterMethod::kBoth);
-  src.gpus = h200Gpus();
-  MeterCalibration cal = detail::calibrateAll(src, detail::CalibrationPlan{});
+  std::unique_ptr<detail::Platform> platform = detail::makeFakePlatform(scripts);
+  std::vector<std::unique_ptr<detail::CounterReader>> counters;
+  std::vector<std::unique_ptr<detail::DmonReader>> dmon;
+  std::string reason;
+  for (size_t k = 0; k < scripts.size(); ++k) {
+    counters.push_back(platform->counterReader(k, &reason));
+    dmon.push_back(platform->dmonReader(k, &reason));
+  }
+  MeterCalibration cal = detail::calibrateAll(counters, dmon, h200Gpus(), detail::CalibrationPlan{});
   EXPECT_TRUE(cal.calibrated) << cal.note;
   auto exact = [](std::optional<double>* v, double want) {
     ASSERT_TRUE(v->has_value());

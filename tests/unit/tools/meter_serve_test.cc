@@ -2,7 +2,7 @@
 // meter_serve_test - `tpscope meter --serve`'s address parsing, the text format's escaping and numbers,
 // and the endpoint on loopback against trickling, stalled and idle clients. The endpoint scraped by a real
 // Prometheus is tests/prometheus/meter_serve_test.py.
-#include "meter_serve.h"
+#include "meter/meter_serve.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

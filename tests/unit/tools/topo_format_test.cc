@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "fixtures.h"
-#include "topo.h"
+#include "topo/topo_command.h"
 
 namespace tpscope {
 namespace {

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "fixtures.h"
-#include "tp.h"
+#include "tp/tp_command.h"
 
 namespace tpscope::testing {
 namespace {

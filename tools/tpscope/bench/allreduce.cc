@@ -2,12 +2,12 @@
 // bench/allreduce.cc - `tpscope bench allreduce`: an nccl-tests-compatible AllReduce sweep over the
 // library's backends, interleaved size by size in one process so their ratios are measured side by side.
 //
-// The pieces: bench_args (options and their checks), bench_runner (GPU timing), bench_check (-c 1),
-// bench_stats (path and bytes columns), bench_table (text and JSON). This file wires them together.
-// --tune runs bench_tune (the host backend's tunables), then bench_crossover (the fastest backend per
-// size, for `auto`) instead of the sweep. --procs N runs the sweep again with each rank a process of its
-// own (bench_procs: this binary re-run per rank as the hidden `bench allreduce-rank`), after the sweep
-// with every rank in this process, so that both stand in one table.
+// The pieces: bench/args.h (options and their checks), bench/bench_runner.h (GPU timing), bench/check.h
+// (-c 1), bench/stats.h (path and bytes columns), bench/table.h (text and JSON). This file wires them
+// together. --tune runs bench/tune.h (the host backend's tunables), then bench/crossover.h (the fastest
+// backend per size, for `auto`) instead of the sweep. --procs N runs the sweep again with each rank a
+// process of its own (bench/procs.h: this binary re-run per rank as the hidden `bench allreduce-rank`),
+// after the sweep with every rank in this process, so that both stand in one table.
 #include "bench/allreduce.h"
 
 #include <fmt/format.h>
@@ -24,9 +24,9 @@
 #include "allreduce/auto_table.h"
 #include "allreduce/media.h"
 #include "bench/args.h"
+#include "bench/bench_runner.h"
 #include "bench/crossover.h"
 #include "bench/procs.h"
-#include "bench/runner.h"
 #include "bench/table.h"
 #include "bench/tune.h"
 #include "cli.h"

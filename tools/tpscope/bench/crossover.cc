@@ -9,7 +9,7 @@
 #include <map>
 
 #include "allreduce/tuning.h"
-#include "bench/runner.h"
+#include "bench/bench_runner.h"
 
 namespace tpscope::cli {
 

@@ -3,7 +3,7 @@
 // size on this box, written to the tune file as its "auto" table (src/allreduce/auto_table.h).
 //
 // Every backend the communicator can run is timed at every size of the sweep (bf16, in place), sizes
-// interleaved as in the ordinary sweep. Timer: CUDA-graph replays (bench/runner.h), -n calls per graph,
+// interleaved as in the ordinary sweep. Timer: CUDA-graph replays (bench/bench_runner.h), -n calls per graph,
 // --graph-replays launches; the median launch per call is the backend's time. Graphs, because decode
 // runs as graphs in the engines this serves and because their time is the GPUs' alone, without the
 // host's enqueueing, which differs by backend and by host. No -c check and no meter (the GPU tests

@@ -14,7 +14,6 @@
 
 #include "allreduce/media.h"
 #include "allreduce/nccl_types.h"
-#include "bench/table.h"
 #include "common/cuda_raii.h"
 #include "common/log.h"
 
@@ -48,12 +47,6 @@ std::string ncclSymmUnavailableReason(int built, int loaded, const std::vector<i
   if (nvls_enable == nullptr || std::strcmp(nvls_enable, "0") != 0)
     return "NCCL_NVLS_ENABLE is not 0: the column never registers windows with NVLink multicast enabled";
   return "";
-}
-
-void setNcclSymmAccounting(BenchRow* row, int ngpus) {
-  row->path = "nccl-symm";
-  const double ring = ngpus > 0 ? static_cast<double>(row->bytes()) * 2 * (ngpus - 1) / ngpus : 0.0;
-  row->bytes_per_call = MediumBytes{0, 0, 0, 0, ring, ring};
 }
 
 std::string formatNcclSymmPreamble(const NcclSymmInfo& info) {
@@ -154,7 +147,7 @@ std::unique_ptr<NcclSymm> NcclSymm::create(const std::vector<int>& devices, size
     DeviceGuard guard(devices[r]);
     if (ncclResult_t e = ncclMemAlloc(&out->buffers_[r], bytes); e != ncclSuccess)
       return failed(fmt::format("ncclMemAlloc of {} bytes on GPU {}", bytes, devices[r]), e);
-    // Timing runs on zeros, as for the other columns (bench/runner.h says why). The memset runs on the
+    // Timing runs on zeros, as for the other columns (bench/bench_runner.h says why). The memset runs on the
     // legacy stream, which the bench's non-blocking streams do not wait for: synchronise here.
     cudaError_t e = cudaMemset(out->buffers_[r], 0, bytes);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();

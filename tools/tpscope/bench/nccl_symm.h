@@ -26,8 +26,6 @@
 
 namespace tpscope::cli {
 
-struct BenchRow;
-
 // The column's value among the bench's backends: tpsNumBackends, which no library backend has.
 constexpr tpsBackend_t kBenchNcclSymm = tpsNumBackends;
 
@@ -49,11 +47,6 @@ struct NcclEstimate {
   uint64_t bytes = 0;
   std::optional<double> us;
 };
-
-// The path and bytes columns of a nccl-symm row, which the library's accounting does not see: path
-// "nccl-symm", and the ring estimate 2(n-1)/n x size sent and received per GPU under nccl_tx/nccl_rx
-// (as the nccl backend counts its calls). Needs row->count and row->dtype.
-void setNcclSymmAccounting(BenchRow* row, int ngpus);
 
 // What the column set up and what NCCL reported, for the preamble and the JSON context ("nccl_symm").
 struct NcclSymmInfo {

@@ -4,9 +4,6 @@
 #include "bench/procs.h"
 
 #include <fmt/format.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,12 +11,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
 #include "cli.h"
-
-extern char** environ;
+#include "engine/process.h"
 
 namespace tpscope::cli {
 
@@ -195,41 +192,37 @@ std::vector<std::vector<RankResult>> runProcsPlan(const ProcsPlan& plan, const s
     if (!f) throw std::runtime_error("cannot write " + plan_path);
   }
   const int n = static_cast<int>(plan.devices.size());
-  std::vector<pid_t> pids(n, -1);
-  std::vector<int> status(n, -1);
+  // Each rank through the one launcher: on tpscope's stderr (a failing rank says why there), and killed
+  // with tpscope. A rank left running when this function throws is stopped by its ChildProcess.
+  std::vector<std::unique_ptr<engine::ChildProcess>> ranks(n);
   for (int r = 0; r < n; ++r) {
-    std::vector<std::string> args = {exe,
-                                     "bench",
-                                     "allreduce-rank",
-                                     "--plan",
-                                     plan_path,
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--out",
-                                     dir + "/rank" + std::to_string(r)};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pids[r], exe.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-      for (int q = 0; q < r; ++q) kill(pids[q], SIGKILL), waitpid(pids[q], nullptr, 0);
-      throw std::runtime_error("cannot start " + exe + " for rank " + std::to_string(r));
-    }
+    engine::SpawnOptions sp;
+    sp.argv = {exe,
+               "bench",
+               "allreduce-rank",
+               "--plan",
+               plan_path,
+               "--rank",
+               std::to_string(r),
+               "--out",
+               dir + "/rank" + std::to_string(r)};
+    sp.inherit_stdio = true;
+    std::string error;
+    if (!engine::ChildProcess::spawn(sp, &ranks[r], &error))
+      throw std::runtime_error("cannot start rank " + std::to_string(r) + ": " + error);
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
-  for (int left = n; left > 0;) {
-    for (int r = 0; r < n; ++r)
-      if (status[r] == -1 && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) --left;
-    if (left == 0) break;
+  while (std::any_of(ranks.begin(), ranks.end(), [](const auto& c) { return c->running(); })) {
     if (std::chrono::steady_clock::now() > deadline) {
-      for (int r = 0; r < n; ++r)
-        if (status[r] == -1) kill(pids[r], SIGKILL), waitpid(pids[r], &status[r], 0);
+      for (auto& c : ranks) c->stop(0);
       throw std::runtime_error(fmt::format("the ranks were still running after {:.0f} s and were stopped", limit_s));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (int r = 0; r < n; ++r)
-    if (!WIFEXITED(status[r]) || WEXITSTATUS(status[r]) != 0)
-      throw std::runtime_error(fmt::format("rank {} (a process of its own) failed; its reason is above", r));
+    if (ranks[r]->exitCode() != 0)
+      throw std::runtime_error(
+          fmt::format("rank {} (a process of its own) {}; its reason is above", r, ranks[r]->exitDescription()));
   std::vector<std::vector<RankResult>> out(plan.items.size(), std::vector<RankResult>(n));
   for (int r = 0; r < n; ++r) {
     std::ifstream f(dir + "/rank" + std::to_string(r));

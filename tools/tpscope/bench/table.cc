@@ -39,6 +39,12 @@ void setBandwidths(BenchRow* row, int ngpus) {
   row->busbw_gbps = busBandwidthGBps(row->algbw_gbps, ngpus);
 }
 
+void setNcclSymmAccounting(BenchRow* row, int ngpus) {
+  row->path = "nccl-symm";
+  const double ring = ngpus > 0 ? static_cast<double>(row->bytes()) * 2 * (ngpus - 1) / ngpus : 0.0;
+  row->bytes_per_call = MediumBytes{0, 0, 0, 0, ring, ring};
+}
+
 const std::vector<std::string>& benchEnvNames() {
   static const std::vector<std::string> kNames = {"NCCL_P2P_DISABLE",
                                                   "NCCL_SHM_DISABLE",

@@ -77,6 +77,10 @@ struct BenchRow {
 
 // Fills algbw/busbw from time.mean_us.
 void setBandwidths(BenchRow* row, int ngpus);
+// The path and bytes columns of a nccl-symm row, which the library's accounting does not see: path
+// "nccl-symm", and the ring estimate 2(n-1)/n x size sent and received per GPU under nccl_tx/nccl_rx
+// (as the nccl backend counts its calls). Needs row->count and row->dtype.
+void setNcclSymmAccounting(BenchRow* row, int ngpus);
 
 struct DeviceEntry {
   int rank = 0;

@@ -6,5 +6,7 @@
 // Timed the same on 2xH200 either way.
 // Fastest block shape (docs/PERFORMANCE.md, "The synthetic transformer").
 // Field ids (../shared/docs/H200-FACTS.md).
+// The reader's old home: src/meter/nvml_source.cc, with dmon_source.cc beside it.
 // Good: the default is the fastest (docs/PERFORMANCE.md, "AllReduce"); 4 KiB -> one block.
+// Good: this file (src/planted.cc, planted.cc), stdio.h, llama.cpp's docs/gguf.md, a RUN_DIR/manifest.json.
 int planted = 0;
