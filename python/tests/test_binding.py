@@ -120,6 +120,32 @@ class Arguments(unittest.TestCase):
                          (tpscope.Backend.HOST, 16, 500, True))
 
 
+    def test_wire_as_tpscope_wire_writes_it(self):
+        """parse_wire reads what TPSCOPE_WIRE takes (the library's parseWirePolicy), and Config takes it."""
+        self.assertEqual(tpscope.parse_wire("exact"), (tpscope.Wire.EXACT, 0.0))
+        self.assertEqual(tpscope.parse_wire("int4"), (tpscope.Wire.INT4, 0.0))
+        self.assertEqual(tpscope.parse_wire("auto:0.01"), (tpscope.Wire.AUTO, 0.01))
+        self.assertEqual(tpscope.parse_wire("auto:1e-3"), (tpscope.Wire.AUTO, 0.001))
+        for bad in ("", "INT8", "auto", "auto:", "auto:0", "auto:1", "auto:-0.1", "auto:nan", "auto:inf", "auto: 0.1",
+                    "auto:0.1 ", "auto:1_0", "int8 ", "lossy"):
+            with self.assertRaises(ValueError, msg=bad):
+                tpscope.parse_wire(bad)
+        with self.assertRaises(TypeError):
+            tpscope.parse_wire(2)
+        c = tpscope.Config(wire="fp8")._c()
+        self.assertEqual((c.wire, c.wire_error_budget), (int(tpscope.Wire.FP8), 0.0))
+        c = tpscope.Config(wire="auto:0.25")._c()
+        self.assertEqual((c.wire, c.wire_error_budget), (int(tpscope.Wire.AUTO), 0.25))
+        self.assertEqual(tpscope.Config(wire=tpscope.Wire.INT8)._c().wire, 2)
+        self.assertEqual(tpscope.Config()._c().wire, 0)  # exact: TPSCOPE_WIRE decides in the library
+        self.assertEqual(tpscope.Config._from_c(tpscope.Config(wire="auto:0.25")._c()).wire, tpscope.Wire.AUTO)
+        with self.assertRaisesRegex(ValueError, "not both"):
+            tpscope.Config(wire="auto:0.1", wire_error_budget=0.2)
+        with self.assertRaisesRegex(ValueError, "int9"):
+            tpscope.Config(wire="int9")
+        with self.assertRaises(ValueError):
+            tpscope.Config(wire=tpscope.Wire.AUTO)  # no budget
+
     def test_config_carries_peer_uids(self):
         c = tpscope.Config(peer_uids=[1000, 65534])._c()
         self.assertEqual((c.num_peer_uids, list(c.peer_uids)), (2, [1000, 65534, 0, 0, 0, 0, 0, 0]))

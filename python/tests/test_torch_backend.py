@@ -38,6 +38,8 @@ class TorchBackendTest(unittest.TestCase):
         self.assertEqual(dist.Backend.TPSCOPE, "tpscope")
         self.assertEqual(dist.Backend.backend_capability["tpscope"], ["cuda"])
         self.assertIs(dist.Backend._plugins["TPSCOPE"].creator_fn, self.tt.create_backend)
+        # The extended creator: torch hands it init_process_group's pg_options.
+        self.assertTrue(dist.Backend._plugins["TPSCOPE"].extended_api)
 
     def test_extension_matches_binding(self):
         import tpscope
@@ -111,7 +113,7 @@ class TorchBackendTest(unittest.TestCase):
                     mock.patch("torch.cuda.is_available", return_value=True), \
                     mock.patch("torch.cuda.current_device", return_value=0):
                 for rank in (0, 1):
-                    self.assertEqual(self.tt.create_backend(store, rank, 2, None), "backend")
+                    self.assertEqual(self.tt.create_backend(_group_options(store, rank, 2), None), "backend")
         finally:
             self.tt.set_config(None)
         self.assertEqual(len(made), 2)
@@ -123,6 +125,36 @@ class TorchBackendTest(unittest.TestCase):
         want = bytes(tpscope.Config(shared_devices=True, spin_timeout_ms=1234)._c())
         self.assertEqual((cfg0, cfg1), (want, want))
 
+    def test_pg_options_configure_the_group(self):
+        """init_process_group's pg_options (a tpscope.Config) configure the group's communicator, the wire
+        among them; without them, set_config's configuration; anything else is refused naming it."""
+        import tpscope
+        from unittest import mock
+        made = []
+
+        class Stub:
+            @staticmethod
+            def TpscopeBackend(rank, size, uid, device, config):
+                made.append(config)
+                return "backend"
+
+        self.tt.set_config(tpscope.Config(wire="fp8"))
+        try:
+            with mock.patch.object(self.tt, "extension", return_value=Stub), \
+                    mock.patch("torch.cuda.is_available", return_value=True), \
+                    mock.patch("torch.cuda.current_device", return_value=0):
+                opts = _group_options(dist.HashStore(), 0, 1)
+                self.tt.create_backend(opts, tpscope.Config(wire="int8", shared_devices=True))
+                self.tt.create_backend(opts, None)
+                with self.assertRaisesRegex(TypeError, "pg_options must be a tpscope.Config"):
+                    self.tt.create_backend(opts, "int8")
+        finally:
+            self.tt.set_config(None)
+        self.assertEqual(made[0], bytes(tpscope.Config(wire="int8", shared_devices=True)._c()))
+        self.assertEqual(made[1], bytes(tpscope.Config(wire=tpscope.Wire.FP8)._c()))
+        self.assertEqual(len(made), 2)
+        self.assertIs(self.tt.backend_config(None), self.tt.get_config())
+
     def test_refuses_bad_config(self):
         with self.assertRaises(TypeError):
             self.tt.set_config("shared")
@@ -131,6 +163,13 @@ class TorchBackendTest(unittest.TestCase):
         self.assertTrue(self.tt.get_config().shared_devices)
         self.tt.set_config(None)
         self.assertFalse(self.tt.get_config().shared_devices)
+
+
+def _group_options(store, rank, size):
+    """What torch gives an extended creator (its _DistributedBackendOptions), for one rank of a group."""
+    opts = dist.distributed_c10d._DistributedBackendOptions()
+    opts.store, opts.group_rank, opts.group_size = store, rank, size
+    return opts
 
 
 def _init_without_cuda(store_path, q):

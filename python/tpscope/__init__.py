@@ -31,7 +31,8 @@ import os
 import sys
 
 __all__ = [
-    "Status", "DataType", "Backend", "Wire", "Error", "Config", "Communicator", "get_unique_id", "library",
+    "Status", "DataType", "Backend", "Wire", "parse_wire", "Error", "Config", "Communicator", "get_unique_id",
+    "library",
     "UNIQUE_ID_BYTES", "MAX_DEVICES", "MAX_PEER_UIDS", "cmake_prefix_path", "get_include",
 ]
 
@@ -89,6 +90,30 @@ class Wire(enum.IntEnum):
     AUTO = 5
 
 
+def parse_wire(text):
+    """A wire as TPSCOPE_WIRE writes it, as (Wire, wire_error_budget): "exact", "bf16", "int8", "fp8", "int4"
+    (budget 0.0), or "auto:BUDGET" with BUDGET a relative RMS error per call in (0, 1), e.g. "auto:0.01".
+    ValueError naming the text for anything else (the library's own rule, wire.h's parseWirePolicy)."""
+    if not isinstance(text, str):
+        raise TypeError("parse_wire takes a str, not %s" % type(text).__name__)
+    if text.startswith("auto:"):
+        number = text[len("auto:"):]
+        try:
+            budget = float(number)
+        except ValueError:
+            budget = float("nan")
+        # float() takes what strtod refuses (spaces, "infinity", "1_0", "nan"): only plain numbers pass.
+        plain = number.strip() == number and number and "_" not in number and number.lower() not in ("nan", "inf")
+        if not plain or not 0.0 < budget < 1.0:
+            raise ValueError("wire %r: the budget after auto: is a relative RMS error per call in (0, 1), "
+                             "e.g. auto:0.01" % (text,))
+        return Wire.AUTO, budget
+    names = {w.name.lower(): w for w in Wire if w != Wire.AUTO}
+    if text not in names:
+        raise ValueError("wire %r is not one of exact, bf16, int8, fp8, int4, auto:BUDGET" % (text,))
+    return names[text], 0.0
+
+
 class Backend(enum.IntEnum):
     """tpsBackend_t."""
     AUTO = 0
@@ -134,7 +159,8 @@ class Config:
     (tpscope.h, tpsCommInitRank, has the rule).
 
     wire: Wire.EXACT (the default, which TPSCOPE_WIRE may set), or a compressed wire, or Wire.AUTO with
-    wire_error_budget, the relative RMS error per call allowed, in (0, 1)."""
+    wire_error_budget, the relative RMS error per call allowed, in (0, 1); or the wire as TPSCOPE_WIRE
+    writes it ("int8", "auto:0.01", parse_wire), which sets the budget too."""
 
     def __init__(self, backend=Backend.AUTO, host_copy_threshold=0, host_chunk_bytes=0, host_blocks=0,
                  spin_timeout_ms=0, shared_devices=False, peer_uids=(), wire=Wire.EXACT, wire_error_budget=0.0):
@@ -153,6 +179,10 @@ class Config:
         for uid in self.peer_uids:
             if not isinstance(uid, int) or isinstance(uid, bool) or not 0 <= uid < 2 ** 32:
                 raise ValueError("Config.peer_uids: %r is no uid" % (uid,))
+        if isinstance(wire, str):
+            if wire_error_budget:
+                raise ValueError("Config: give the budget in the wire (%r) or in wire_error_budget, not both" % (wire,))
+            wire, wire_error_budget = parse_wire(wire)
         self.wire = Wire(wire)
         self.wire_error_budget = float(wire_error_budget)
         if self.wire == Wire.AUTO and not 0.0 < self.wire_error_budget < 1.0:

@@ -222,26 +222,17 @@ void loadWireTable(tpsComm* c) {
   const std::string path = tuneFilePath();
   std::ifstream f(path);
   const nlohmann::json doc = f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
-  std::string why = fmt::format("no \"wires\" table in tune file {} (tpscope bench allreduce --tune --wire all)", path);
-  if (doc.is_object() && doc.contains("wires")) {
-    WireTable t;
-    std::string error;
+  WireTableLoad load = selectWireTable(doc, path, [&] {
     Topology topo;
     std::string reason;
-    const std::string here =
-        queryTopology(c->devices, &topo, &reason) == tpsSuccess ? boxFingerprint(topo) : "unknown (" + reason + ")";
-    if (!parseWireTable(doc["wires"], &t, &error)) {
-      why = fmt::format("tune file {}: {}", path, error);
-    } else if (t.fingerprint != here) {
-      why = fmt::format("tune file {} measured its wires on \"{}\", these GPUs are \"{}\"", path, t.fingerprint, here);
-    } else {
-      t.path = path;
-      c->wire_table = std::move(t);
-      TPS_LOG_INFO("wire auto:{}: the wires measured in {} ({})", c->wire.budget, path, c->wire_table->measured);
-      return;
-    }
+    return queryTopology(c->devices, &topo, &reason) == tpsSuccess ? boxFingerprint(topo) : "unknown (" + reason + ")";
+  });
+  if (load.table) {
+    c->wire_table = std::move(load.table);
+    TPS_LOG_INFO("wire auto:{}: the wires measured in {} ({})", c->wire.budget, path, c->wire_table->measured);
+    return;
   }
-  TPS_LOG_INFO("wire auto:{}: {}; every call is exact", c->wire.budget, why);
+  TPS_LOG_INFO("wire auto:{}: {}; every call is exact", c->wire.budget, load.why);
 }
 
 // The wire a call of `bytes` asks for.

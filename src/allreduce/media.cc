@@ -9,6 +9,7 @@
 
 #include "allreduce/auto_table.h"
 #include "allreduce/registry.h"
+#include "allreduce/wire.h"
 
 namespace tpscope {
 
@@ -175,7 +176,8 @@ const std::vector<uint64_t>& autoSizeClasses() {
 }
 
 AutoSummary autoPicks(const Topology& topo, const std::vector<MediumStatus>& media, const detail::AutoTable* table,
-                      const std::string& why_no_table, size_t host_copy_threshold) {
+                      const std::string& why_no_table, size_t host_copy_threshold,
+                      const std::function<detail::WireCode(uint64_t bytes)>& wire) {
   auto available = [&](const char* id) {
     for (const MediumStatus& p : media)
       if (p.id == id) return p.state == MediumState::kAvailable;
@@ -206,10 +208,12 @@ AutoSummary autoPicks(const Topology& topo, const std::vector<MediumStatus>& med
     bool from_table = false;
     pick.backend = detail::chooseAuto(a, bytes, table, &from_table);
     // The registry's choice within the backend (registry.h), as a communicator of these GPUs makes it.
-    const int path = detail::chooseAlgorithm(detail::pathsOf(pick.backend, nranks, detail::kOneProcess), bytes,
-                                             tpsBfloat16, nranks, detail::kOneProcess, tuning);
+    const int path =
+        detail::chooseAlgorithm(detail::pathsOf(pick.backend, nranks, detail::kOneProcess), bytes, tpsBfloat16, nranks,
+                                detail::kOneProcess, tuning, wire ? wire(bytes) : detail::WireCode::kExact);
     const detail::AlgorithmInfo* algo = detail::algorithmOf(path);
     pick.algorithm = algo ? algo->label : "-";
+    pick.wire = algo ? detail::wireName(algo->wire) : "-";
     pick.source = from_table ? s.tune_file : std::string("built-in default");
     s.picks.push_back(std::move(pick));
   }
@@ -223,12 +227,12 @@ nlohmann::json toJson(const AutoSummary& summary) {
         {{"size_bytes", p.bytes},
          {"backend", p.backend == tpsBackendAuto ? nlohmann::json(nullptr) : nlohmann::json(tpsBackendName(p.backend))},
          {"algorithm", p.algorithm},
+         {"wire", p.wire},
          {"source", p.source}});
   auto orNull = [](const std::string& v) { return v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v); };
-  return {{"fingerprint", summary.fingerprint},
-          {"note", orNull(summary.note)},
-          {"tune_file", orNull(summary.tune_file)},
-          {"picks", picks}};
+  return {{"fingerprint", summary.fingerprint},     {"note", orNull(summary.note)},
+          {"tune_file", orNull(summary.tune_file)}, {"wire_policy", summary.wire_policy},
+          {"wire_note", orNull(summary.wire_note)}, {"picks", picks}};
 }
 
 }  // namespace tpscope

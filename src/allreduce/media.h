@@ -8,12 +8,14 @@
 // unit-tested without GPUs.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "allreduce/selector.h"
+#include "allreduce/wire_codec.h"
 #include "topology/topology.h"
 
 namespace tpscope {
@@ -60,6 +62,7 @@ struct AutoPick {
   std::string algorithm;                  // p2p: "LL one-shot" | "one-shot" | "two-shot"; host: "kernel" |
                                           // "copy engines"; nccl: "NCCL's choice"; "-" when nothing runs
   std::string source;                     // "built-in default" | "tune file PATH, measured DATE"
+  std::string wire = "exact";             // what a bfloat16 call travels as (wire.h's names); "-" when nothing runs
 };
 
 // `auto` for a set of GPUs, as `tpscope topo` shows it.
@@ -68,6 +71,8 @@ struct AutoSummary {
   std::string note;         // why no tune file table applies ("no tune file at ..."); empty when one does
   std::string tune_file;    // "tune file PATH, measured DATE" when one does; empty otherwise
   std::vector<AutoPick> picks;
+  std::string wire_policy = "exact";  // what the calls ask for (TPSCOPE_WIRE: "exact", "int8", "auto:0.01")
+  std::string wire_note;              // auto without a wire table, or a TPSCOPE_WIRE refused: why; else empty
 };
 
 // The call sizes `tpscope topo` shows: 8 KiB (decode) to 1 GiB.
@@ -76,8 +81,11 @@ const std::vector<uint64_t>& autoSizeClasses();
 // What `auto` picks per size class on `topo`, without a communicator: availability from `media` (the
 // peer-access matrix decides p2p), the choice from the selector (selector.h) with `table` (may be null,
 // already matched to this box) and `why_no_table` as the note; `host_copy_threshold` names the host path.
+// `wire` (empty: exact) is the wire a call of that size asks for; the pick's algorithm is the one that
+// carries it, and the pick's wire what that algorithm travels as (exact where the backend has no such wire).
 AutoSummary autoPicks(const Topology& topo, const std::vector<MediumStatus>& media, const detail::AutoTable* table,
-                      const std::string& why_no_table, size_t host_copy_threshold);
+                      const std::string& why_no_table, size_t host_copy_threshold,
+                      const std::function<detail::WireCode(uint64_t bytes)>& wire = {});
 nlohmann::json toJson(const AutoSummary& summary);
 
 }  // namespace tpscope

@@ -152,6 +152,30 @@ nlohmann::json wireTableJson(const WireTable& t) {
   return {{"fingerprint", t.fingerprint}, {"measured", t.measured}, {"dtype", t.dtype}, {"rows", rows}};
 }
 
+WireTableLoad selectWireTable(const nlohmann::json& doc, const std::string& path,
+                              const std::function<std::string()>& fingerprint) {
+  WireTableLoad out;
+  if (!doc.is_object() || !doc.contains("wires")) {
+    out.why = fmt::format("no \"wires\" table in tune file {} (tpscope bench allreduce --tune)", path);
+    return out;
+  }
+  WireTable t;
+  std::string error;
+  if (!parseWireTable(doc["wires"], &t, &error)) {
+    out.why = fmt::format("tune file {}: {}", path, error);
+    return out;
+  }
+  const std::string here = fingerprint();
+  if (t.fingerprint != here) {
+    out.why =
+        fmt::format("tune file {} measured its wires on \"{}\", these GPUs are \"{}\"", path, t.fingerprint, here);
+    return out;
+  }
+  t.path = path;
+  out.table = std::move(t);
+  return out;
+}
+
 namespace {
 
 uint16_t toBf16(float x) {  // nearest, ties to even; NaN stays a (quiet) NaN

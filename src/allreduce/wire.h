@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -69,6 +70,16 @@ struct WireTable {
 // not finite or negative, rows empty.
 bool parseWireTable(const nlohmann::json& value, WireTable* out, std::string* error);
 nlohmann::json wireTableJson(const WireTable& t);
+
+// What a tune file's document (`doc`, read from `path`; anything but an object is no table) says of the
+// wires for the box whose boxFingerprint() `fingerprint` returns (called only when the document has a
+// "wires" key): the table (its path set), or why there is none, one phrase for logs and `tpscope topo`.
+struct WireTableLoad {
+  std::optional<WireTable> table;
+  std::string why;
+};
+WireTableLoad selectWireTable(const nlohmann::json& doc, const std::string& path,
+                              const std::function<std::string()>& fingerprint);
 
 // CPU reference: n values into one rank's payload (wirePayloadBytes(w, n) bytes, layout in wire_codec.h),
 // and a payload back to values. Not for exact.

@@ -401,6 +401,19 @@ bool tpscopeInLog(const std::string& log) {
   });
 }
 
+std::optional<std::string> tpscopeWireInLog(const std::string& log) {
+  std::optional<std::string> wire;
+  eachAfter(log, "tpscope AllReduce (tpscope ", [&](size_t p) {
+    const size_t close = log.find(')', p);
+    if (close == std::string::npos || log.compare(close, 19, ") over CUDA devices") != 0) return false;
+    const size_t w = log.rfind(", wire ", close);
+    if (w == std::string::npos || w < p) return false;
+    wire = toUtf8(log.substr(w + 7, close - (w + 7)));  // a setting compared and recorded (JSON)
+    return true;
+  });
+  return wire;
+}
+
 std::string tailLines(const std::string& log, int n) {
   std::vector<std::string> lines;
   std::istringstream in(log);

@@ -121,8 +121,11 @@ KeyValues settingsFromProps(const nlohmann::json& props);
 std::vector<std::string> fallbacksInLog(const std::string& log);
 
 // Whether the log shows tpscope's AllReduce started (integrations/llama.cpp's patch, GGML_CUDA_ALLREDUCE=tpscope):
-// "tpscope AllReduce (tpscope VERSION, BACKEND) over CUDA devices 0,1".
+// "tpscope AllReduce (tpscope VERSION, BACKEND, wire WIRE) over CUDA devices 0,1".
 bool tpscopeInLog(const std::string& log);
+// The wire that line names ("exact", "fp8", "auto:0.01"); nullopt where no such line names one (a build of
+// the patch from before it said its wire).
+std::optional<std::string> tpscopeWireInLog(const std::string& log);
 // The last `n` non-empty lines of a log, for error messages.
 std::string tailLines(const std::string& log, int n);
 // Prometheus text format -> name -> value (labels dropped; comments skipped).

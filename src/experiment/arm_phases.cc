@@ -19,6 +19,7 @@ PhaseResult makePhaseResult(const PhaseOutcome& o, const std::vector<GpuTraffic>
   p.engine_ms = o.engine_ms;
   p.engine = o.engine;
   p.gpus = traffic;
+  p.output = o.output;
   return p;
 }
 

@@ -35,6 +35,9 @@ struct PhaseOutcome {
   // Not empty: the repetition saw work that was not the rig's (another client on the server); the
   // runner records it as invalid and retries it.
   std::string disturbed;
+  // Decode, where the engine exposes it: what the last step computed (PhaseResult::output), read after
+  // the window closed. Empty: not exposed.
+  std::vector<float> output;
 };
 
 class ArmPhases {

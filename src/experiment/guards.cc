@@ -61,9 +61,10 @@ std::vector<int> parseDeviceList(const std::string& csv) {
 }
 
 const std::vector<std::string>& deltaKeys() {
-  static const std::vector<std::string> k = {
-      "devices",       "split",     "backend",         "tokens_per_step", "acceptance", "reduction", "rope_kernel",
-      "attention_pdl", "allreduce", "tpscope_backend", "draft",           "spec_type",  "draft_max"};
+  static const std::vector<std::string> k = {"devices",         "split",      "backend",         "wire",
+                                             "tokens_per_step", "acceptance", "reduction",       "rope_kernel",
+                                             "attention_pdl",   "allreduce",  "tpscope_backend", "draft",
+                                             "spec_type",       "draft_max"};
   return k;
 }
 const std::vector<std::string>& derivedKeys() {
@@ -165,6 +166,8 @@ std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, con
       S.insert(S.end(),
                {
                    {"backend", backend, sourceOf(d.backend, b.backend)},
+                   // What the tensor split's AllReduce travels as (the spec refuses a lossy wire elsewhere).
+                   {"wire", d.wire ? *d.wire : b.wire.value_or("exact"), sourceOf(d.wire, b.wire)},
                    {"tokens_per_step", std::to_string(tps), sourceOf(d.tokens_per_step, b.tokens_per_step)},
                    {"acceptance", num(acc), sourceOf(d.acceptance, b.acceptance)},
                    // Which decode kernels run (attention_pdl's auto is one rule for every arm).
@@ -193,6 +196,9 @@ std::vector<EffectiveSettings> effectiveSettings(const ExperimentSpec& spec, con
           {
               {"allreduce", allreduce, sourceOf(d.allreduce, b.allreduce)},
               {"tpscope_backend", tpscope_backend, sourceOf(d.tpscope_backend, b.tpscope_backend)},
+              // TPSCOPE_WIRE under allreduce = "tpscope"; "none" under any other.
+              {"wire", allreduce == "tpscope" ? (d.wire ? *d.wire : b.wire.value_or("exact")) : "none",
+               sourceOf(d.wire, b.wire)},
               {"draft", draft, sourceOf(d.draft, b.draft)},
               {"spec_type", type, sourceOf(d.spec_type, b.spec_type)},
               {"draft_max", draft_max ? std::to_string(*draft_max) : "default", sourceOf(d.draft_max, b.draft_max)},
@@ -262,11 +268,12 @@ std::string formatDifferences(const std::vector<Difference>& diffs) {
   for (const Difference& d : diffs)
     for (const std::string& src : d.sources) engine |= src == settingSourceName(SettingSource::kEngine);
   if (engine)
-    s += "Arms must differ only in what they declare (devices, split, allreduce, draft, spec_type, draft_max): the "
+    s += "Arms must differ only in what they declare (devices, split, allreduce, wire, draft, spec_type, draft_max): "
+         "the "
          "engine decided the settings above for itself; set them explicitly in the shared flags (and turn off what "
          "decides per arm, e.g. -fit off) so every arm runs them the same way.\n";
   else
-    s += "Arms must differ only in what they declare (devices, split, backend, tokens_per_step, acceptance, "
+    s += "Arms must differ only in what they declare (devices, split, backend, wire, tokens_per_step, acceptance, "
          "reduction, rope_kernel, attention_pdl): set the differing settings explicitly in [experiment] so every "
          "arm runs them the same way.\n";
   return s;

@@ -192,6 +192,7 @@ ReportArm reportArm(const Manifest& man, const std::string& name) {
       a.split = e.value("split");
       a.devices = e.value("devices");
       a.backend = e.value("allreduce_backend");
+      if (!e.value("wire").empty()) a.wire = e.value("wire");
       a.tokens_per_step = std::stoi(e.value("tokens_per_step").empty() ? "1" : e.value("tokens_per_step"));
       a.acceptance = std::strtod(e.value("acceptance").empty() ? "1" : e.value("acceptance").c_str(), nullptr);
       const std::string draft = e.value("draft"), type = e.value("spec_type"), n = e.value("draft_max");
@@ -468,6 +469,71 @@ void pmSteps(const std::string& arm, const std::vector<const RepetitionResult*>&
   }
 }
 
+// Whether arms a and b run the same settings but for their wire (what decides which arm's output another
+// is measured against). Where an arm has no effective settings both must lack them.
+bool sameButWire(const Manifest& man, const std::string& a, const std::string& b) {
+  const EffectiveSettings *ea = nullptr, *eb = nullptr;
+  for (const EffectiveSettings& e : man.effective) {
+    if (e.arm == a) ea = &e;
+    if (e.arm == b) eb = &e;
+  }
+  if (!ea || !eb) return false;
+  auto values = [](const EffectiveSettings& e) {
+    std::map<std::string, std::string> v;
+    for (const Setting& s : e.settings)
+      if (s.key != "wire") v[s.key] = s.value;
+    return v;
+  };
+  return values(*ea) == values(*eb);
+}
+
+// sqrt(sum (y - ref)^2 / sum ref^2); nullopt for outputs of different sizes, none, or a zero reference.
+std::optional<double> relativeRms(const std::vector<float>& y, const std::vector<float>& ref) {
+  if (y.empty() || y.size() != ref.size()) return std::nullopt;
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double d = static_cast<double>(y[i]) - ref[i];
+    err += d * d;
+    norm += static_cast<double>(ref[i]) * ref[i];
+  }
+  if (!(norm > 0)) return std::nullopt;
+  return std::sqrt(err / norm);
+}
+
+// Each arm's decode output against its reference arm's (ReportArm::output_error).
+void outputErrors(const RunRecord& run, Report* r) {
+  const Manifest& man = run.manifest;
+  auto decodeOutput = [&](const std::string& arm, int repetition) -> const std::vector<float>* {
+    const std::vector<float>* first = nullptr;
+    for (const RepetitionResult& rep : run.repetitions) {
+      if (rep.arm != arm || !rep.valid) continue;
+      const PhaseResult* p = findPhase(rep, "decode");
+      if (!p || p->output.empty()) continue;
+      if (rep.repetition == repetition) return &p->output;
+      if (!first) first = &p->output;
+    }
+    return first;
+  };
+  for (ReportArm& a : r->arms) {
+    const ReportArm* ref = nullptr;
+    for (const ReportArm& c : r->arms)
+      if (c.wire == "exact" && sameButWire(man, a.name, c.name)) {
+        ref = &c;
+        break;
+      }
+    if (!ref || ref->name == a.name) continue;
+    Values errors;
+    for (const RepetitionResult& rep : run.repetitions) {
+      if (rep.arm != a.name || !rep.valid) continue;
+      const PhaseResult* p = findPhase(rep, "decode");
+      const std::vector<float>* want = decodeOutput(ref->name, rep.repetition);
+      if (p && want) errors.push_back(relativeRms(p->output, *want));
+    }
+    a.output_error = meterSpread(errors);
+    if (a.output_error) a.output_reference = ref->name;
+  }
+}
+
 }  // namespace
 
 Report buildReport(const RunRecord& run) {
@@ -510,6 +576,7 @@ Report buildReport(const RunRecord& run) {
     pmSteps(name, reps, &r);
     r.arms.push_back(a);
   }
+  outputErrors(run, &r);
   netCosts(&r);
   ownTraffic(run, &r);
   explain(&r);

@@ -55,6 +55,14 @@ struct ReportArm {
   int tokens_per_step = 1;
   double acceptance = 1;
   std::string speculative;  // a server's drafting ("draft self, up to 3"); "" when none
+  std::string wire = "exact";  // the AllReduce's wire (the setting "wire"; "none" where no tpscope AllReduce runs)
+  // The error of the arm's decode output (PhaseResult::output) against its reference's: the first arm in
+  // spec order on the exact wire whose settings are otherwise this arm's (output_reference; "" for the
+  // reference itself, and where there is none or no output was recorded). Per valid repetition, against
+  // the reference's repetition of the same number (else its first valid one): the relative RMS error
+  // sqrt(sum (y - y_ref)^2 / sum y_ref^2), as median (min–max) over the repetitions.
+  std::string output_reference;
+  std::optional<MeterSpread> output_error;
   int valid_repetitions = 0, attempts = 0;
   // Not measured in this run: shown from a recorded run (withRecordedArms), on the machine named here.
   std::string recorded_on;

@@ -80,6 +80,10 @@ json toJson(const Report& r) {
                     {"allreduce_backend", a.backend},
                     {"tokens_per_step", a.tokens_per_step},
                     {"acceptance", a.acceptance},
+                    {"wire", a.wire},
+                    {"output_error",
+                     a.output_error ? json{{"reference", a.output_reference}, {"rel_rms", spreadJson(a.output_error)}}
+                                    : json(nullptr)},
                     {"valid_repetitions", a.valid_repetitions},
                     {"attempts", a.attempts},
                     {"phases", phases}});

@@ -22,6 +22,36 @@ std::string count(double v) { return fmt::format("{:g}", v); }
 std::string kB(double bytes) { return mbps(bytes / 1e3); }
 std::string ratio(double v) { return fmt::format("{:.2f}", v); }
 
+std::string sci(double v) { return fmt::format("{:.2e}", v); }
+
+// "Wires": where an arm's AllReduce travels on a compressed wire, each arm's decode speed, bytes and the
+// error of its output against the exact arm's.
+std::string wireSection(const Report& r) {
+  bool wires = false;
+  for (const ReportArm& a : r.arms) wires |= (a.wire != "exact" && a.wire != "none") || a.output_error.has_value();
+  if (!wires) return "";
+  std::string s =
+      "\n## Wires\n\n| arm | wire | decode tok/s | AllReduce bytes per call | decode rx MB/s per card | output error "
+      "| against |\n| --- | --- | ---: | ---: | ---: | --- | --- |\n";
+  for (const ReportArm& a : r.arms) {
+    const ReportArmPhase* ap = armPhase(r, a.name, "decode");
+    bool reference = false;
+    for (const ReportArm& o : r.arms) reference |= o.output_reference == a.name;
+    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", a.name, a.wire,
+                     ap && ap->tok_s ? tok(ap->tok_s->median) : "N/A",
+                     ap && ap->allreduce_bytes_per_call ? fmt::format("{:.0f}", *ap->allreduce_bytes_per_call) : "N/A",
+                     ap ? mbps(ap->rx_per_card_mbps) : "N/A",
+                     a.output_error ? spread(a.output_error, sci)
+                     : reference    ? "reference"
+                                    : "N/A",
+                     a.output_error ? a.output_reference : "-");
+  }
+  s += "\nOutput error: the relative RMS error of the last decode step's final hidden state (last token) against "
+       "the exact-wire arm's, per repetition, median (min–max). Bytes per call: the payload the wire moved "
+       "(codes and scales on a compressed wire).\n";
+  return s;
+}
+
 // "One decode step on the bus": where PM sampled a decode step, its records against the library's calls.
 std::string pmStepSection(const Report& r) {
   if (r.pm_steps.empty()) return "";
@@ -177,6 +207,7 @@ std::string formatMarkdown(const Report& r) {
     s += "\nother = counters − library: the traffic that is not AllReduce payload (activations, copies, protocol "
          "overhead, 8–17% on PCIe).\n";
   }
+  s += wireSection(r);
   s += pmStepSection(r);
   // dmon beside counters; with PM alone neither ran (the runner's meter then reads no NVML counter and
   // makes no dmon call).

@@ -41,6 +41,7 @@ inline std::string describe(const ReportArm& a) {
                   : a.gpu_count == 1        ? "single GPU"
                                             : fmt::format("{} GPUs, {}", a.gpu_count, a.split);
   if (a.backend != "none") s += ", " + a.backend;
+  if (a.wire != "exact" && a.wire != "none") s += ", wire " + a.wire;
   if (a.tokens_per_step > 1) s += fmt::format(", {} tokens/step", a.tokens_per_step);
   if (!a.speculative.empty()) s += ", " + a.speculative;
   return s;

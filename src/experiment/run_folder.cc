@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <limits>
@@ -321,6 +322,18 @@ json toJson(const RepetitionResult& r) {
       pj["engine"] = p.engine;
     }
     if (p.pm_step) pj["pm_step"] = toJson(*p.pm_step);  // runs metered by NVML alone keep their shape
+    if (!p.output.empty()) {
+      // bfloat16 bit patterns: exact for the workload's bfloat16 activations, five digits a value at most.
+      std::vector<uint16_t> bits(p.output.size());
+      for (size_t i = 0; i < bits.size(); ++i) {
+        uint32_t u = 0;
+        std::memcpy(&u, &p.output[i], 4);
+        // Nearest, ties to even (a value already in bfloat16 keeps its bits); a NaN stays a NaN.
+        bits[i] = std::isnan(p.output[i]) ? static_cast<uint16_t>((u >> 16) | 0x40)
+                                          : static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+      }
+      pj["output_bf16"] = bits;
+    }
     phases.push_back(std::move(pj));
   }
   json out = {{"arm", r.arm},         {"repetition", r.repetition},   {"attempt", r.attempt}, {"valid", r.valid},
@@ -353,6 +366,13 @@ RepetitionResult repetitionFromJson(const json& j) {
     p.engine_ms = getOpt<double>(pj, "engine_ms");
     p.engine = pj.value("engine", json(nullptr));
     if (pj.contains("pm_step") && !pj.at("pm_step").is_null()) p.pm_step = pmStepFromJson(pj.at("pm_step"));
+    if (pj.contains("output_bf16"))
+      for (uint16_t b : wholes<uint16_t>(pj.at("output_bf16"))) {
+        const uint32_t u = static_cast<uint32_t>(b) << 16;
+        float v = 0;
+        std::memcpy(&v, &u, 4);
+        p.output.push_back(v);
+      }
     for (const json& c : pj.value("allreduce", json::array()))
       p.allreduce.push_back({c.at("path").get<std::string>(), wholeAt<uint64_t>(c, "calls"),
                              wholeAt<uint64_t>(c, "payload_bytes"), wholes<uint64_t>(c.at("tx_bytes"), 0, "tx_bytes"),

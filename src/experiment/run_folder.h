@@ -5,7 +5,8 @@
 //                           start time, machine; "format": kRunFormat
 //   RUN_DIR/results.jsonl   one line per repetition attempt: quiesce record, per phase tok/s, time per
 //                           step, AllReduce calls and bytes per path (the library's accounting), meter
-//                           windows per GPU (rx/tx bytes and MB/s, samples, the dmon figure)
+//                           windows per GPU (rx/tx bytes and MB/s, samples, the dmon figure), and for
+//                           the synthetic engine's decode the last step's output
 //   RUN_DIR/samples.jsonl   one line per counter read: arm, repetition, GPU, time, cumulative bytes
 //   RUN_DIR/recording.txt   optional, only in a shipped recording (examples/recorded/): one line naming
 //                           the machine and command it was made with. It lives beside the data so that
@@ -110,6 +111,11 @@ struct PhaseResult {
   std::vector<PathCalls> allreduce;
   std::vector<GpuTraffic> gpus;
   std::optional<PmStep> pm_step;  // decode with PM sampling only
+  // Decode with the synthetic engine: the final hidden state (after the final RMSNorm) of the last step's
+  // last token, bfloat16 values as floats, so the report can set one arm's result against another's (a
+  // compressed wire against the exact one). Recorded as "output_bf16", the values' bit patterns; empty
+  // (and absent from the record) where the engine exposes none.
+  std::vector<float> output;
   double seconds() const { return (end_ns - start_ns) * 1e-9; }
 };
 

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "allreduce/wire.h"
 #include "experiment/report_render.h"
 #include "meter/record.h"
 
@@ -537,6 +538,22 @@ RunOutcome runExperiment(const RunnerConfig& c) {
 
 namespace {
 
+// A made-up decode output: 256 values, as the arm's wire would carry them through one AllReduce (the
+// codec's CPU reference), so that wires differ from the exact arm by a real quantisation error.
+std::vector<float> fakeOutput(const std::string& wire) {
+  std::vector<float> v(256);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<int>(i * 37 % 255) - 127) / 64.0f;
+  tpscope::detail::WirePolicy policy;
+  std::string why;
+  if (!tpscope::detail::parseWirePolicy(wire, &policy, &why) || policy.automatic ||
+      policy.wire == tpscope::detail::WireCode::kExact)
+    return v;
+  std::vector<uint8_t> payload(tpscope::detail::wirePayloadBytes(policy.wire, v.size()));
+  tpscope::detail::encodeMessage(policy.wire, v.data(), v.size(), payload.data());
+  tpscope::detail::decodeMessage(policy.wire, payload.data(), v.size(), v.data());
+  return v;
+}
+
 class FakeArmPhases : public ArmPhases {
  public:
   FakeArmPhases(const EffectiveSettings& arm, double seconds) : arm_(arm), seconds_(seconds) {}
@@ -576,6 +593,7 @@ class FakeArmPhases : public ArmPhases {
         pc.rx_bytes.assign(gpus, pc.payload_bytes);
         o.allreduce.push_back(pc);
       }
+      if (!prefill) o.output = fakeOutput(arm_.value("wire"));
       out->push_back(o);
     }
     return tpsSuccess;

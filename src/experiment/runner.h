@@ -93,7 +93,8 @@ RunOutcome runExperiment(const RunnerConfig& config);
 ExperimentSpec quickSpec(ExperimentSpec spec);
 
 // A workload that needs no GPU: each phase sleeps `seconds_per_phase` and reports made-up tokens
-// (prefill: prompt_tokens; decode: decode_tokens) and, for tensor split, AllReduce calls.
+// (prefill: prompt_tokens; decode: decode_tokens), for tensor split AllReduce calls, and for decode a
+// made-up output carried through the arm's wire (so a wire's error shows in the report).
 std::unique_ptr<ArmPhases> makeFakeArmPhases(const EffectiveSettings& arm, double seconds_per_phase = 0.02);
 
 }  // namespace tpscope::experiment

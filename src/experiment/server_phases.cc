@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "allreduce/wire.h"
 #include "common/utf8.h"
 #include "engine/command.h"
 #include "engine/llama_server.h"
@@ -58,6 +60,16 @@ std::vector<int> promptIds(int n, int64_t vocab) {
   return ids;
 }
 
+// Whether two wire settings are the same policy ("auto:0.01" and "auto:0.0100" are).
+bool sameWire(const std::string& a, const std::string& b) {
+  tpscope::detail::WirePolicy pa, pb;
+  std::string why;
+  if (!tpscope::detail::parseWirePolicy(a, &pa, &why) || !tpscope::detail::parseWirePolicy(b, &pb, &why)) return a == b;
+  if (pa.automatic != pb.automatic) return false;
+  // The log prints a float budget (%g): equal to six significant digits.
+  return pa.automatic ? std::fabs(pa.budget - pb.budget) <= 1e-6 * std::max(pa.budget, pb.budget) : pa.wire == pb.wire;
+}
+
 // Why the server's log shows it is not running what the arm asked for, or "" when it is: an AllReduce
 // fallback, no Meta device under -sm tensor, no internal AllReduce pipeline, no speculation.
 std::string notAsAsked(const EffectiveSettings& arm, const std::string& log, const std::string& speculative) {
@@ -73,6 +85,18 @@ std::string notAsAsked(const EffectiveSettings& arm, const std::string& log, con
   if (tensor && arm.value("allreduce") == "tpscope" && !engine::tpscopeInLog(log))
     return "llama-server did not start tpscope's AllReduce (its log has no \"tpscope AllReduce (tpscope ...) over "
            "CUDA devices\" line: build it with scripts/llama/build-llama-server --with-tpscope PREFIX)";
+  if (tensor && arm.value("allreduce") == "tpscope") {
+    // The wire the communicator took (TPSCOPE_WIRE as tpscope read it), where the patch says it.
+    const std::string asked = arm.value("wire").empty() ? "exact" : arm.value("wire");
+    const std::optional<std::string> ran = engine::tpscopeWireInLog(log);
+    if (ran ? !sameWire(*ran, asked) : asked != "exact")
+      return ran ? fmt::format("llama-server's tpscope AllReduce runs wire {}, the arm asks for {}", *ran, asked)
+                 : fmt::format(
+                       "llama-server's log does not say which wire tpscope runs, and the arm asks for {}: "
+                       "rebuild it with the current patch (scripts/llama/build-llama-server --with-tpscope "
+                       "PREFIX)",
+                       asked);
+  }
   const bool drafting = arm.value("draft") != "none" || arm.value("spec_type") != "none";
   if (drafting && speculative == "none")
     return "llama-server started without speculative decoding although the arm asks for it (draft = " +
@@ -305,11 +329,14 @@ bool serverLaunch(const EngineSettings& engine, const EffectiveSettings& arm, co
     out->unset.push_back("GGML_CUDA_ALLREDUCE");
   else
     out->env.emplace_back("GGML_CUDA_ALLREDUCE", allreduce);
-  // tpscope's backend inside the server is the arm's, never what tpscope's own environment had.
-  if (allreduce == "tpscope")
+  // tpscope's backend and wire inside the server are the arm's, never what tpscope's own environment had.
+  if (allreduce == "tpscope") {
     out->env.emplace_back("TPSCOPE_ALLREDUCE", arm.value("tpscope_backend"));
-  else
+    out->env.emplace_back("TPSCOPE_WIRE", arm.value("wire").empty() ? "exact" : arm.value("wire"));
+  } else {
     out->unset.push_back("TPSCOPE_ALLREDUCE");
+    out->unset.push_back("TPSCOPE_WIRE");
+  }
   return true;
 }
 

@@ -32,6 +32,7 @@
 #include <set>
 #include <sstream>
 
+#include "allreduce/wire.h"
 #include "common/bounded_input.h"
 
 namespace tpscope::experiment {
@@ -145,6 +146,12 @@ struct Reader {
       d->rope_kernel = choice(n, key, workload::parseRopeKernel, "attention, kernel");
     } else if (key == "attention_pdl") {
       d->attention_pdl = choice(n, key, workload::parseAttentionPdl, "auto, on, off");
+    } else if (key == "wire") {
+      const std::string s = string(n, key);
+      tpscope::detail::WirePolicy policy;
+      std::string why;
+      if (!tpscope::detail::parseWirePolicy(s, &policy, &why)) error(n, fmt::format("'wire': {}", why));
+      d->wire = s;
     } else if (key == "allreduce") {
       const std::string s = string(n, key);
       if (s != "internal" && s != "nccl" && s != "none" && s != "tpscope")
@@ -177,12 +184,12 @@ const char* kSharedKeys =
     "baseline_threshold_mbps, baseline_retries, meter_period_ms, meter_idle_period_ms, meter_source, pm_interval_us, "
     "recorded_run, devices, split, "
     "backend, "
-    "tokens_per_step, acceptance, reduction, rope_kernel, attention_pdl; engine llama-server: server, model, flags, "
-    "port, start_timeout_s, "
+    "wire, tokens_per_step, acceptance, reduction, rope_kernel, attention_pdl; engine llama-server: server, model, "
+    "flags, port, start_timeout_s, "
     "request_timeout_s, allreduce, tpscope_backend, draft, spec_type, draft_max; engine command: command";
 const char* kArmKeys =
-    "name, devices, split, backend, tokens_per_step, acceptance, reduction, rope_kernel, attention_pdl, allreduce, "
-    "tpscope_backend, draft, spec_type, draft_max";
+    "name, devices, split, backend, wire, tokens_per_step, acceptance, reduction, rope_kernel, attention_pdl, "
+    "allreduce, tpscope_backend, draft, spec_type, draft_max";
 
 // Names become file and folder names (the run folder, a server's log): nothing that leaves the folder.
 void checkName(const Reader& r, const toml::node& n, const std::string& what, const std::string& name) {
@@ -233,6 +240,7 @@ const Foreign kNotForCommand[] = {
     {"reduction", "the command runs its own kernels"},
     {"rope_kernel", "the command runs its own kernels"},
     {"attention_pdl", "the command runs its own kernels"},
+    {"wire", "the command chooses its own AllReduce (it may read TPSCOPE_WIRE itself)"},
     {"context", "the command sizes its own context"},
     {"server", "set engine = \"llama-server\""},
     {"model", "set engine = \"llama-server\""},
@@ -404,7 +412,18 @@ void checkEngine(const Reader& r, const ExperimentSpec& spec, const GivenKeys& g
                   fmt::format("'{}' is not a setting of engine = \"{}\": {}", key, engineName(e.engine), f.instead));
   };
   switch (e.engine) {
-    case Engine::kSynthetic: refuse(kNotForSynthetic); break;
+    case Engine::kSynthetic:
+      refuse(kNotForSynthetic);
+      for (const ArmSpec& a : spec.arms) {
+        const auto& wire = a.delta.wire ? a.delta.wire : spec.shared.base.wire;
+        const auto& split = a.delta.split ? a.delta.split : spec.shared.base.split;
+        if (wire && *wire != "exact" && split.value_or(SplitMode::kNone) != SplitMode::kTensor)
+          throw SpecError(r.source, a.line,
+                          fmt::format("arm '{}': wire \"{}\" compresses the tensor split's AllReduce, but the arm's "
+                                      "split is {}: give it split = \"tensor\", or wire = \"exact\"",
+                                      a.name, *wire, splitModeName(split.value_or(SplitMode::kNone))));
+      }
+      break;
     case Engine::kLlamaServer:
       refuse(kNotForServer);
       if (e.model.empty()) throw SpecError(r.source, 0, "engine = \"llama-server\" needs model = \"FILE.gguf\"");
@@ -422,6 +441,12 @@ void checkEngine(const Reader& r, const ExperimentSpec& spec, const GivenKeys& g
         if (tpscope_backend && allreduce.value_or("") != "tpscope")
           throw SpecError(r.source, a.line,
                           fmt::format("arm '{}': tpscope_backend chooses tpscope's backend under allreduce = "
+                                      "\"tpscope\", but the arm's allreduce is {}",
+                                      a.name, allreduce ? "\"" + *allreduce + "\"" : "unset"));
+        const auto& wire = a.delta.wire ? a.delta.wire : spec.shared.base.wire;
+        if (wire && allreduce.value_or("") != "tpscope")
+          throw SpecError(r.source, a.line,
+                          fmt::format("arm '{}': wire chooses tpscope's wire (TPSCOPE_WIRE) under allreduce = "
                                       "\"tpscope\", but the arm's allreduce is {}",
                                       a.name, allreduce ? "\"" + *allreduce + "\"" : "unset"));
       }

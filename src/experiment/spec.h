@@ -2,8 +2,8 @@
 // spec.h - the experiment spec: shared settings once, each arm as a delta (docs/cli.md, "Spec format").
 //
 // A spec is TOML: one [experiment] table with the settings every arm shares, and one [[arm]] table per
-// arm with only what that arm changes (devices, split mode, backend, tokens per step, acceptance; for a
-// llama-server engine: devices, split, allreduce, draft, draft_max).
+// arm with only what that arm changes (devices, split mode, backend, wire, tokens per step, acceptance; for
+// a llama-server engine: devices, split, allreduce, wire, draft, draft_max).
 // Parsing is strict on purpose: an unknown key anywhere is an error, because a typo that is silently
 // ignored leaves an arm on a default nobody chose (an undeclared difference starts exactly like that).
 #pragma once
@@ -48,6 +48,9 @@ struct ArmDelta {
   std::optional<workload::Reduction> reduction;
   std::optional<workload::RopeKernel> rope_kernel;
   std::optional<workload::AttentionPdl> attention_pdl;
+  // The AllReduce's wire (tpsWire_t): exact | bf16 | int8 | fp8 | int4 | auto:BUDGET. Synthetic engine: its
+  // tensor split's communicator; llama-server: TPSCOPE_WIRE under allreduce = "tpscope". Default exact.
+  std::optional<std::string> wire;
   // llama-server only.
   std::optional<std::string> allreduce;  // GGML_CUDA_ALLREDUCE: internal | nccl | none | tpscope (tensor split only)
   // TPSCOPE_ALLREDUCE under allreduce = "tpscope": host | p2p | nccl | auto.

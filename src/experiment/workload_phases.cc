@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
+#include "allreduce/wire.h"
 #include "meter/meter.h"
 #include "workload/attention_cudnn.h"
 #include "workload/model.h"
@@ -63,6 +65,23 @@ bool decodeKernels(const EffectiveSettings& arm, workload::DecodeKernels* k, std
   return true;
 }
 
+// The arm's wire (its setting "wire", exact by default) for its tensor split's communicator. TPSCOPE_WIRE
+// would turn an arm's exact wire into another (the communicator reads it when the config says exact), so
+// it must not be set: every arm declares its wire in the spec. false with *reason otherwise.
+bool wireOf(const EffectiveSettings& arm, workload::ModelOptions* mo, std::string* reason) {
+  if (const char* env = std::getenv("TPSCOPE_WIRE"); env && *env) {
+    *reason =
+        fmt::format("TPSCOPE_WIRE={} would set every arm's wire: unset it and give each arm's wire in the spec", env);
+    return false;
+  }
+  const std::string text = arm.value("wire").empty() ? "exact" : arm.value("wire");
+  tpscope::detail::WirePolicy policy;
+  if (!tpscope::detail::parseWirePolicy(text, &policy, reason)) return false;
+  mo->wire = policy.automatic ? tpsWireAuto : static_cast<tpsWire_t>(policy.wire);
+  mo->wire_error_budget = static_cast<float>(policy.budget);
+  return true;
+}
+
 class WorkloadArmPhases : public ArmPhases {
  public:
   tpsResult_t prepare(const EffectiveSettings& arm, std::vector<Setting>* decisions, std::string* reason) override {
@@ -94,6 +113,7 @@ class WorkloadArmPhases : public ArmPhases {
       mo.devices = arm.devices();
       mo.shared_devices = sharesGpu(mo.devices);
       mo.backend = backendOf(arm.value("allreduce_backend"));
+      if (!wireOf(arm, &mo, reason)) return tpsInvalidArgument;
       if (!decodeKernels(arm, &mo.kernels, reason)) return tpsInvalidArgument;
       // One KV capacity for every arm: the spec's context (plus the tokens a step verifies).
       mo.shape.ctx_capacity = std::max(prefill_.prompt, decode_.ctx + decode_.tokens_per_step);
@@ -153,6 +173,14 @@ class WorkloadArmPhases : public ArmPhases {
         // The workload's statistics for its window; a decode graph's are one step's, scaled here.
         o.allreduce =
             pathCalls(r.allreduce_stats, r.allreduce_ranks, static_cast<uint64_t>(std::max(r.stats_scale, 1)));
+      }
+      if (p == "decode") {
+        // The last step's output, last token: what the report compares between arms (a wire's error).
+        std::vector<float> rows;
+        if (model_->readOutput(decode_.tokens_per_step, &rows) == tpsSuccess) {
+          const size_t hidden = static_cast<size_t>(model_->options().config.hidden);
+          if (rows.size() >= hidden) o.output.assign(rows.end() - static_cast<std::ptrdiff_t>(hidden), rows.end());
+        }
       }
       out->push_back(o);
     }

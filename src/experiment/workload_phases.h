@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // workload_phases.h - the ArmPhases that runs an arm on the synthetic transformer (src/workload).
 //
-// Maps an arm's effective settings to the workload: preset, split, devices, backend (tensor only),
+// Maps an arm's effective settings to the workload: preset, split, devices, backend and wire (tensor only),
 // tokens per step, acceptance, the decode kernel choices (reduction, rope_kernel, attention_pdl), prompt
-// tokens (prefill), decode tokens and context (decode). Its automatic decisions (workloadDecisions) are
+// tokens (prefill), decode tokens and context (decode). Each decode phase also returns the last step's
+// output (PhaseOutcome::output), read after its window. Its automatic decisions (workloadDecisions) are
 // what the guards see before anything runs.
 #pragma once
 

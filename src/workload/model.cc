@@ -153,6 +153,8 @@ tpsResult_t Model::create(const ModelOptions& o, std::unique_ptr<Model>* out, st
     tpsConfigInit(&cfg);
     cfg.backend = o.backend;
     cfg.shared_devices = o.shared_devices ? 1 : 0;
+    cfg.wire = o.wire;
+    cfg.wire_error_budget = o.wire_error_budget;
     if (tpsResult_t r = tpsCommCreate(&m->comm_, n, o.devices.data(), &cfg); r != tpsSuccess) {
       *reason = fmt::format("cannot create the {} AllReduce communicator: {}", tpsBackendName(o.backend),
                             tpsGetErrorString(r));

@@ -43,6 +43,10 @@ struct ModelOptions {
   SplitMode split = SplitMode::kNone;
   std::vector<int> devices;               // CUDA ordinals: one for `none`, two or more otherwise
   tpsBackend_t backend = tpsBackendAuto;  // `tensor` only
+  // `tensor` only: the communicator's wire (tpsConfig_t.wire, wire_error_budget for tpsWireAuto).
+  // tpsWireExact leaves TPSCOPE_WIRE in charge, as for any communicator.
+  tpsWire_t wire = tpsWireExact;
+  float wire_error_budget = 0;
   uint64_t seed = 1;
   RunShape shape;
   PrefillAttention prefill_attention = PrefillAttention::kAuto;

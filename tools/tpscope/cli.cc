@@ -2,11 +2,14 @@
 // cli.cc - argument handling shared by all subcommands, and the dispatcher.
 #include "cli.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <fstream>
 #include <new>
 #include <stdexcept>
 
+#include "allreduce/wire.h"
 #include "common/memory_reserve.h"
 #include "common/param.h"
 #include "tpscope/tpscope.h"
@@ -61,12 +64,19 @@ std::vector<std::string> processArgv() {
   return argv;
 }
 
+std::string wireLabel(tpsWire_t wire, float budget) {
+  if (wire == tpsWireAuto) return fmt::format("auto:{}", budget);  // a float prints as given: auto:0.01
+  if (wire < tpsWireExact || wire > tpsWireAuto) return "unknown";
+  return detail::wireName(static_cast<detail::WireCode>(wire));
+}
+
 nlohmann::json communicatorJson(const std::optional<tpsConfig_t>& c) {
   if (!c) return nullptr;
-  return {{"backend", tpsBackendName(c->backend)},    {"host_copy_threshold", c->host_copy_threshold},
-          {"host_chunk_bytes", c->host_chunk_bytes},  {"host_blocks", c->host_blocks},
-          {"spin_timeout_ms", c->spin_timeout_ms},    {"shared_devices", c->shared_devices != 0},
-          {"p2p_ll_max_bytes", TPS_P2P_LL_MAX_BYTES}, {"fused_max_rows", TPS_FUSED_MAX_ROWS}};
+  return {{"backend", tpsBackendName(c->backend)},           {"host_copy_threshold", c->host_copy_threshold},
+          {"host_chunk_bytes", c->host_chunk_bytes},         {"host_blocks", c->host_blocks},
+          {"spin_timeout_ms", c->spin_timeout_ms},           {"shared_devices", c->shared_devices != 0},
+          {"p2p_ll_max_bytes", TPS_P2P_LL_MAX_BYTES},        {"fused_max_rows", TPS_FUSED_MAX_ROWS},
+          {"wire", wireLabel(c->wire, c->wire_error_budget)}};
 }
 
 int runCli(int argc, char** argv) {

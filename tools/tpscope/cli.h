@@ -39,6 +39,9 @@ bool fakeMeterGpus();
 // This process's command line as it was started (/proc/self/cmdline), for records.
 std::vector<std::string> processArgv();
 
+// A wire as records and tables name it: "exact", "int8", ...; "auto:0.01" for tpsWireAuto with `budget`.
+std::string wireLabel(tpsWire_t wire, float budget = 0);
+
 // A record's "communicator": every setting of a communicator that decides which kernel runs, i.e. its
 // resolved configuration (tpsCommGetConfig) and the p2p backend's published limits (the rest of its
 // geometry is fixed by the git revision); null for nullopt (no communicator).

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -47,6 +48,30 @@ bool tpscope_requested() {
 std::string tpscope_backend_choice() {
     const char * env = getenv("TPSCOPE_ALLREDUCE");
     return env != nullptr && env[0] != '\0' ? std::string("TPSCOPE_ALLREDUCE=") + env : std::string("auto");
+}
+
+// What the calls' bytes travel as: the dtype's own (exact, tpscope's default) unless TPSCOPE_WIRE names a
+// compressed wire, which tpscope reads itself because the communicator's config leaves the wire at 0.
+std::string tpscope_wire_choice() {
+    const char * env = getenv("TPSCOPE_WIRE");
+    return env != nullptr && env[0] != '\0' ? std::string("TPSCOPE_WIRE=") + env : std::string("exact wire");
+}
+
+// The wire a communicator resolved (tpsCommGetConfig), as TPSCOPE_WIRE names it.
+std::string wire_name(const tpsConfig_t & c) {
+    switch (c.wire) {
+        case tpsWireExact: return "exact";
+        case tpsWireBf16:  return "bf16";
+        case tpsWireInt8:  return "int8";
+        case tpsWireFp8:   return "fp8";
+        case tpsWireInt4:  return "int4";
+        case tpsWireAuto: {
+            char budget[32];
+            snprintf(budget, sizeof budget, "auto:%g", (double) c.wire_error_budget);
+            return budget;
+        }
+        default:           return "unknown";
+    }
 }
 
 bool to_tps_type(ggml_type type, tpsDataType_t * out) {
@@ -79,8 +104,9 @@ void ggml_cuda_tpscope_log_devices(int device_count) {
                       "llama.cpp computes as it does on one GPU\n",
                       __func__, tpsGetVersion(), device_count);
     } else {
-        GGML_LOG_INFO("%s: GGML_CUDA_ALLREDUCE=tpscope (tpscope %s, %s): tensor-parallel splits reduce with tpscope\n",
-                      __func__, tpsGetVersion(), tpscope_backend_choice().c_str());
+        GGML_LOG_INFO("%s: GGML_CUDA_ALLREDUCE=tpscope (tpscope %s, %s, %s): tensor-parallel splits reduce with "
+                      "tpscope\n",
+                      __func__, tpsGetVersion(), tpscope_backend_choice().c_str(), tpscope_wire_choice().c_str());
     }
 }
 
@@ -95,7 +121,9 @@ ggml_cuda_tpscope * ggml_cuda_tpscope_init(const int * devices, size_t n_devices
         current = -1;
     }
     tpsConfig_t config;
-    tpsConfigInit(&config);  // backend auto: TPSCOPE_ALLREDUCE when set, else tpscope's choice per size
+    // Every field at its default: backend auto (TPSCOPE_ALLREDUCE when set, else tpscope's choice per size)
+    // and wire 0 (TPSCOPE_WIRE when set, else exact), so both variables reach the communicator as they are.
+    tpsConfigInit(&config);
     tpsComm_t         comm = nullptr;
     const tpsResult_t rc   = tpsCommCreate(&comm, (int) n_devices, devices, &config);
     if (current >= 0) {
@@ -114,8 +142,10 @@ ggml_cuda_tpscope * ggml_cuda_tpscope_init(const int * devices, size_t n_devices
         ctx->devices[i] = devices[i];
         ids += (i ? "," : "") + std::to_string(devices[i]);
     }
-    GGML_LOG_INFO("%s: tpscope AllReduce (tpscope %s, %s) over CUDA devices %s\n", __func__, tpsGetVersion(),
-                  tpscope_backend_choice().c_str(), ids.c_str());
+    tpsConfig_t resolved = config;
+    (void) tpsCommGetConfig(comm, &resolved);  // the wire the communicator took (TPSCOPE_WIRE, or exact)
+    GGML_LOG_INFO("%s: tpscope AllReduce (tpscope %s, %s, wire %s) over CUDA devices %s\n", __func__,
+                  tpsGetVersion(), tpscope_backend_choice().c_str(), wire_name(resolved).c_str(), ids.c_str());
     return ctx;
 }
 

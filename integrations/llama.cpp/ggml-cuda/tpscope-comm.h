@@ -15,8 +15,10 @@ struct ggml_cuda_tpscope;
 void ggml_cuda_tpscope_log_devices(int device_count);
 
 // A tpscope communicator over the CUDA devices (physical ordinals, one per backend), its backend from
-// tpscope's own selection (TPSCOPE_ALLREDUCE=host|p2p|nccl|auto, else auto). nullptr, with the reason
-// in the log, when tpscope cannot take these devices; the caller then uses llama.cpp's own choice.
+// tpscope's own selection (TPSCOPE_ALLREDUCE=host|p2p|nccl|auto, else auto) and its wire from
+// TPSCOPE_WIRE (exact|bf16|int8|fp8|int4|auto:BUDGET, else exact), both read by tpscope itself; the log
+// line names the wire the communicator took. nullptr, with the reason in the log, when tpscope cannot
+// take these devices (or refuses TPSCOPE_WIRE's value); the caller then uses llama.cpp's own choice.
 ggml_cuda_tpscope * ggml_cuda_tpscope_init(const int * devices, size_t n_devices);
 void                ggml_cuda_tpscope_free(ggml_cuda_tpscope * ctx);
 

@@ -1,7 +1,8 @@
 // Runs the integration's translation unit without GPUs, through ggml's log: what it says with one CUDA
-// device (at warning level, so llama.cpp's default verbosity shows it), that it says nothing for other
-// GGML_CUDA_ALLREDUCE choices, and that a communicator it cannot create is declined with the reason
-// (the caller then runs llama.cpp's own AllReduce). Built and run by ../check.
+// device (at warning level, so llama.cpp's default verbosity shows it), the wire TPSCOPE_WIRE names (exact
+// without it), that it says nothing for other GGML_CUDA_ALLREDUCE choices, and that a communicator it
+// cannot create is declined with the reason (the caller then runs llama.cpp's own AllReduce). Built and
+// run by ../check.
 #include "ggml.h"
 #include "tpscope-comm.h"
 
@@ -46,9 +47,18 @@ int main() {
     expect(worst == GGML_LOG_LEVEL_WARN, "one device: not said as a warning");
 
     reset();
+    unsetenv("TPSCOPE_WIRE");
     ggml_cuda_tpscope_log_devices(2);
     expect(logged.find("tensor-parallel splits reduce with tpscope") != std::string::npos,
            "two devices: the log does not say that tpscope reduces");
+    expect(logged.find(", exact wire)") != std::string::npos, "no TPSCOPE_WIRE: the log does not say exact");
+
+    // TPSCOPE_WIRE passes through to tpscope (the communicator's config leaves the wire at 0 for it).
+    reset();
+    setenv("TPSCOPE_WIRE", "fp8", 1);
+    ggml_cuda_tpscope_log_devices(2);
+    expect(logged.find(", TPSCOPE_WIRE=fp8)") != std::string::npos, "TPSCOPE_WIRE=fp8 is not in the log");
+    unsetenv("TPSCOPE_WIRE");
 
     reset();
     setenv("GGML_CUDA_ALLREDUCE", "nccl", 1);
@@ -66,6 +76,8 @@ int main() {
     const int two[2] = {0, 1};
     if (ggml_cuda_tpscope * ctx = ggml_cuda_tpscope_init(two, 2)) {
         expect(logged.find("tpscope AllReduce (tpscope ") != std::string::npos, "created without its log line");
+        expect(logged.find(", wire exact) over CUDA devices 0,1") != std::string::npos,
+               "created without the wire it took in its log line");
         ggml_cuda_tpscope_free(ctx);
     } else {
         expect(logged.find("tpscope communicator over 2 devices failed (") != std::string::npos,

@@ -33,8 +33,15 @@ others' calls ending after the communicator's spin timeout (``Config.spin_timeou
 bound) with ``tpsTimeout``; the future carries it, ``wait()`` raises once it is known, and every later
 call raises: destroy the process group.
 
-``set_config(tpscope.Config(...))`` sets the configuration of the communicators made after it (for
-example ``shared_devices=True`` to let ranks share one GPU, a test setup; never for timings).
+Configuration: ``init_process_group(..., pg_options=tpscope.Config(...))`` configures that group's
+communicator (torch hands a CUDA backend's options to it; gloo's side of ``"cpu:gloo,cuda:tpscope"``
+ignores them); without ``pg_options``, ``set_config(tpscope.Config(...))`` sets the configuration of the
+communicators made after it. For example ``shared_devices=True`` to let ranks share one GPU (a test
+setup; never for timings), or the wire the AllReduce travels as: ``tpscope.Config(wire="int8")`` (or
+``wire=tpscope.Wire.INT8``; ``"auto:0.01"`` picks per size under a relative RMS error budget, from the
+tune file's wire table). The wire left at its default (exact) follows ``TPSCOPE_WIRE`` in each rank's
+environment, as for any communicator; every rank must ask for the same wire. A compressed wire is
+lossy: each rank still ends with the same bits, but not with the exact sum (see tpscope.h, tpsWire_t).
 
 The extension is compiled on first use with ``torch.utils.cpp_extension`` (g++ and ninja, the CUDA
 headers torch was built against) against the torch this process runs, the libtpscope.so that
@@ -57,7 +64,7 @@ import torch.distributed as dist
 
 import tpscope
 
-__all__ = ["BACKEND", "extension", "set_config", "get_config", "create_backend"]
+__all__ = ["BACKEND", "extension", "set_config", "get_config", "backend_config", "create_backend"]
 
 BACKEND = "tpscope"
 _UID_KEY = "tpscope/unique_id"
@@ -185,16 +192,30 @@ def extension():
     return _ext
 
 
-def create_backend(store, rank, size, timeout):
-    """torch.distributed's creator: joins this rank to a fresh tpscope communicator on the current
-    CUDA device, the id handed over through the group's store."""
+def backend_config(pg_options):
+    """The tpscope.Config a group's communicator is made with: its ``pg_options`` when given (a
+    tpscope.Config), else set_config's. TypeError for anything else, naming it."""
+    if pg_options is None:
+        return _config
+    if not isinstance(pg_options, tpscope.Config):
+        raise TypeError("tpscope: pg_options must be a tpscope.Config (e.g. tpscope.Config(wire=\"int8\")), not %s"
+                        % type(pg_options).__name__)
+    return pg_options
+
+
+def create_backend(opts, pg_options):
+    """torch.distributed's creator (its extended form: the group's options and ``pg_options``): joins
+    this rank to a fresh tpscope communicator on the current CUDA device, the id handed over through
+    the group's store, configured by backend_config(pg_options)."""
+    config = backend_config(pg_options)
     ext = extension()
     if not torch.cuda.is_available():
         raise RuntimeError("tpscope: the backend needs a CUDA device (torch.cuda.is_available() is False)")
-    if rank == 0:
-        store.set(_UID_KEY, tpscope.get_unique_id())
-    uid = store.get(_UID_KEY)
-    return ext.TpscopeBackend(rank, size, bytes(uid), torch.cuda.current_device(), bytes(_config._c()))
+    if opts.group_rank == 0:
+        opts.store.set(_UID_KEY, tpscope.get_unique_id())
+    uid = opts.store.get(_UID_KEY)
+    return ext.TpscopeBackend(opts.group_rank, opts.group_size, bytes(uid), torch.cuda.current_device(),
+                              bytes(config._c()))
 
 
-dist.Backend.register_backend(BACKEND, create_backend, devices=["cuda"])
+dist.Backend.register_backend(BACKEND, create_backend, extended_api=True, devices=["cuda"])

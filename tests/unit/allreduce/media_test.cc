@@ -161,6 +161,31 @@ TEST(AutoPicks, AMatchingTableIsShownWithItsFileAndDate) {
   EXPECT_EQ(j["tune_file"], s.tune_file);
 }
 
+// The wire a call asks for: carried by the host backend's algorithm of that wire (its label says so);
+// where the backend has no such wire (p2p), or the dtype does not take it (bf16 for bfloat16), exact.
+TEST(AutoPicks, TheWireEachSizeTravelsAs) {
+  Topology t = testing::pcieNoP2pPair();
+  AutoSummary s = autoPicks(t, evaluateMedia(t, allBuilt()), nullptr, "", kThreshold);
+  for (const AutoPick& p : s.picks) EXPECT_EQ(p.wire, "exact");  // the default
+  s = autoPicks(t, evaluateMedia(t, allBuilt()), nullptr, "", kThreshold, [](uint64_t bytes) {
+    return bytes >= (16u << 20) ? detail::WireCode::kInt8 : detail::WireCode::kExact;
+  });
+  std::vector<std::string> wires;
+  for (const AutoPick& p : s.picks) wires.push_back(p.wire);
+  EXPECT_EQ(wires, (std::vector<std::string>{"exact", "exact", "exact", "exact", "int8", "int8", "int8"}));
+  EXPECT_EQ(s.picks[4].algorithm, "copy engines, int8");
+  EXPECT_EQ(s.picks[0].algorithm, "kernel");
+  EXPECT_EQ(toJson(s)["picks"][4]["wire"], "int8");
+  EXPECT_EQ(toJson(s)["wire_policy"], "exact");
+  s = autoPicks(t, evaluateMedia(t, allBuilt()), nullptr, "", kThreshold,
+                [](uint64_t) { return detail::WireCode::kBf16; });
+  for (const AutoPick& p : s.picks) EXPECT_EQ(p.wire, "exact") << "bf16 is for float32 calls";
+  Topology nv = testing::h200Pair();
+  s = autoPicks(nv, evaluateMedia(nv, allBuilt()), nullptr, "", kThreshold,
+                [](uint64_t) { return detail::WireCode::kFp8; });
+  for (const AutoPick& p : s.picks) EXPECT_EQ(p.wire, "exact") << "p2p carries no compressed wire";
+}
+
 TEST(AutoPicks, OneGpuPicksNothing) {
   Topology t = testing::h200Pair();
   t.gpus.resize(1);
@@ -169,6 +194,7 @@ TEST(AutoPicks, OneGpuPicksNothing) {
   for (const AutoPick& p : s.picks) {
     EXPECT_EQ(p.backend, tpsBackendAuto);
     EXPECT_EQ(p.algorithm, "-");
+    EXPECT_EQ(p.wire, "-");
   }
   EXPECT_TRUE(toJson(s)["picks"][0]["backend"].is_null());
 }

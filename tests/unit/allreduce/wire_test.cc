@@ -222,5 +222,44 @@ TEST(WireTable, AutoTakesTheFastestWireWithinTheBudget) {
   EXPECT_FALSE(parseWireTable(nlohmann::json::array(), &back, &error));
 }
 
+// What a communicator (and `tpscope topo`) takes from a tune file: the table measured on this box, or why
+// none; the fingerprint is asked only when there is a table to match.
+TEST(WireTable, SelectedOnlyWhenMeasuredOnThisBox) {
+  const nlohmann::json table = {{"fingerprint", "2xNVIDIA H100"},
+                                {"measured", "2026-12-06T10:00:00Z"},
+                                {"dtype", "bfloat16"},
+                                {"rows", {{{"bytes", 65536}, {"wire", "int8"}, {"time_us", 9.0}, {"rel_rms", 0.004}}}}};
+  int asked = 0;
+  auto here = [&] {
+    ++asked;
+    return std::string("2xNVIDIA H100");
+  };
+  WireTableLoad l = selectWireTable(nlohmann::json{{"wires", table}, {"host_blocks", 8}}, "/t/tune.json", here);
+  ASSERT_TRUE(l.table) << l.why;
+  EXPECT_TRUE(l.why.empty());
+  EXPECT_EQ(l.table->path, "/t/tune.json");
+  EXPECT_EQ(l.table->choose(65536, 0.01), WireCode::kInt8);
+  EXPECT_EQ(asked, 1);
+
+  l = selectWireTable(nlohmann::json{{"host_blocks", 8}}, "/t/tune.json", here);
+  EXPECT_FALSE(l.table);
+  EXPECT_NE(l.why.find("no \"wires\" table in tune file /t/tune.json"), std::string::npos) << l.why;
+  l = selectWireTable(nlohmann::json(), "/t/tune.json", here);  // no file, or not JSON
+  EXPECT_FALSE(l.table);
+  EXPECT_EQ(asked, 1);
+
+  l = selectWireTable(nlohmann::json{{"wires", table}}, "/t/tune.json",
+                      [] { return std::string("2xNVIDIA H100 PIX"); });
+  EXPECT_FALSE(l.table);
+  EXPECT_NE(l.why.find("measured its wires on \"2xNVIDIA H100\", these GPUs are \"2xNVIDIA H100 PIX\""),
+            std::string::npos)
+      << l.why;
+  nlohmann::json broken = table;
+  broken["rows"] = nlohmann::json::array();
+  l = selectWireTable(nlohmann::json{{"wires", broken}}, "/t/tune.json", here);
+  EXPECT_FALSE(l.table);
+  EXPECT_NE(l.why.find("tune file /t/tune.json: "), std::string::npos) << l.why;
+}
+
 }  // namespace
 }  // namespace tpscope::detail

@@ -74,6 +74,11 @@ TEST(EngineLog, FallbacksAreFound) {
       "ggml_cuda_tpscope_init: tpscope AllReduce (tpscope 0.1.0, TPSCOPE_ALLREDUCE=p2p) over CUDA devices 0,1\n";
   EXPECT_TRUE(fallbacksInLog(started).empty());
   EXPECT_TRUE(tpscopeInLog(started));
+  EXPECT_FALSE(tpscopeWireInLog(started));  // a build that did not say its wire
+  const std::string fp8 =
+      "ggml_cuda_tpscope_init: tpscope AllReduce (tpscope 0.1.0, auto, wire fp8) over CUDA devices 0,1\n";
+  EXPECT_TRUE(tpscopeInLog(fp8));
+  EXPECT_EQ(tpscopeWireInLog(fp8), "fp8");
   EXPECT_FALSE(
       tpscopeInLog("ggml_cuda_init: GGML_CUDA_ALLREDUCE=tpscope (tpscope 0.1.0, auto): tensor-parallel "
                    "splits reduce with tpscope\n"));

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "engine/llama_server.h"
 #include "experiment/guards.h"
 #include "experiment/server_phases.h"
 #include "experiment/spec.h"
@@ -139,7 +140,7 @@ TEST(EngineSpec, ServerLaunchMapsTheArm) {
                                                                      {"GGML_CUDA_ALLREDUCE", "internal"}}));
   // No allreduce declared: the user's environment must not choose one.
   ASSERT_TRUE(serverLaunch(s.shared.engine, eff[0], {"3", "5"}, &l, &error)) << error;
-  EXPECT_EQ(l.unset, (std::vector<std::string>{"GGML_CUDA_ALLREDUCE", "TPSCOPE_ALLREDUCE"}));
+  EXPECT_EQ(l.unset, (std::vector<std::string>{"GGML_CUDA_ALLREDUCE", "TPSCOPE_ALLREDUCE", "TPSCOPE_WIRE"}));
   EXPECT_EQ(l.env[0].second, "3");  // spec ordinal 0 under CUDA_VISIBLE_DEVICES=3,5
   // Flags that the spec owns, and flags that are not plain words, are refused.
   s.shared.engine.flags = "-c 4096 -sm row";
@@ -177,15 +178,26 @@ TEST(EngineSpec, TpscopeAllReduceArms) {
   ServerLaunch l;
   std::string error;
   ASSERT_TRUE(serverLaunch(s.shared.engine, eff[3], {}, &l, &error)) << error;
-  EXPECT_EQ(l.env,
-            (std::vector<std::pair<std::string, std::string>>{
-                {"CUDA_VISIBLE_DEVICES", "0,1"}, {"GGML_CUDA_ALLREDUCE", "tpscope"}, {"TPSCOPE_ALLREDUCE", "host"}}));
+  // The wire too: exact unless the arm names one, never what the user's shell had.
+  EXPECT_EQ(l.env, (std::vector<std::pair<std::string, std::string>>{{"CUDA_VISIBLE_DEVICES", "0,1"},
+                                                                     {"GGML_CUDA_ALLREDUCE", "tpscope"},
+                                                                     {"TPSCOPE_ALLREDUCE", "host"},
+                                                                     {"TPSCOPE_WIRE", "exact"}}));
   EXPECT_TRUE(l.unset.empty());
   ASSERT_TRUE(serverLaunch(s.shared.engine, eff[4], {}, &l, &error)) << error;
-  EXPECT_EQ(l.env.back(), (std::pair<std::string, std::string>{"TPSCOPE_ALLREDUCE", "auto"}));
-  // Any other AllReduce: tpscope's variable from the user's shell never reaches the server.
+  EXPECT_EQ(l.env[l.env.size() - 2], (std::pair<std::string, std::string>{"TPSCOPE_ALLREDUCE", "auto"}));
+  // Any other AllReduce: tpscope's variables from the user's shell never reach the server.
   ASSERT_TRUE(serverLaunch(s.shared.engine, eff[1], {}, &l, &error)) << error;
-  EXPECT_EQ(l.unset, std::vector<std::string>{"TPSCOPE_ALLREDUCE"});
+  EXPECT_EQ(l.unset, (std::vector<std::string>{"TPSCOPE_ALLREDUCE", "TPSCOPE_WIRE"}));
+  // An arm's wire reaches the server as TPSCOPE_WIRE (GGML_CUDA_ALLREDUCE=tpscope TPSCOPE_WIRE=fp8).
+  const ExperimentSpec w = parseSpec(std::string(kServer) +
+                                         "\n[[arm]]\nname = \"T-fp8\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
+                                         "allreduce = \"tpscope\"\nwire = \"fp8\"\n",
+                                     "spec.toml");
+  const std::vector<EffectiveSettings> weff = effectiveSettings(w);
+  EXPECT_EQ(weff.back().value("wire"), "fp8");
+  ASSERT_TRUE(serverLaunch(w.shared.engine, weff.back(), {}, &l, &error)) << error;
+  EXPECT_EQ(l.env.back(), (std::pair<std::string, std::string>{"TPSCOPE_WIRE", "fp8"}));
 
   std::string e = errorOf(std::string(kServer) +
                           "\n[[arm]]\nname = \"D\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
@@ -220,6 +232,49 @@ TEST(EngineSpec, TheServersVocabularyIsAWholeNumberInRange) {
       serverDecisions(eff[0], launch, {{"tpscope_model_meta", {{"n_vocab", 151936}}}}, "", &decisions, &vocab, &reason),
       tpsSuccess);
   EXPECT_EQ(vocab, 151936);
+}
+
+// The wire the server's tpscope communicator took (its log line, integrations/llama.cpp's patch) must be
+// the arm's: otherwise the arm did not run what it declared, and it is refused.
+TEST(EngineSpec, TheServersWireMustBeTheArms) {
+  const ExperimentSpec s = parseSpec(std::string(kServer) +
+                                         "\n[[arm]]\nname = \"T\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
+                                         "allreduce = \"tpscope\"\n"
+                                         "\n[[arm]]\nname = \"T8\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
+                                         "allreduce = \"tpscope\"\nwire = \"int8\"\n"
+                                         "\n[[arm]]\nname = \"Ta\"\ndevices = [0, 1]\nsplit = \"tensor\"\n"
+                                         "allreduce = \"tpscope\"\nwire = \"auto:0.01\"\n",
+                                     "spec.toml");
+  const std::vector<EffectiveSettings> eff = effectiveSettings(s);
+  const EffectiveSettings& exact = eff[eff.size() - 3];
+  const EffectiveSettings& int8 = eff[eff.size() - 2];
+  const EffectiveSettings& automatic = eff.back();
+  ServerLaunch launch;
+  std::string reason;
+  ASSERT_TRUE(serverLaunch(s.shared.engine, int8, {}, &launch, &reason)) << reason;
+  auto log = [](const std::string& wire) {
+    return "creating a Meta device\nggml_cuda_tpscope_init: tpscope AllReduce (tpscope 0.1.0, auto" + wire +
+           ") over CUDA devices 0,1\n";
+  };
+  auto decide = [&](const EffectiveSettings& arm, const std::string& text) {
+    std::vector<Setting> decisions;
+    int64_t vocab = 0;
+    reason.clear();
+    return serverDecisions(arm, launch, nlohmann::json::object(), text, &decisions, &vocab, &reason);
+  };
+  EXPECT_EQ(decide(int8, log(", wire int8")), tpsSuccess) << reason;
+  EXPECT_EQ(decide(exact, log(", wire exact")), tpsSuccess) << reason;
+  EXPECT_EQ(decide(automatic, log(", wire auto:0.01")), tpsSuccess) << reason;
+  EXPECT_EQ(decide(int8, log(", wire exact")), tpsUnavailable);
+  EXPECT_NE(reason.find("runs wire exact, the arm asks for int8"), std::string::npos) << reason;
+  EXPECT_EQ(decide(exact, log(", wire fp8")), tpsUnavailable);
+  // A build whose log names no wire: fine for an exact arm, refused for another.
+  EXPECT_EQ(decide(exact, log("")), tpsSuccess) << reason;
+  EXPECT_EQ(decide(int8, log("")), tpsUnavailable);
+  EXPECT_NE(reason.find("does not say which wire"), std::string::npos) << reason;
+  EXPECT_EQ(engine::tpscopeWireInLog(log(", wire auto:0.01")), "auto:0.01");
+  EXPECT_FALSE(engine::tpscopeWireInLog(log("")));
+  EXPECT_FALSE(engine::tpscopeWireInLog(", wire int8) over CUDA devices 0,1\ntpscope AllReduce (tpscope 1, auto"));
 }
 
 }  // namespace

@@ -68,6 +68,41 @@ TEST(ExperimentGuards, DecodeKernelChoicesAreSettingsArmsMayDeclare) {
   EXPECT_TRUE(undeclaredDifferences(eff).empty()) << formatDifferences(undeclaredDifferences(eff));
 }
 
+// The wire is a setting of every arm (exact unless the spec names one), part of what the guards compare;
+// arms that declare different wires differ as declared, and a wire an arm does not declare is the shared one.
+TEST(ExperimentGuards, TheWireIsADeclaredSetting) {
+  for (const EffectiveSettings& e : effectiveSettings(fourArms())) {
+    EXPECT_EQ(e.value("wire"), "exact") << e.arm;
+    EXPECT_EQ(e.find("wire")->source, SettingSource::kDefault) << e.arm;
+  }
+  const std::vector<EffectiveSettings> eff =
+      effectiveSettings(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/wires.toml"));
+  ASSERT_GE(eff.size(), 3u);
+  EXPECT_EQ(eff[0].value("wire"), "exact");
+  EXPECT_EQ(eff[1].value("wire"), "int8");
+  EXPECT_EQ(eff[1].find("wire")->source, SettingSource::kArm);
+  EXPECT_TRUE(undeclaredDifferences(eff).empty()) << formatDifferences(undeclaredDifferences(eff));
+  // Decided behind the arm's back, a wire is an undeclared difference like any delta key.
+  const AutoDecider sneaky = [](const EffectiveSettings& e) {
+    if (e.arm == "C") return std::vector<Setting>{{"wire", "fp8", {}}};
+    return std::vector<Setting>{};
+  };
+  const auto diffs = undeclaredDifferences(effectiveSettings(fourArms(), sneaky));
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_EQ(diffs[0].setting, "wire");
+  // llama-server: the wire under allreduce = "tpscope" (TPSCOPE_WIRE), "none" under any other.
+  const ExperimentSpec server = parseSpec(
+      "[experiment]\nengine = \"llama-server\"\nmodel = \"m.gguf\"\n"
+      "[[arm]]\nname = \"n\"\nallreduce = \"nccl\"\n"
+      "[[arm]]\nname = \"t\"\nallreduce = \"tpscope\"\n"
+      "[[arm]]\nname = \"t8\"\nallreduce = \"tpscope\"\nwire = \"int8\"\n",
+      "spec.toml");
+  const std::vector<EffectiveSettings> se = effectiveSettings(server);
+  EXPECT_EQ(se[0].value("wire"), "none");
+  EXPECT_EQ(se[1].value("wire"), "exact");
+  EXPECT_EQ(se[2].value("wire"), "int8");
+}
+
 TEST(ExperimentGuards, StudyArmsDifferOnlyInTheirDelta) {
   EXPECT_TRUE(undeclaredDifferences(effectiveSettings(fourArms())).empty());
   EXPECT_TRUE(
@@ -96,7 +131,7 @@ TEST(ExperimentGuards, AutomaticDecisionThatDiffersPerArmIsRefused) {
             "         B    on                                auto\n"
             "         C    off (not implemented for tensor)  auto\n"
             "         C'   off (not implemented for tensor)  auto\n"
-            "Arms must differ only in what they declare (devices, split, backend, tokens_per_step, acceptance, "
+            "Arms must differ only in what they declare (devices, split, backend, wire, tokens_per_step, acceptance, "
             "reduction, rope_kernel, attention_pdl): set the differing settings explicitly in [experiment] so every "
             "arm runs them the same way.\n");
 }

@@ -522,9 +522,42 @@ TEST(ExperimentRecord, PhaseResultFromOutcome) {
   o.end_ns = 3'000'000'000;
   o.tokens = 100;
   o.steps = 40;
+  o.output = {1.5f, -0.25f};
   const PhaseResult p = makePhaseResult(o, {});
   EXPECT_DOUBLE_EQ(p.tok_s, 50);
   EXPECT_DOUBLE_EQ(p.step_ms, 50);
+  EXPECT_EQ(p.output, o.output);
+}
+
+// A decode's output travels as bfloat16 bit patterns: the workload's bfloat16 values exactly, other floats
+// rounded to the nearest; a phase without one has no such key; a pattern that is not 16 bits is corrupt.
+TEST(ExperimentRecord, DecodeOutputRoundTripsAsBfloat16) {
+  RepetitionResult r;
+  r.arm = "int8";
+  PhaseResult p;
+  p.phase = "decode";
+  p.output = {1.0f, -0.1220703125f, 3.0e38f, 0.0f, -0.0f, 1.00390625f, 1.01171875f};
+  r.phases.push_back(p);
+  PhaseResult prefill;
+  prefill.phase = "prefill";
+  r.phases.insert(r.phases.begin(), prefill);
+  const nlohmann::json j = toJson(r);
+  EXPECT_FALSE(j["phases"][0].contains("output_bf16"));
+  // 1 + 2^-8 and 1 + 3 x 2^-8 lie halfway between two bfloat16 values: ties to even, 1 and 1 + 2^-6.
+  EXPECT_EQ(j["phases"][1]["output_bf16"], nlohmann::json({0x3F80, 0xBDFA, 0x7F62, 0x0000, 0x8000, 0x3F80, 0x3F82}));
+  const RepetitionResult back = repetitionFromJson(j);
+  EXPECT_TRUE(back.phases[0].output.empty());
+  ASSERT_EQ(back.phases[1].output.size(), 7u);
+  EXPECT_EQ(back.phases[1].output[0], 1.0f);
+  EXPECT_EQ(back.phases[1].output[1], -0.1220703125f);
+  EXPECT_EQ(back.phases[1].output[5], 1.0f);
+  EXPECT_EQ(back.phases[1].output[6], 1.015625f);
+  EXPECT_EQ(toJson(back), j);
+  nlohmann::json bad = j;
+  bad["phases"][1]["output_bf16"][2] = 70000;
+  EXPECT_THROW(repetitionFromJson(bad), nlohmann::json::exception);
+  bad["phases"][1]["output_bf16"] = "0x3F80";
+  EXPECT_THROW(repetitionFromJson(bad), nlohmann::json::exception);
 }
 
 }  // namespace

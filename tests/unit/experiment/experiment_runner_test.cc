@@ -763,6 +763,101 @@ TEST_F(Runner, ANewRunIntoAFolderThatHoldsOneIsRefused) {
   EXPECT_EQ(lines(dir_ + "/results.jsonl"), before);
 }
 
+// Arms that differ only in their wire run (a declared delta); each decode records its output, and the
+// report sets every arm's output against the exact arm's (the fake workload carries its made-up output
+// through the arm's wire with the codec's CPU reference, so the error is a real quantisation error).
+TEST_F(Runner, WireArmsRecordTheirOutputAndTheReportGivesTheError) {
+  c_.spec = parseSpec(std::string(R"(
+[experiment]
+name = "wires"
+preset = "tiny"
+prompt_tokens = 64
+decode_tokens = 16
+context = 256
+repetitions = 2
+idle_seconds = 0.2
+baseline_threshold_mbps = 5000
+devices = [0, 1]
+split = "tensor"
+backend = "host"
+
+[[arm]]
+name = "int8"
+wire = "int8"
+
+[[arm]]
+name = "exact"
+
+[[arm]]
+name = "int4"
+wire = "int4"
+)"),
+                      "wires.toml");
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  const RunRecord run = readRun(dir_);
+  EXPECT_EQ(run.manifest.effective[0].value("wire"), "int8");
+  EXPECT_EQ(run.manifest.effective[1].value("wire"), "exact");
+  for (const RepetitionResult& r : run.repetitions) {
+    EXPECT_TRUE(r.phases[0].output.empty()) << "prefill has no output";
+    EXPECT_EQ(r.phases[1].output.size(), 256u) << r.arm;
+  }
+  const Report rep = buildReport(run);
+  ASSERT_EQ(rep.arms.size(), 3u);
+  // The reference is the exact arm, though it is listed second.
+  EXPECT_EQ(rep.arms[0].output_reference, "exact");
+  EXPECT_EQ(rep.arms[2].output_reference, "exact");
+  EXPECT_FALSE(rep.arms[1].output_error);
+  ASSERT_TRUE(rep.arms[0].output_error && rep.arms[2].output_error);
+  EXPECT_EQ(rep.arms[0].output_error->n, 2);
+  EXPECT_GT(rep.arms[0].output_error->median, 1e-4);
+  EXPECT_LT(rep.arms[0].output_error->median, 2e-2);
+  EXPECT_GT(rep.arms[2].output_error->median, rep.arms[0].output_error->median);  // int4 is coarser
+  EXPECT_NE(o.report_markdown.find("\n## Wires\n"), std::string::npos) << o.report_markdown;
+  EXPECT_NE(o.report_markdown.find("| exact | exact | "), std::string::npos) << o.report_markdown;
+  EXPECT_NE(o.report_markdown.find("| reference | - |"), std::string::npos) << o.report_markdown;
+  EXPECT_NE(o.report_markdown.find("| int8 | int8 | "), std::string::npos) << o.report_markdown;
+  EXPECT_NE(o.report_markdown.find("2 GPUs, tensor, host, wire int8"), std::string::npos)
+      << o.report_markdown;
+  const nlohmann::json j = toJson(rep);
+  EXPECT_EQ(j["arms"][0]["wire"], "int8");
+  EXPECT_EQ(j["arms"][0]["output_error"]["reference"], "exact");
+  EXPECT_EQ(j["arms"][0]["output_error"]["rel_rms"]["n"], 2);
+  EXPECT_TRUE(j["arms"][1]["output_error"].is_null());
+}
+
+// An arm whose settings differ in more than its wire has no reference: its error is not a wire's.
+TEST_F(Runner, TheReferenceDiffersFromAnArmInItsWireOnly) {
+  c_.spec = parseSpec(std::string(R"(
+[experiment]
+preset = "tiny"
+prompt_tokens = 64
+decode_tokens = 16
+context = 256
+repetitions = 1
+idle_seconds = 0.2
+baseline_threshold_mbps = 5000
+devices = [0, 1]
+split = "tensor"
+backend = "host"
+
+[[arm]]
+name = "exact"
+
+[[arm]]
+name = "fp8-4"
+wire = "fp8"
+tokens_per_step = 4
+)"),
+                      "ref.toml");
+  const RunOutcome o = runExperiment(c_);
+  ASSERT_EQ(o.status, RunOutcome::Status::kDone) << o.message;
+  const Report rep = buildReport(readRun(dir_));
+  EXPECT_FALSE(rep.arms[1].output_error);
+  EXPECT_NE(o.report_markdown.find("| fp8-4 | fp8 | "), std::string::npos) << o.report_markdown;
+  EXPECT_NE(o.report_markdown.find(" | N/A | - |"), std::string::npos) << o.report_markdown;
+}
+
 TEST(RunnerQuick, ShrinksTheSharedSettingsOnly) {
   const ExperimentSpec s = quickSpec(loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/four-arms.toml"));
   EXPECT_EQ(s.shared.repetitions, 2);

@@ -2,6 +2,7 @@
 // Experiment specs: the shipped examples parse, and every way a spec can be wrong names its line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -300,6 +301,52 @@ TEST(ExperimentSpec, PmStepExampleParses) {
   EXPECT_EQ(s.shared.engine.engine, Engine::kSynthetic);
   EXPECT_EQ(s.shared.phases, std::vector<std::string>{"decode"});
   ASSERT_EQ(s.arms.size(), 2u);
+}
+
+TEST(ExperimentSpec, WiresExampleDiffersOnlyInWire) {
+  const ExperimentSpec s = loadSpec(std::string(TPSCOPE_SOURCE_DIR) + "/examples/wires.toml");
+  EXPECT_EQ(*s.shared.base.devices, (std::vector<int>{0, 0}));
+  EXPECT_EQ(*s.shared.base.split, SplitMode::kTensor);
+  EXPECT_EQ(*s.shared.base.backend, "host");
+  ASSERT_GE(s.arms.size(), 3u);
+  std::vector<std::string> wires;
+  for (const ArmSpec& a : s.arms) {
+    ASSERT_TRUE(a.delta.wire) << a.name;
+    wires.push_back(*a.delta.wire);
+    ArmDelta rest = a.delta;
+    rest.wire.reset();
+    EXPECT_FALSE(rest.devices || rest.split || rest.backend || rest.tokens_per_step || rest.acceptance) << a.name;
+  }
+  EXPECT_EQ(wires[0], "exact");
+  EXPECT_NE(std::find(wires.begin(), wires.end(), "int8"), wires.end());
+  EXPECT_NE(std::find(wires.begin(), wires.end(), "fp8"), wires.end());
+}
+
+// `wire` is a delta key: any wire the library names, auto with a budget; a lossy wire only where an
+// AllReduce runs it (the synthetic tensor split, llama-server's allreduce = "tpscope"), never for a command.
+TEST(ExperimentSpec, WireKey) {
+  const std::string tensor = "[experiment]\nsplit = \"tensor\"\ndevices = [0, 1]\n";
+  ExperimentSpec s = parseSpec(tensor + "[[arm]]\nname = \"E\"\n[[arm]]\nname = \"Q\"\nwire = \"auto:0.01\"\n");
+  EXPECT_FALSE(s.arms[0].delta.wire);
+  EXPECT_EQ(*s.arms[1].delta.wire, "auto:0.01");
+  s = parseSpec("[experiment]\nwire = \"int8\"\nsplit = \"tensor\"\n[[arm]]\nname = \"Q\"\ndevices = [0, 0]\n");
+  EXPECT_EQ(*s.shared.base.wire, "int8");
+  expectError(tensor + "[[arm]]\nname = \"Q\"\nwire = \"int9\"\n", 6, "'wire': wire 'int9' is not one of");
+  expectError(tensor + "[[arm]]\nname = \"Q\"\nwire = \"auto:2\"\n", 6, "budget after auto:");
+  expectError(tensor + "[[arm]]\nname = \"Q\"\nwire = 8\n", 6, "'wire' must be a string");
+  // A lossy wire where no AllReduce carries it; exact is the default anywhere.
+  expectError("[[arm]]\nname = \"A\"\ndevices = [0, 1]\nsplit = \"layer\"\nwire = \"fp8\"\n", 1,
+              "arm 'A': wire \"fp8\" compresses the tensor split's AllReduce, but the arm's split is layer");
+  EXPECT_NO_THROW(parseSpec("[[arm]]\nname = \"A\"\nwire = \"exact\"\n"));
+  expectError(
+      "[experiment]\nengine = \"llama-server\"\nmodel = \"m.gguf\"\n[[arm]]\nname = \"X\"\nallreduce = \"nccl\"\n"
+      "wire = \"int8\"\n",
+      4, "wire chooses tpscope's wire (TPSCOPE_WIRE) under allreduce = \"tpscope\"");
+  EXPECT_NO_THROW(
+      parseSpec("[experiment]\nengine = \"llama-server\"\nmodel = \"m.gguf\"\n[[arm]]\nname = \"X\"\n"
+                "allreduce = \"tpscope\"\nwire = \"fp8\"\n"));
+  expectError("[experiment]\nengine = \"command\"\ncommand = [\"true\"]\n[[arm]]\nname = \"X\"\nwire = \"int8\"\n", 6,
+              "'wire' is not a setting of engine = \"command\"");
 }
 
 }  // namespace

@@ -105,6 +105,21 @@ TEST(BenchArgs, BackendListKeepsOrder) {
     EXPECT_THROW(parseBackends(bad), UsageError) << bad;
 }
 
+TEST(BenchArgs, WireListKeepsOrderAndRefusesWhatIsNotAWire) {
+  EXPECT_EQ(parseWires("exact,int8,fp8"), (std::vector<tpsWire_t>{tpsWireExact, tpsWireInt8, tpsWireFp8}));
+  EXPECT_EQ(parseWires("int4,exact"), (std::vector<tpsWire_t>{tpsWireInt4, tpsWireExact}));
+  EXPECT_EQ(parseWires("all"),
+            (std::vector<tpsWire_t>{tpsWireExact, tpsWireBf16, tpsWireInt8, tpsWireFp8, tpsWireInt4}));
+  for (const char* bad : {"", "int9", "exact,", ",int8", "int8,int8", "EXACT", "exact int8"})
+    EXPECT_THROW(parseWires(bad), UsageError) << bad;
+  try {
+    parseWires("exact,auto:0.01");
+    FAIL() << "auto is a policy, not a wire";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("TPSCOPE_WIRE"), std::string::npos) << e.what();
+  }
+}
+
 TEST(BenchArgs, RatioReferenceIsNcclWhenListedElseFirst) {
   EXPECT_EQ(ratioReference({tpsBackendHost, tpsBackendNccl}), tpsBackendNccl);
   EXPECT_EQ(ratioReference({tpsBackendP2p, tpsBackendHost}), tpsBackendP2p);

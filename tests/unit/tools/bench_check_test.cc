@@ -5,11 +5,13 @@
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "allreduce/wire.h"
 #include "bench/check.h"
 
 namespace tpscope::cli {
@@ -139,6 +141,92 @@ TEST(BenchCheck, LargeArraysAreCheckedOnSeveralThreadsWithTheSameCounts) {
   EXPECT_EQ(c.out_of_tolerance, 1u);
   EXPECT_EQ(c.not_identical, 1u);
   EXPECT_EQ(c.wrong, 2u);  // rank 0 out of tolerance; rank 1 correct but differs from rank 0
+}
+
+// What every GPU holds after a call on a compressed wire, as the wire's GPU tests pin it: each rank's
+// message encoded and decoded by the codec's CPU reference (blocks of 64 from element 0), summed in rank
+// order in float, rounded once to the type.
+std::vector<std::vector<unsigned char>> wireResults(tpsDataType_t t, int n, size_t count, detail::WireCode w) {
+  std::vector<std::vector<float>> carried(n, std::vector<float>(count));
+  for (int r = 0; r < n; ++r) {
+    std::vector<float> x(count);
+    for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(benchInputValue(kBenchSeed, r, i));
+    std::vector<uint8_t> payload(detail::wirePayloadBytes(w, count));
+    detail::encodeMessage(w, x.data(), count, payload.data());
+    detail::decodeMessage(w, payload.data(), count, carried[r].data());
+  }
+  std::vector<std::vector<unsigned char>> out(n, std::vector<unsigned char>(count * tpsDataTypeSize(t)));
+  for (size_t i = 0; i < count; ++i) {
+    float acc = 0;
+    for (int r = 0; r < n; ++r) acc += carried[r][i];
+    for (int r = 0; r < n; ++r) store(t, out[r].data(), i, acc);
+  }
+  return out;
+}
+
+using detail::WireCode;
+
+TEST(BenchCheckWire, ACorrectWireResultPassesAgainstTheWiresReferenceOnly) {
+  for (WireCode w : {WireCode::kInt8, WireCode::kFp8, WireCode::kInt4}) {
+    // Several pieces of the check (65536 elements each) and a tail that is not a whole block.
+    const size_t count = (1u << 17) + 37;
+    auto res = wireResults(tpsBfloat16, 3, count, w);
+    const CheckCounts c = checkResults(kBenchSeed, tpsBfloat16, count, views(res), w);
+    EXPECT_EQ(c.wrong, 0u) << detail::wireName(w);
+    // Judged as if it had run exact, the lossy sum falls outside the exact tolerance (int8's steps are
+    // fine enough that only part of it does).
+    const uint64_t as_exact = checkResults(kBenchSeed, tpsBfloat16, count, views(res)).out_of_tolerance;
+    EXPECT_GT(as_exact, w == WireCode::kInt8 ? 0 : count / 2) << detail::wireName(w);
+  }
+  auto bf16 = wireResults(tpsFloat32, 2, 1000, WireCode::kBf16);
+  EXPECT_EQ(checkResults(kBenchSeed, tpsFloat32, 1000, views(bf16), WireCode::kBf16).wrong, 0u);
+}
+
+TEST(BenchCheckWire, AMissingContributionIsStillWrong) {
+  const int n = 4;
+  const size_t count = 300;
+  auto res = wireResults(tpsBfloat16, n, count, WireCode::kInt4);
+  // Every GPU forgot rank 2's element 130 (as the wire carried it: within a quarter of its value).
+  std::vector<float> x(count), carried(count);
+  for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>(benchInputValue(kBenchSeed, 2, i));
+  std::vector<uint8_t> payload(detail::wirePayloadBytes(WireCode::kInt4, count));
+  detail::encodeMessage(WireCode::kInt4, x.data(), count, payload.data());
+  detail::decodeMessage(WireCode::kInt4, payload.data(), count, carried.data());
+  for (int r = 0; r < n; ++r) {
+    const float have = static_cast<float>(decodeElement(tpsBfloat16, res[r].data(), 130));
+    store(tpsBfloat16, res[r].data(), 130, have - carried[130]);
+  }
+  const CheckCounts c = checkResults(kBenchSeed, tpsBfloat16, count, views(res), WireCode::kInt4);
+  EXPECT_EQ(c.out_of_tolerance, static_cast<uint64_t>(n));
+  EXPECT_EQ(c.not_identical, 0u);
+}
+
+TEST(BenchCheckWire, TheErrorColumnsMeasureAgainstTheExactSum) {
+  // Exact in float: no error at all.
+  auto exact = correctResults(tpsFloat32, 2, 4096);
+  CheckCounts c = checkResults(kBenchSeed, tpsFloat32, 4096, views(exact));
+  ASSERT_TRUE(c.rel_rms && c.rel_max);
+  EXPECT_EQ(*c.rel_rms, 0.0);
+  EXPECT_EQ(*c.rel_max, 0.0);
+  // int8: computed here apart, from rank 0's result and the exact sum in double.
+  const size_t count = 5000;
+  auto res = wireResults(tpsFloat32, 2, count, WireCode::kInt8);
+  double err2 = 0, ref2 = 0, max_err = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const double ref = benchInputValue(kBenchSeed, 0, i) + benchInputValue(kBenchSeed, 1, i);
+    const double e = decodeElement(tpsFloat32, res[0].data(), i) - ref;
+    err2 += e * e, ref2 += ref * ref, max_err = std::max(max_err, std::fabs(e));
+  }
+  c = checkResults(kBenchSeed, tpsFloat32, count, views(res), WireCode::kInt8);
+  ASSERT_TRUE(c.rel_rms && c.rel_max);
+  EXPECT_NEAR(*c.rel_rms, std::sqrt(err2 / ref2), 1e-12);
+  EXPECT_NEAR(*c.rel_max, max_err / std::sqrt(ref2 / count), 1e-12);
+  // A step of at most 4/126 per rank: the error is small but not nothing.
+  EXPECT_GT(*c.rel_rms, 1e-4);
+  EXPECT_LT(*c.rel_rms, 2e-2);
+  // int4 is coarser than int8.
+  auto coarse = wireResults(tpsFloat32, 2, count, WireCode::kInt4);
+  EXPECT_GT(*checkResults(kBenchSeed, tpsFloat32, count, views(coarse), WireCode::kInt4).rel_rms, *c.rel_rms);
 }
 
 }  // namespace

@@ -56,6 +56,16 @@ TEST(BenchCli, BadProcsAreUsageErrors) {
   expectUsageError("--procs 2 -g 3", "--procs");
 }
 
+TEST(BenchCli, BadWiresAreUsageErrors) {
+  expectUsageError("--wire int9", "--wire");
+  expectUsageError("--wire exact,exact", "--wire");
+  expectUsageError("--wire auto:0.01", "TPSCOPE_WIRE");
+  expectUsageError("--procs 2 --wire exact,int8", "--procs");
+  // With TPSCOPE_WIRE set, the exact wire's communicator would run on it: comparing or tuning wires refuses.
+  expectUsageError("--wire exact,int8", "TPSCOPE_WIRE=fp8", "TPSCOPE_WIRE=fp8");
+  expectUsageError("--tune", "TPSCOPE_WIRE=int8", "TPSCOPE_WIRE=int8");
+}
+
 TEST(BenchCli, TheRankWorkerRefusesAMissingPlan) {
   CliResult r = runTpscope("bench allreduce-rank --plan /nonexistent/plan.json --rank 0 --out /dev/null");
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -75,8 +85,9 @@ TEST(BenchCli, BenchWithoutABenchmarkIsAUsageError) {
 TEST(BenchCli, HelpListsTheNcclTestsFlags) {
   CliResult r = runTpscope("bench allreduce --help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* flag : {"-b,--minbytes", "-e,--maxbytes", "-f,--stepfactor", "-n,--iters", "-w,--warmup_iters",
-                           "-c,--check", "-d,--datatype", "-g,--ngpus", "--backend", "--graph", "-J,--json", "--tune"})
+  for (const char* flag :
+       {"-b,--minbytes", "-e,--maxbytes", "-f,--stepfactor", "-n,--iters", "-w,--warmup_iters", "-c,--check",
+        "-d,--datatype", "-g,--ngpus", "--backend", "--wire", "--graph", "-J,--json", "--tune"})
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
 }
 

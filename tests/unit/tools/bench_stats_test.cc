@@ -87,5 +87,27 @@ TEST(BenchStats, PathsMapToTheirMedium) {
   EXPECT_EQ(pathMedium(tpsPathNccl), Medium::kNccl);
 }
 
+// The wire of a step's calls is its paths' (the registry's), exact when the library counted none, and no
+// single wire when the paths differ in it.
+TEST(BenchStats, TheWireOfTheCountedPaths) {
+  const int int8_copy = tpsGetPathByName("host-copy+int8"), int8_kernel = tpsGetPathByName("host-kernel+int8");
+  const int fp8_copy = tpsGetPathByName("host-copy+fp8");
+  ASSERT_GE(int8_copy, 0);
+  ASSERT_GE(int8_kernel, 0);
+  ASSERT_GE(fp8_copy, 0);
+  Snapshot before = empty(2);
+  EXPECT_EQ(statsWire(before.paths, before.paths), detail::WireCode::kExact);  // nothing counted (nccl-symm)
+  Snapshot after = before;
+  add(&after, int8_copy, 64 << 20, 1, 100, 100);
+  EXPECT_EQ(statsWire(before.paths, after.paths), detail::WireCode::kInt8);
+  add(&after, int8_kernel, 8192, 1, 10, 10);
+  EXPECT_EQ(statsWire(before.paths, after.paths), detail::WireCode::kInt8);  // two paths, one wire
+  add(&after, fp8_copy, 64 << 20, 1, 100, 100);
+  EXPECT_FALSE(statsWire(before.paths, after.paths).has_value());
+  Snapshot exact = before;
+  add(&exact, tpsPathHostKernel, 8192, 1, 10, 10);
+  EXPECT_EQ(statsWire(before.paths, exact.paths), detail::WireCode::kExact);
+}
+
 }  // namespace
 }  // namespace tpscope::cli

@@ -3,6 +3,7 @@
 // pinned by golden files built from synthetic rows (tests/unit/golden/bench_allreduce_h200.{txt,json}).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <regex>
 #include <sstream>
 
@@ -44,6 +45,7 @@ std::vector<BenchRow> h200Rows() {
     r.calls = 20;
     r.time = {mean, min, med, max};
     r.check = CheckCounts{};
+    r.check->rel_rms = 1.22e-3, r.check->rel_max = 4.5e-3;  // the exact sum rounded once to bfloat16
     r.bytes_per_call = bytes;
     setBandwidths(&r, 2);
     return r;
@@ -144,6 +146,7 @@ TEST(BenchTable, JsonCarriesTheCommunicatorSettings) {
   EXPECT_EQ(j["shared_devices"], false);
   EXPECT_EQ(j["p2p_ll_max_bytes"], 262144);
   EXPECT_EQ(j["fused_max_rows"], 64);
+  EXPECT_EQ(j["wire"], "exact");
 }
 
 TEST(BenchTable, HeaderHasTheNcclTestsColumnsInOrder) {
@@ -151,14 +154,14 @@ TEST(BenchTable, HeaderHasTheNcclTestsColumnsInOrder) {
   EXPECT_EQ(h.front(), '#');
   const std::regex nccl(
       R"(#\s+size\(B\)\s+count\(elements\)\s+type\s+redop \|\s+time\(us\)\s+algbw\(GB/s\)\s+)"
-      R"(busbw\(GB/s\)\s+#wrong \|\s+backend\s+ranks\s+path\s+min\(us\)\s+median\(us\)\s+max\(us\)\s+)"
-      R"(host_tx\(B\)\s+host_rx\(B\)\s+peer_tx\(B\)\s+peer_rx\(B\)\s+nccl_tx\(B\)\s+nccl_rx\(B\) \|\s+)"
+      R"(busbw\(GB/s\)\s+#wrong \|\s+backend\s+wire\s+ranks\s+path\s+min\(us\)\s+median\(us\)\s+max\(us\)\s+)"
+      R"(rel_rms\s+rel_max\s+host_tx\(B\)\s+host_rx\(B\)\s+peer_tx\(B\)\s+peer_rx\(B\)\s+nccl_tx\(B\)\s+nccl_rx\(B\) \|\s+)"
       R"(pcie_tx\(B\)\s+pcie_rx\(B\)\s+nvl_tx\(B\)\s+nvl_rx\(B\)\n)");
   EXPECT_TRUE(std::regex_match(h, nccl)) << h;
 }
 
 TEST(BenchTable, EveryNonDataLineStartsWithHash) {
-  // Data rows are the only lines awk should see: 24 fields, the first two numbers.
+  // Data rows are the only lines awk should see: 27 fields, the first two numbers.
   std::istringstream in(fullTable(h200Context(), h200Rows()));
   int data = 0;
   for (std::string line; std::getline(in, line);) {
@@ -167,7 +170,7 @@ TEST(BenchTable, EveryNonDataLineStartsWithHash) {
     std::istringstream fields(line);
     std::vector<std::string> f;
     for (std::string w; fields >> w;) f.push_back(w);
-    ASSERT_EQ(f.size(), 24u) << line;
+    ASSERT_EQ(f.size(), 27u) << line;
     EXPECT_NE(f[0].find_first_of("0123456789"), std::string::npos) << line;
   }
   EXPECT_EQ(data, 4);
@@ -181,7 +184,7 @@ TEST(BenchTable, UncheckedAndUncountedPrintNA) {
   const std::string line = formatRow(r);
   size_t n = 0;
   for (size_t p = line.find("N/A"); p != std::string::npos; p = line.find("N/A", p + 1)) ++n;
-  EXPECT_EQ(n, 11u) << line;  // #wrong, six library byte columns, four metered ones
+  EXPECT_EQ(n, 13u) << line;  // #wrong, two error columns, six library byte columns, four metered ones
   EXPECT_NE(formatFooter({r}, {tpsBackendHost}).find("N/A"), std::string::npos);
 }
 
@@ -231,6 +234,93 @@ TEST(BenchTable, GoldenProcsOnOneGpu) {
   EXPECT_EQ(j["context"]["procs_devices"], nlohmann::json({0, 0}));
   EXPECT_EQ(j["results"][1]["ranks"], "procs");
   EXPECT_TRUE(benchDocument(h200Context(), h200Rows())["context"]["procs"].is_null());
+}
+
+// `--wire exact,int8,fp8 --backend host` on two positions of one GPU: the exact wire and two compressed
+// ones at 16 MiB on the copy engines, one size on the kernel path where int8 is carried and bf16 (for a
+// bfloat16 call) is not, so its row ran exact and says so by its path (made-up times, the wires' bytes).
+std::vector<BenchRow> wireRows() {
+  auto row = [](const char* wire, const char* path, size_t count, double mean, double host, double rms, double max) {
+    BenchRow r;
+    r.backend = tpsBackendHost;
+    r.wire = wire;
+    r.path = path;
+    r.dtype = tpsBfloat16;
+    r.count = count;
+    r.calls = 20;
+    r.time = {mean, mean * 0.97, mean, mean * 1.1};
+    r.check = CheckCounts{};
+    r.check->rel_rms = rms, r.check->rel_max = max;
+    r.bytes_per_call = MediumBytes{host, host, 0, 0, 0, 0};
+    setBandwidths(&r, 2);
+    return r;
+  };
+  return {row("exact", "host-kernel", 32768, 31.5, 65536, 1.22e-3, 4.5e-3),
+          row("int8", "host-kernel+int8", 32768, 30.1, 34816, 3.61e-3, 1.41e-2),
+          row("bf16", "host-kernel", 32768, 31.6, 65536, 1.22e-3, 4.5e-3),
+          row("exact", "host-copy", 8388608, 1500.0, 16777216, 1.22e-3, 4.5e-3),
+          row("int8", "host-copy+int8", 8388608, 820.0, 8912896, 3.6e-3, 1.4e-2),
+          row("fp8", "host-copy+fp8", 8388608, 815.0, 8912896, 1.73e-2, 6.2e-2)};
+}
+
+TEST(BenchTable, GoldenWiresSideBySide) {
+  BenchContext c = h200Context();
+  c.argv = {"tpscope", "bench", "allreduce", "--wire", "exact,int8,bf16,fp8", "--backend", "host", "--devices", "0,0"};
+  c.devices = {{0, 0, "0000:18:00.0", "NVIDIA H200"}, {1, 0, "0000:18:00.0", "NVIDIA H200"}};
+  c.env.clear();
+  c.options.devices = {0, 0};
+  c.options.backends = {tpsBackendHost};
+  c.options.wires = {tpsWireExact, tpsWireInt8, tpsWireBf16, tpsWireFp8};
+  c.options.wires_given = true;
+  c.options.meter = false;
+  const std::vector<BenchRow> rows = wireRows();
+  std::string s = formatPreamble(c) + formatHeader();
+  for (const BenchRow& r : rows) s += formatRow(r);
+  s += formatFooter(rows, c.options.backends) + formatWireRatios(rows);
+  testing::expectGolden("bench_allreduce_wires.txt", s);
+
+  const nlohmann::json j = benchDocument(c, rows);
+  EXPECT_EQ(j["context"]["wires"], nlohmann::json({"exact", "int8", "bf16", "fp8"}));
+  EXPECT_EQ(j["results"][4]["wire"], "int8");
+  EXPECT_EQ(j["results"][4]["path"], "host-copy+int8");
+  EXPECT_DOUBLE_EQ(j["results"][4]["rel_rms_error"].get<double>(), 3.6e-3);
+  EXPECT_DOUBLE_EQ(j["results"][4]["rel_max_abs_error"].get<double>(), 1.4e-2);
+  // algbw on the payload (the dtype's bytes), whatever the wire moved.
+  EXPECT_DOUBLE_EQ(j["results"][4]["algbw_gbps"].get<double>(), 16777216 / 1e3 / 820.0);
+}
+
+TEST(BenchTable, WireRatiosSetEachWireAgainstTheExactOne) {
+  const std::string s = formatWireRatios(wireRows());
+  // int8 at 16 MiB: 820 / 1500 of the time, 1500 / 820 of the algbw, 8912896 / 16777216 of the bytes.
+  EXPECT_NE(s.find("#    16777216 bfloat16    host   int8   host-copy+int8     0.547     1.829     0.531  3.60e-03\n"),
+            std::string::npos)
+      << s;
+  // Rows without an exact row of the same size, backend and type, and exact rows, have no line.
+  std::vector<BenchRow> rows = wireRows();
+  rows.erase(rows.begin() + 3);  // no exact row at 16 MiB
+  const std::string t = formatWireRatios(rows);
+  EXPECT_EQ(t.find("16777216"), std::string::npos) << t;
+  EXPECT_NE(t.find("       65536 bfloat16"), std::string::npos) << t;
+  EXPECT_EQ(formatWireRatios(h200Rows()), "");
+  // The backend ratios compare one wire's rows.
+  EXPECT_EQ(timeRatios(wireRows(), {tpsBackendHost}, tpsBackendHost, "int8").size(), 2u);
+}
+
+TEST(BenchTable, TheDefaultWireIsTheCommunicatorsAndTheEnvIsShown) {
+  BenchContext c = h200Context();
+  tpsConfig_t cfg;
+  tpsConfigInit(&cfg);
+  cfg.wire = tpsWireAuto;
+  cfg.wire_error_budget = 0.01f;
+  c.communicator = cfg;
+  c.env = {{"TPSCOPE_WIRE", "auto:0.01"}};
+  const std::string p = formatPreamble(c);
+  EXPECT_NE(p.find("wires: auto:0.01"), std::string::npos) << p;
+  EXPECT_NE(p.find("# env: TPSCOPE_WIRE=auto:0.01"), std::string::npos) << p;
+  const nlohmann::json j = benchDocument(c, {});
+  EXPECT_EQ(j["context"]["wires"], nlohmann::json({"auto:0.01"}));
+  EXPECT_EQ(j["context"]["communicator"]["wire"], "auto:0.01");
+  EXPECT_EQ(std::count(benchEnvNames().begin(), benchEnvNames().end(), "TPSCOPE_WIRE"), 1);
 }
 
 TEST(BenchJson, GoldenH200) {

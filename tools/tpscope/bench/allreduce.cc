@@ -5,9 +5,10 @@
 // The pieces: bench/args.h (options and their checks), bench/bench_runner.h (GPU timing), bench/check.h
 // (-c 1), bench/stats.h (path and bytes columns), bench/table.h (text and JSON). This file wires them
 // together. --tune runs bench/tune.h (the host backend's tunables), then bench/crossover.h (the fastest
-// backend per size, for `auto`) instead of the sweep. --procs N runs the sweep again with each rank a
-// process of its own (bench/procs.h: this binary re-run per rank as the hidden `bench allreduce-rank`),
-// after the sweep with every rank in this process, so that both stand in one table.
+// backend per size, for `auto`), then bench/wire_tune.h (each wire's time and error per size, for
+// TPSCOPE_WIRE=auto) instead of the sweep; where ranks share a GPU, only the last. --procs N runs the sweep
+// again with each rank a process of its own (bench/procs.h: this binary re-run per rank as the hidden
+// `bench allreduce-rank`), after the sweep with every rank in this process, so that both stand in one table.
 #include "bench/allreduce.h"
 
 #include <fmt/format.h>
@@ -23,12 +24,14 @@
 
 #include "allreduce/auto_table.h"
 #include "allreduce/media.h"
+#include "allreduce/tuning.h"
 #include "bench/args.h"
 #include "bench/bench_runner.h"
 #include "bench/crossover.h"
 #include "bench/procs.h"
 #include "bench/table.h"
 #include "bench/tune.h"
+#include "bench/wire_tune.h"
 #include "cli.h"
 #include "topology/topology.h"
 #include "tpscope/tpscope.h"
@@ -57,14 +60,17 @@ std::string utcNow() {
   return buf;
 }
 
-// Every size of every type, backends interleaved within each size; rows appended in measuring order, so a
-// failure part-way leaves the rows measured before it.
+// Every size of every type, backends and within each backend the wires interleaved within each size; rows
+// appended in measuring order, so a failure part-way leaves the rows measured before it.
 void runSweep(AllReduceBench& bench, const BenchOptions& o, const std::vector<uint64_t>& sizes,
               const std::function<void(const BenchRow&)>& on_row, std::vector<BenchRow>* rows) {
-  for (const ProcsItem& i : sweepItems(o, sizes)) {
-    rows->push_back(bench.measure(i.backend, i.dtype, i.count));
-    on_row(rows->back());
-  }
+  for (const ProcsItem& i : sweepItems(o, sizes))
+    for (tpsWire_t w : o.wires) {
+      // NCCL on symmetric windows is NCCL's own AllReduce: it has no wire but the dtype's.
+      if (i.backend == kBenchNcclSymm && w != o.wires.front()) continue;
+      rows->push_back(bench.measure(i.backend, i.dtype, i.count, w));
+      on_row(rows->back());
+    }
 }
 
 // This binary, for the --procs ranks.
@@ -159,6 +165,9 @@ class BenchAllReduceCommand : public Command {
     sub_->add_option("--backend", backends_,
                      "host, p2p, nccl, auto, comma-separated, or all; nccl-symm: NCCL on symmetric windows beside them")
         ->capture_default_str();
+    wire_opt_ = sub_->add_option("--wire", wires_,
+                                 "Wires to measure side by side: exact, bf16, int8, fp8, int4, comma-separated, or "
+                                 "all (default: exact, or TPSCOPE_WIRE's)");
     sub_->add_flag("--graph", o_.graph, "Time CUDA-graph launches of -n captured calls");
     sub_->add_flag(
         "!--no-meter", o_.meter,
@@ -168,8 +177,9 @@ class BenchAllReduceCommand : public Command {
         ->capture_default_str();
     sub_->add_option("-J,--json", o_.json_path, "Also write the results as JSON to FILE");
     sub_->add_flag("--tune", tune_,
-                   "Instead of the sweep: measure the host backend's tunables and the fastest backend per size "
-                   "(-b 8K -e 1G unless given) here, and write the tuning file that auto reads");
+                   "Instead of the sweep: measure the host backend's tunables, the fastest backend per size and "
+                   "each wire's time and error per size (-b 8K -e 1G unless given) here, and write the tuning file "
+                   "that auto and TPSCOPE_WIRE=auto:BUDGET read");
     sub_->add_option("--format", format_, "Output on stdout")
         ->check(CLI::IsMember({"table", "json"}))
         ->capture_default_str();
@@ -191,12 +201,13 @@ class BenchAllReduceCommand : public Command {
   CLI::Option* max_opt_ = nullptr;
   CLI::Option* factor_opt_ = nullptr;
   CLI::Option* step_opt_ = nullptr;
+  CLI::Option* wire_opt_ = nullptr;
   BenchOptions o_;
   std::string min_bytes_ = "8K", max_bytes_ = "256M", step_bytes_ = "1M";
   int check_ = 1, factor_ = 2;  // ints, not unsigned: CLI11 would wrap "-1" to 2^64 - 1
   bool tune_ = false;
   int ngpus_ = 0;
-  std::string dtype_ = "bfloat16", op_ = "sum", devices_, backends_ = "host,nccl", format_ = "table";
+  std::string dtype_ = "bfloat16", op_ = "sum", devices_, backends_ = "host,nccl", format_ = "table", wires_;
 };
 
 BenchOptions BenchAllReduceCommand::parseOptions() {
@@ -214,6 +225,14 @@ BenchOptions BenchAllReduceCommand::parseOptions() {
   o.check = check_ == 1;
   o.dtypes = parseDataTypes(dtype_);
   o.backends = parseBackends(backends_);
+  if (wire_opt_->count() > 0) {
+    o.wires = parseWires(wires_);
+    o.wires_given = true;
+  }
+  // Config wire 0 means "TPSCOPE_WIRE, else exact": with it set, the exact wire's communicator would not be.
+  if (const char* env = std::getenv("TPSCOPE_WIRE"); env && *env && (o.wires_given || tune_))
+    throw UsageError("TPSCOPE_WIRE=" + std::string(env) + " would set the wire of every communicator: unset it to " +
+                     (tune_ ? "tune" : "compare wires with --wire"));
   o.json_stdout = format_ == "json";
   return o;
 }
@@ -273,6 +292,8 @@ int BenchAllReduceCommand::run() {
   // Flag errors first, so a bad command line is a usage error even on a machine without GPUs.
   if (o_.procs != 0) {
     if (tune_) throw UsageError("--procs runs the sweep, --tune measures instead of it: give one of them");
+    if (o_.wires_given && (o_.wires.size() > 1 || o_.wires.front() != tpsWireExact))
+      throw UsageError("--procs measures the exact wire only: drop --wire, or --procs to compare wires");
     procsDevices(o_.procs, givenDevices(), std::numeric_limits<int>::max());
   } else if (ngpus_ != 0 || !devices_.empty()) {
     resolveDevices(ngpus_, devices_, std::numeric_limits<int>::max());
@@ -296,9 +317,25 @@ int BenchAllReduceCommand::run() {
   if (r == tpsInvalidArgument) return fail(kExitUsage, reason);
   if (r != tpsSuccess) return fail(kExitRuntime, "cannot read the topology: " + reason);
   if (tune_) {
-    TuneResult tuned;
-    if (int rc = runHostTune(o_.devices, stdout, &tuned); rc != 0) return rc;
-    return runCrossoverTune(o_.devices, detail::boxFingerprint(topo), sizes, o_, tuned.path, utcNow(), stdout);
+    std::string path = detail::tuneFilePath();
+    if (!shared) {
+      TuneResult tuned;
+      if (int rc = runHostTune(o_.devices, stdout, &tuned); rc != 0) return rc;
+      if (int rc = runCrossoverTune(o_.devices, detail::boxFingerprint(topo), sizes, o_, tuned.path, utcNow(), stdout);
+          rc != 0)
+        return rc;
+      path = tuned.path;
+    } else {
+      std::printf(
+          "# tune: ranks share a GPU: the host tunables and the crossovers need a GPU per rank; measuring the wires "
+          "only\n");
+    }
+    // The box as a communicator over these ranks sees it (a GPU named once per rank), so that its
+    // TPSCOPE_WIRE=auto finds the table.
+    Topology ranks;
+    if (tpsResult_t q = queryTopology(o_.devices, &ranks, &reason); q != tpsSuccess)
+      return fail(kExitRuntime, "cannot read the topology: " + reason);
+    return runWireTuneOnGpus(o_.devices, detail::boxFingerprint(ranks), sizes, o_, path, utcNow(), stdout);
   }
   std::ofstream json_file;
   if (!o_.json_path.empty()) {
@@ -340,8 +377,8 @@ int BenchAllReduceCommand::run() {
     if (table) std::fputs(formatRow(row).c_str(), stdout);
     std::fflush(stdout);  // rows appear as they are measured, like all_reduce_perf
     if (progress)
-      std::fprintf(stderr, "\r# %s %s %llu B done   ", benchBackendName(row.backend), tpsDataTypeName(row.dtype),
-                   static_cast<unsigned long long>(row.bytes()));
+      std::fprintf(stderr, "\r# %s %s %s %llu B done   ", benchBackendName(row.backend), row.wire.c_str(),
+                   tpsDataTypeName(row.dtype), static_cast<unsigned long long>(row.bytes()));
   };
   try {
     runSweep(*bench, o_, sizes, on_row, &rows);
@@ -357,8 +394,10 @@ int BenchAllReduceCommand::run() {
     tail += formatFooter(rows, o_.backends);
     if (o_.backends.size() > 1) {
       const tpsBackend_t ref = ratioReference(o_.backends);
-      tail += formatRatios(timeRatios(rows, o_.backends, ref), o_.backends, ref);
+      const std::string first_wire = rows.empty() ? "exact" : rows.front().wire;
+      tail += formatRatios(timeRatios(rows, o_.backends, ref, first_wire), o_.backends, ref);
     }
+    tail += formatWireRatios(rows);
     tail += formatProcsRatios(rows);
     std::fputs(tail.c_str(), stdout);
   }

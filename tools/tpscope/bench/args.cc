@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "allreduce/wire.h"
 #include "bench/nccl_symm.h"
 #include "cli.h"
 #include "common/param.h"
@@ -78,6 +79,34 @@ std::vector<tpsBackend_t> parseBackends(const std::string& text) {
     if (std::find(out.begin(), out.end(), *b) != out.end())
       throw UsageError("backend '" + item + "' appears twice in --backend");
     out.push_back(*b);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<tpsWire_t> parseWires(const std::string& text) {
+  using detail::WireCode;
+  std::vector<tpsWire_t> out;
+  if (text == "all") {
+    for (WireCode w : detail::allWires()) out.push_back(static_cast<tpsWire_t>(w));
+    return out;
+  }
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::optional<WireCode> w = detail::parseWireName(item);
+    if (!w) {
+      if (item.rfind("auto", 0) == 0)
+        throw UsageError("--wire measures wires; '" + item +
+                         "' is a policy over them: give it through TPSCOPE_WIRE without --wire, or list the wires");
+      throw UsageError("unknown wire '" + item +
+                       "' in --wire: give exact, bf16, int8, fp8, int4, comma-separated, or all");
+    }
+    if (std::find(out.begin(), out.end(), static_cast<tpsWire_t>(*w)) != out.end())
+      throw UsageError("wire '" + item + "' appears twice in --wire");
+    out.push_back(static_cast<tpsWire_t>(*w));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }

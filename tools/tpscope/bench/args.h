@@ -41,6 +41,10 @@ std::vector<tpsDataType_t> parseDataTypes(const std::string& text);
 // nccl-symm column by name, kBenchNcclSymm). UsageError for an unknown or repeated name.
 std::vector<tpsBackend_t> parseBackends(const std::string& text);
 
+// "exact,int8,fp8": wires in the order given (exact, bf16, int8, fp8, int4); "all" = every wire, exact first.
+// UsageError for an unknown or repeated name, and for auto (a policy, not a wire: TPSCOPE_WIRE gives it).
+std::vector<tpsWire_t> parseWires(const std::string& text);
+
 // A size flag's value ("8K", "256M", "1G", "4096"); UsageError naming `flag` when it does not parse.
 uint64_t parseSizeFlag(const std::string& text, const std::string& flag);
 
@@ -52,6 +56,10 @@ struct BenchOptions {
   bool check = true;     // -c
   std::vector<tpsDataType_t> dtypes{tpsBfloat16};
   std::vector<tpsBackend_t> backends{tpsBackendHost, tpsBackendNccl};
+  // --wire: a communicator per wire, measured interleaved with the backends at each size. Not given: one
+  // communicator on the default wire (exact, or what TPSCOPE_WIRE names), and wires_given stays false.
+  std::vector<tpsWire_t> wires{tpsWireExact};
+  bool wires_given = false;
   std::vector<int> devices;  // CUDA ordinals; empty until resolved against the machine
   bool graph = false;
   int graph_replays = 10;    // timed launches of each graph

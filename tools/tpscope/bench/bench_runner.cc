@@ -54,8 +54,19 @@ AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes
   }
   tpsConfig_t defaults;
   tpsConfigInit(&defaults);  // backend auto: the communicator sets up every backend it can
-  tpsOk(tpsCommCreate(&comm_, static_cast<int>(n), devices.data(), config ? config : &defaults),
-        "creating the AllReduce communicator");
+  for (tpsWire_t w : options.wires) {
+    tpsConfig_t cfg = config ? *config : defaults;
+    if (options.wires_given) cfg.wire = w;
+    WireComm c{w, "", nullptr};
+    tpsOk(tpsCommCreate(&c.comm, static_cast<int>(n), devices.data(), &cfg),
+          options.wires_given ? fmt::format("creating the AllReduce communicator of wire {}", wireLabel(w))
+                              : std::string("creating the AllReduce communicator"));
+    tpsConfig_t resolved = cfg;
+    (void)tpsCommGetConfig(c.comm, &resolved);
+    c.label = options.wires_given ? wireLabel(w) : wireLabel(resolved.wire, resolved.wire_error_budget);
+    comms_.push_back(c);
+  }
+  comm_ = comms_.front().comm;
   if (std::find(options.backends.begin(), options.backends.end(), kBenchNcclSymm) != options.backends.end()) {
     symm_ = NcclSymm::create(devices, max_bytes, &symm_info_);
     if (!symm_) TPS_LOG_WARN("nccl-symm: N/A ({}); the other columns run without it", symm_info_.reason);
@@ -64,7 +75,7 @@ AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes
 
 AllReduceBench::~AllReduceBench() {
   for (const Stream& s : streams_) (void)cudaStreamSynchronize(s.get());
-  tpsCommDestroy(comm_);
+  for (const WireComm& c : comms_) tpsCommDestroy(c.comm);
 }
 
 tpsResult_t AllReduceBench::call(tpsBackend_t backend, tpsDataType_t dtype, size_t count) {
@@ -100,11 +111,12 @@ void AllReduceBench::joinInto() {
 tpsConfig_t AllReduceBench::config() const {
   tpsConfig_t c;
   tpsConfigInit(&c);
-  (void)tpsCommGetConfig(comm_, &c);
+  (void)tpsCommGetConfig(comms_.front().comm, &c);
   return c;
 }
 
 bool AllReduceBench::available(tpsBackend_t backend) {
+  comm_ = comms_.front().comm;  // every wire's communicator has the same backends
   const tpsResult_t r = call(backend, tpsFloat32, 1);
   if (r == tpsUnavailable) return false;
   tpsOk(r, fmt::format("a first call of backend {}", benchBackendName(backend)));
@@ -187,7 +199,10 @@ CheckCounts AllReduceBench::check(tpsBackend_t backend, tpsDataType_t dtype, siz
     results.push_back(host_[r].data());
   }
   syncAll();
-  // The check runs the way the timing did: one eager call, or a one-call graph launched once.
+  // The check runs the way the timing did: one eager call, or a one-call graph launched once. The
+  // statistics around it say which wire the call used, so the reference is that wire's.
+  std::vector<PathStats> before, after;
+  tpsOk(allPathStats(comm_, &before), "tpsCommGetPathStats");
   if (options_.graph) {
     GraphExec g{capture(backend, dtype, count, 1)};
     DeviceGuard guard(devices_[0]);
@@ -197,12 +212,15 @@ CheckCounts AllReduceBench::check(tpsBackend_t backend, tpsDataType_t dtype, siz
   }
   syncAll();
   throwIfAsyncError(backend, bytes);
+  tpsOk(allPathStats(comm_, &after), "tpsCommGetPathStats");
+  const std::optional<detail::WireCode> wire = statsWire(before, after);
+  if (!wire) throw std::runtime_error(fmt::format("the check's call of {} bytes ran on more than one wire", bytes));
   for (size_t r = 0; r < devices_.size(); ++r)
     TPS_BENCH_CUDA(cudaMemcpyAsync(host_[r].data(), ptrs[r], bytes, cudaMemcpyDeviceToHost, streams_[r].get()));
   syncAll();
   for (size_t r = 0; r < devices_.size(); ++r)  // timing runs on zeros again (see bench/bench_runner.h)
     TPS_BENCH_CUDA(cudaMemsetAsync(ptrs[r], 0, bytes, streams_[r].get()));
-  return checkResults(kBenchSeed, dtype, count, results);
+  return checkResults(kBenchSeed, dtype, count, results, *wire);
 }
 
 bool AllReduceBench::awaited(size_t g, MeterGroup group) const {
@@ -352,9 +370,13 @@ MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, 
   return out;
 }
 
-BenchRow AllReduceBench::measure(tpsBackend_t backend, tpsDataType_t dtype, size_t count) {
+BenchRow AllReduceBench::measure(tpsBackend_t backend, tpsDataType_t dtype, size_t count, tpsWire_t wire) {
+  auto c = std::find_if(comms_.begin(), comms_.end(), [&](const WireComm& x) { return x.wire == wire; });
+  if (c == comms_.end()) throw std::logic_error("measure: a wire this bench made no communicator for");
+  comm_ = c->comm;
   BenchRow row;
   row.backend = backend;
+  row.wire = c->label;
   row.dtype = dtype;
   row.count = count;
   row.graph = options_.graph;

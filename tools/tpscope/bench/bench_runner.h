@@ -14,8 +14,11 @@
 // - graph: -n calls are captured into one CUDA graph spanning every GPU (s0 forks to the other streams
 //   and joins them back inside the graph), launched once untimed, then --graph-replays times on s0 with
 //   an event between launches; each launch's interval / -n is one sample, time(us) is their mean.
-// Timing runs on zero-filled buffers, so in-place sums stay finite however many calls run (no path on
-// these GPUs compresses data, so values do not change the cost); -c 1 loads real data for its own call.
+// Timing runs on zero-filled buffers, so in-place sums stay finite however many calls run (a compressed
+// wire's payload has the same size and its codec the same work whatever the values); -c 1 loads real data
+// for its own call.
+// Wires (--wire): one communicator per wire over the same streams and buffers, tpsConfig_t.wire set to
+// it; measure() runs the one of the wire asked for.
 // Metering (eager, unless --no-meter): after timing, a separate run of enough calls to last >= 20 ms sits
 // in a meter window that also holds 60 ms of idle before and after the calls, so the window's edges
 // fall in idle time and the counters' bytes are exact whatever their cadence (an NVLink read is slow:
@@ -27,6 +30,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "bench/args.h"
@@ -40,9 +44,10 @@ namespace tpscope::cli {
 
 class AllReduceBench {
  public:
-  // Creates streams, events, buffers of `max_bytes` per GPU and the communicator. `config` null: defaults,
-  // every backend the communicator can set up. A tuner passes its own (say, host_copy_threshold forced to
-  // one path) to measure one path against another.
+  // Creates streams, events, buffers of `max_bytes` per GPU and a communicator per wire of options.wires
+  // (with options.wires_given false: one, on the default wire). `config` null: defaults, every backend the
+  // communicator can set up. A tuner passes its own (say, host_copy_threshold forced to one path) to
+  // measure one path against another.
   AllReduceBench(const std::vector<int>& devices, size_t max_bytes, const BenchOptions& options,
                  const tpsConfig_t* config = nullptr);
   ~AllReduceBench();
@@ -51,12 +56,13 @@ class AllReduceBench {
 
   // False when the communicator has no resources for `backend` (tpsUnavailable); one 1-element call.
   bool available(tpsBackend_t backend);
-  // The communicator's resolved configuration (tpsCommGetConfig), for the record.
+  // The first wire's communicator's resolved configuration (tpsCommGetConfig), for the record.
   tpsConfig_t config() const;
   // What the nccl-symm column set up and NCCL's estimates so far (requested: false when not listed).
   const NcclSymmInfo& ncclSymmInfo() const { return symm_info_; }
-  // Warm-ups, timing, and with -c 1 the check, for one (backend, dtype, count).
-  BenchRow measure(tpsBackend_t backend, tpsDataType_t dtype, size_t count);
+  // Warm-ups, timing, and with -c 1 the check, for one (backend, dtype, count) on `wire` (one of
+  // options.wires; its communicator).
+  BenchRow measure(tpsBackend_t backend, tpsDataType_t dtype, size_t count, tpsWire_t wire = tpsWireExact);
 
  private:
   tpsResult_t call(tpsBackend_t backend, tpsDataType_t dtype, size_t count);
@@ -87,7 +93,13 @@ class AllReduceBench {
   Event fork_;                                    // on GPU0, no timing: forks s0 into the others inside a graph
   std::vector<Event> marks_;                      // on GPU0, timing: start, per-call or per-launch marks, stop
   std::vector<std::vector<unsigned char>> host_;  // -c 1 staging, one per GPU
-  tpsComm_t comm_ = nullptr;
+  struct WireComm {
+    tpsWire_t wire = tpsWireExact;
+    std::string label;  // the row's wire column (BenchRow::wire)
+    tpsComm_t comm = nullptr;
+  };
+  std::vector<WireComm> comms_;   // one per wire of options.wires, in that order
+  tpsComm_t comm_ = nullptr;      // the communicator of the wire being measured (one of comms_)
   std::unique_ptr<Meter> meter_;  // null with --no-meter or where NVML cannot measure
   int windows_ = 0;
   std::unique_ptr<NcclSymm> symm_;  // the nccl-symm column: its own communicators and buffers; null: N/A

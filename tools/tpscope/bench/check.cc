@@ -10,6 +10,8 @@
 #include <cstring>
 #include <thread>
 
+#include "allreduce/wire.h"
+
 namespace tpscope::cli {
 
 namespace {
@@ -22,12 +24,11 @@ uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Runs fn(begin, end) over [0, n) on up to hardware_concurrency threads. Below 1M elements one thread
-// is faster than starting more.
+// Runs fn(begin, end, thread) over [0, n) on up to hardware_concurrency threads, at least `grain` items a
+// thread. Below 1M elements one thread is faster than starting more.
 template <typename Fn>
-void parallelFor(size_t n, Fn fn) {
-  constexpr size_t kGrain = 1 << 20;
-  const size_t threads = std::clamp<size_t>(n / kGrain, 1, std::max(1u, std::thread::hardware_concurrency()));
+void parallelFor(size_t n, Fn fn, size_t grain = size_t{1} << 20) {
+  const size_t threads = std::clamp<size_t>(n / grain, 1, std::max(1u, std::thread::hardware_concurrency()));
   if (threads == 1) return fn(size_t{0}, n, size_t{0});
   std::vector<std::thread> pool;
   const size_t step = (n + threads - 1) / threads;
@@ -108,32 +109,90 @@ uint64_t countOutOfTolerance(uint64_t seed, tpsDataType_t dtype, size_t count, i
   return total;
 }
 
-CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const std::vector<const void*>& results) {
+namespace {
+
+// Elements the check takes at once: a whole number of wire blocks, so that a piece's blocks are the
+// message's blocks (the codec's blocks start at element 0), and few enough to keep its buffers small.
+constexpr size_t kPiece = size_t{1} << 16;
+static_assert(kPiece % detail::kWireBlock == 0, "a piece is a whole number of wire blocks");
+
+struct CheckPart {
+  CheckCounts counts;
+  double err2 = 0, ref2 = 0, max_err = 0;  // rank 0's error against the exact sum
+  bool nan = false;                        // rank 0's result has a NaN where the exact sum is finite
+};
+
+}  // namespace
+
+CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const std::vector<const void*>& results,
+                         detail::WireCode wire) {
   const int n = static_cast<int>(results.size());
   const size_t elem = tpsDataTypeSize(dtype);
-  std::vector<CheckCounts> part(std::max(1u, std::thread::hardware_concurrency()));
-  parallelFor(count, [&](size_t b, size_t e, size_t t) {
-    CheckCounts c;
-    for (size_t i = b; i < e; ++i) {
-      double ref = 0, tol = 0;
-      referenceAt(seed, dtype, n, i, &ref, &tol);
-      const auto* first = static_cast<const unsigned char*>(results[0]) + i * elem;
-      for (int r = 0; r < n; ++r) {
-        const bool bad = !(std::fabs(decodeElement(dtype, results[r], i) - ref) <= tol);  // NaN fails too
-        const bool differs =
-            r > 0 && std::memcmp(static_cast<const unsigned char*>(results[r]) + i * elem, first, elem);
-        c.out_of_tolerance += bad;
-        c.not_identical += differs;
-        c.wrong += bad || differs;
-      }
-    }
-    part[t] = c;
-  });
+  const bool lossy = wire != detail::WireCode::kExact;
+  const size_t pieces = (count + kPiece - 1) / kPiece;
+  std::vector<CheckPart> part(std::max(1u, std::thread::hardware_concurrency()));
+  parallelFor(
+      pieces,
+      [&](size_t b, size_t e, size_t t) {
+        CheckPart p;
+        std::vector<float> x(lossy ? kPiece : 0);
+        std::vector<uint8_t> payload(lossy ? detail::wirePayloadBytes(wire, kPiece) : 0);
+        std::vector<float> carried(lossy ? static_cast<size_t>(n) * kPiece : 0);  // [rank][i]: what the wire carried
+        for (size_t piece = b; piece < e; ++piece) {
+          const size_t i0 = piece * kPiece, len = std::min(kPiece, count - i0);
+          for (int r = 0; r < n && lossy; ++r) {
+            for (size_t i = 0; i < len; ++i) x[i] = static_cast<float>(benchInputValue(seed, r, i0 + i));
+            detail::encodeMessage(wire, x.data(), len, payload.data());
+            detail::decodeMessage(wire, payload.data(), len, carried.data() + r * kPiece);
+          }
+          for (size_t i = 0; i < len; ++i) {
+            double exact = 0, exact_abs = 0, sent = 0, sent_abs = 0;
+            for (int r = 0; r < n; ++r) {
+              const double v = benchInputValue(seed, r, i0 + i);
+              exact += v;
+              exact_abs += std::fabs(v);
+              if (lossy) {
+                const double c = carried[r * kPiece + i];
+                sent += c;
+                sent_abs += std::fabs(c);
+              }
+            }
+            const double ref = lossy ? sent : exact;
+            const double tol = benchTolerance(dtype, n, lossy ? sent_abs : exact_abs);
+            const auto* first = static_cast<const unsigned char*>(results[0]) + (i0 + i) * elem;
+            for (int r = 0; r < n; ++r) {
+              const bool bad = !(std::fabs(decodeElement(dtype, results[r], i0 + i) - ref) <= tol);  // NaN fails too
+              const bool differs =
+                  r > 0 && std::memcmp(static_cast<const unsigned char*>(results[r]) + (i0 + i) * elem, first, elem);
+              p.counts.out_of_tolerance += bad;
+              p.counts.not_identical += differs;
+              p.counts.wrong += bad || differs;
+            }
+            const double err = decodeElement(dtype, results[0], i0 + i) - exact;
+            if (std::isnan(err)) p.nan = true;
+            p.err2 += err * err;
+            p.ref2 += exact * exact;
+            p.max_err = std::max(p.max_err, std::fabs(err));
+          }
+        }
+        part[t] = p;
+      },
+      (size_t{1} << 20) / kPiece);
   CheckCounts total;
-  for (const CheckCounts& c : part) {
-    total.out_of_tolerance += c.out_of_tolerance;
-    total.not_identical += c.not_identical;
-    total.wrong += c.wrong;
+  double err2 = 0, ref2 = 0, max_err = 0;
+  bool nan = false;
+  for (const CheckPart& p : part) {
+    total.out_of_tolerance += p.counts.out_of_tolerance;
+    total.not_identical += p.counts.not_identical;
+    total.wrong += p.counts.wrong;
+    err2 += p.err2;
+    ref2 += p.ref2;
+    max_err = std::max(max_err, p.max_err);
+    nan = nan || p.nan;
+  }
+  if (count > 0 && ref2 > 0) {
+    total.rel_rms = nan ? std::nan("") : std::sqrt(err2 / ref2);
+    total.rel_max = nan ? std::nan("") : max_err / std::sqrt(ref2 / static_cast<double>(count));
   }
   return total;
 }

@@ -11,12 +11,19 @@
 // also tight enough to catch a missing, repeated or sign-flipped contribution: each moves the sum by
 // |x| >= 1, and the bound is at most gamma(7) * 8 * 255/64 = 0.90 for 8 GPUs in bfloat16.
 // Separately, every rank's result must be bit-identical to rank 0's (the API promises it).
+//
+// On a compressed wire the reference is what the wire promises instead: the sum of every rank's message
+// as the wire carries it (each rank's values encoded and decoded in blocks of 64 from element 0 by the
+// codec's CPU reference, allreduce/wire.h), with the same tolerance on those decoded values; a missing or
+// doubled contribution still moves the sum by about |x| >= 1 (a decoded value keeps its sign and most of
+// its size). The error columns compare rank 0's result with the exact sum of the inputs either way.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "allreduce/wire_codec.h"
 #include "bench/table.h"
 #include "tpscope/tpscope.h"
 
@@ -40,7 +47,9 @@ double benchTolerance(tpsDataType_t dtype, int nranks, double sum_abs);
 // the check of a rank that is a process of its own (--procs), which cannot see the others' results.
 uint64_t countOutOfTolerance(uint64_t seed, tpsDataType_t dtype, size_t count, int nranks, const void* result);
 
-// Checks every rank's result (host copies, results[r] holds `count` elements) against the reference.
-CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const std::vector<const void*>& results);
+// Checks every rank's result (host copies, results[r] holds `count` elements) of a call on `wire` against
+// the reference, and measures its error against the exact sum (rel_rms, rel_max).
+CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const std::vector<const void*>& results,
+                         detail::WireCode wire = detail::WireCode::kExact);
 
 }  // namespace tpscope::cli

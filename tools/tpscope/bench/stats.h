@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/wire_codec.h"
 #include "bench/table.h"
 #include "tpscope/tpscope.h"
 #include "tpscope/tpscope.hpp"
@@ -31,5 +32,10 @@ Medium pathMedium(int path);
 
 // Snapshots of every path by number (allPathStats) before and after; `ndev` ranks in this process.
 StatsDelta statsDelta(const std::vector<PathStats>& before, const std::vector<PathStats>& after, int ndev);
+
+// The wire the calls between two snapshots travelled on: the wire of every path that counted calls (its
+// algorithm's, allreduce/registry.h); exact when none counted (NCCL's own calls beside the library's);
+// nullopt when those paths differ in wire.
+std::optional<detail::WireCode> statsWire(const std::vector<PathStats>& before, const std::vector<PathStats>& after);
 
 }  // namespace tpscope::cli

@@ -56,7 +56,8 @@ const std::vector<std::string>& benchEnvNames() {
                                                   "TPSCOPE_HOST_CHUNK_BYTES",
                                                   "TPSCOPE_HOST_BLOCKS",
                                                   "TPSCOPE_SPIN_TIMEOUT_MS",
-                                                  "TPSCOPE_TUNE_FILE"};
+                                                  "TPSCOPE_TUNE_FILE",
+                                                  "TPSCOPE_WIRE"};
   return kNames;
 }
 
@@ -73,14 +74,16 @@ constexpr Column kColumns[] = {{"size(B)", 12, false},     {"count(elements)", 1
                                {"type", 8, false},         {"redop", 6, false},
                                {"time(us)", 9, true},      {"algbw(GB/s)", 11, false},
                                {"busbw(GB/s)", 11, false}, {"#wrong", 7, false},
-                               {"backend", 9, true},       {"ranks", 7, false},
-                               {"path", 11, false},        {"min(us)", 9, false},
-                               {"median(us)", 10, false},  {"max(us)", 9, false},
-                               {"host_tx(B)", 11, false},  {"host_rx(B)", 11, false},
-                               {"peer_tx(B)", 11, false},  {"peer_rx(B)", 11, false},
-                               {"nccl_tx(B)", 11, false},  {"nccl_rx(B)", 11, false},
-                               {"pcie_tx(B)", 11, true},   {"pcie_rx(B)", 11, false},
-                               {"nvl_tx(B)", 11, false},   {"nvl_rx(B)", 11, false}};
+                               {"backend", 9, true},       {"wire", 6, false},
+                               {"ranks", 7, false},        {"path", 16, false},
+                               {"min(us)", 9, false},      {"median(us)", 10, false},
+                               {"max(us)", 9, false},      {"rel_rms", 9, false},
+                               {"rel_max", 9, false},      {"host_tx(B)", 11, false},
+                               {"host_rx(B)", 11, false},  {"peer_tx(B)", 11, false},
+                               {"peer_rx(B)", 11, false},  {"nccl_tx(B)", 11, false},
+                               {"nccl_rx(B)", 11, false},  {"pcie_tx(B)", 11, true},
+                               {"pcie_rx(B)", 11, false},  {"nvl_tx(B)", 11, false},
+                               {"nvl_rx(B)", 11, false}};
 constexpr size_t kNumColumns = sizeof(kColumns) / sizeof(kColumns[0]);
 
 // nccl-tests' time format: two decimals below 100 us, one below 10 ms, none above.
@@ -96,6 +99,9 @@ std::string joinCells(const std::vector<std::string>& cells, char lead) {
     s += fmt::format("{}{:>{}}", kColumns[i].group ? (lead == '#' ? " |" : "  ") : "", cells[i], kColumns[i].width + 1);
   return s + "\n";
 }
+
+// A relative error: three significant digits in exponent form ("3.91e-03"), N/A when not computed.
+std::string errorText(const std::optional<double>& v) { return v ? fmt::format("{:.2e}", *v) : "N/A"; }
 
 std::string cudaVersionText(int v) { return v ? fmt::format("{}.{}", v / 1000, (v % 1000) / 10) : "N/A"; }
 
@@ -117,8 +123,17 @@ std::string formatPreamble(const BenchContext& ctx) {
                    o.check ? 1 : 0, o.graph ? 1 : 0);
   std::string types;
   for (size_t i = 0; i < o.dtypes.size(); ++i) types += (i ? "," : "") + std::string(tpsDataTypeName(o.dtypes[i]));
-  s += fmt::format("# backends: {} (interleaved size by size)  datatypes: {}  op: sum, in place\n",
-                   joinBackends(o.backends), types);
+  std::string wires;
+  for (size_t i = 0; i < o.wires.size(); ++i)
+    wires += (i ? "," : "") + (o.wires_given || !ctx.communicator
+                                   ? wireLabel(o.wires[i])
+                                   : wireLabel(ctx.communicator->wire, ctx.communicator->wire_error_budget));
+  s += fmt::format("# backends: {} (interleaved size by size)  wires: {}  datatypes: {}  op: sum, in place\n",
+                   joinBackends(o.backends), wires, types);
+  if (o.wires.size() > 1 || o.wires.front() != tpsWireExact)
+    s += "# wires: algbw/busbw on the dtype's bytes; host_*/peer_* the bytes the wire moved; a path without\n"
+         "#        +wire ran exact (the backend or dtype does not carry that wire); rel_rms/rel_max: rank 0's\n"
+         "#        result against the exact sum (-c 1)\n";
   if (o.procs > 0) {
     std::string gpus;
     for (size_t r = 0; r < ctx.procs_devices.size(); ++r)
@@ -186,11 +201,14 @@ std::string formatRow(const BenchRow& r) {
                     fmt::format("{:.2f}", r.busbw_gbps),
                     r.check ? std::to_string(r.check->wrong) : "N/A",
                     benchBackendName(r.backend),
+                    r.wire,
                     r.procs ? "procs" : "threads",
                     r.path,
                     timeText(r.time.min_us),
                     timeText(r.time.median_us),
                     timeText(r.time.max_us),
+                    errorText(r.check ? r.check->rel_rms : std::nullopt),
+                    errorText(r.check ? r.check->rel_max : std::nullopt),
                     bytes(&MediumBytes::host_tx),
                     bytes(&MediumBytes::host_rx),
                     bytes(&MediumBytes::peer_tx),
@@ -214,29 +232,33 @@ std::string formatFooter(const std::vector<BenchRow>& rows, const std::vector<tp
     }
   std::string s = checked ? fmt::format("# Out of bounds values : {} {}\n", wrong, wrong ? "FAILED" : "OK")
                           : "# Out of bounds values : N/A (not checked: -c 0)\n";
-  // Mean busbw over the sizes, as nccl-tests' "Avg bus bandwidth", per backend and type (and for --procs
-  // rows apart, marked so).
+  // Mean busbw over the sizes, as nccl-tests' "Avg bus bandwidth", per backend, wire and type (and for
+  // --procs rows apart, marked so).
+  std::vector<std::string> wires;
+  for (const BenchRow& r : rows)
+    if (std::find(wires.begin(), wires.end(), r.wire) == wires.end()) wires.push_back(r.wire);
   for (bool procs : {false, true})
     for (tpsBackend_t b : backends)
-      for (int t = 0; t < tpsNumDataTypes; ++t) {
-        double sum = 0;
-        int n = 0;
-        for (const BenchRow& r : rows)
-          if (r.backend == b && r.dtype == t && r.procs == procs) sum += r.busbw_gbps, ++n;
-        if (n)
-          s += fmt::format("# Avg bus bandwidth    : {:.4g} {} {}{}\n", sum / n, benchBackendName(b),
-                           tpsDataTypeName(static_cast<tpsDataType_t>(t)), procs ? " procs" : "");
-      }
+      for (const std::string& w : wires)
+        for (int t = 0; t < tpsNumDataTypes; ++t) {
+          double sum = 0;
+          int n = 0;
+          for (const BenchRow& r : rows)
+            if (r.backend == b && r.wire == w && r.dtype == t && r.procs == procs) sum += r.busbw_gbps, ++n;
+          if (n)
+            s += fmt::format("# Avg bus bandwidth    : {:.4g} {} {} {}{}\n", sum / n, benchBackendName(b),
+                             tpsDataTypeName(static_cast<tpsDataType_t>(t)), w, procs ? " procs" : "");
+        }
   return s + "#\n";
 }
 
 std::vector<RatioRow> timeRatios(const std::vector<BenchRow>& rows, const std::vector<tpsBackend_t>& backends,
-                                 tpsBackend_t reference) {
+                                 tpsBackend_t reference, const std::string& wire) {
   // Keyed by (dtype, bytes) in the order rows were measured.
   std::vector<RatioRow> out;
   std::map<std::pair<int, uint64_t>, std::map<int, double>> times;
   for (const BenchRow& r : rows) {
-    if (r.procs) continue;
+    if (r.procs || r.wire != wire) continue;
     auto key = std::make_pair(static_cast<int>(r.dtype), r.bytes());
     if (times.find(key) == times.end()) out.push_back({r.dtype, r.bytes(), {}, std::nullopt});
     times[key][r.backend] = r.time.mean_us;
@@ -269,6 +291,31 @@ std::string formatRatios(const std::vector<RatioRow>& ratios, const std::vector<
   return s;
 }
 
+std::string formatWireRatios(const std::vector<BenchRow>& rows) {
+  std::string s;
+  for (const BenchRow& w : rows) {
+    if (w.procs || w.wire == "exact") continue;
+    auto e = std::find_if(rows.begin(), rows.end(), [&](const BenchRow& r) {
+      return !r.procs && r.wire == "exact" && r.backend == w.backend && r.dtype == w.dtype && r.count == w.count;
+    });
+    if (e == rows.end()) continue;
+    if (s.empty())
+      s = fmt::format(
+          "# Wires against the exact wire: time(us) over exact's (below 1: faster), payload algbw over exact's,\n"
+          "# host bytes per call over exact's, and the relative RMS error\n"
+          "#{:>12} {:>8} {:>7} {:>6} {:>16} {:>9} {:>9} {:>9} {:>9}\n",
+          "size(B)", "type", "backend", "wire", "path", "time", "algbw", "bytes", "rel_rms");
+    auto ratio = [](double a, double b) { return b > 0 ? fmt::format("{:.3f}", a / b) : std::string("N/A"); };
+    const double wb = w.bytes_per_call ? w.bytes_per_call->host_tx : 0;
+    const double eb = e->bytes_per_call ? e->bytes_per_call->host_tx : 0;
+    s += fmt::format("#{:>12} {:>8} {:>7} {:>6} {:>16} {:>9} {:>9} {:>9} {:>9}\n", w.bytes(), tpsDataTypeName(w.dtype),
+                     benchBackendName(w.backend), w.wire, w.path, ratio(w.time.mean_us, e->time.mean_us),
+                     ratio(w.algbw_gbps, e->algbw_gbps), wb > 0 ? ratio(wb, eb) : std::string("N/A"),
+                     errorText(w.check ? w.check->rel_rms : std::nullopt));
+  }
+  return s;
+}
+
 std::string formatProcsRatios(const std::vector<BenchRow>& rows) {
   std::string s;
   for (const BenchRow& p : rows) {
@@ -292,6 +339,7 @@ std::string formatProcsRatios(const std::vector<BenchRow>& rows) {
 nlohmann::json rowJson(const BenchRow& r) {
   using nlohmann::json;
   json j = {{"backend", benchBackendName(r.backend)},
+            {"wire", r.wire},
             {"ranks", r.procs ? "procs" : "threads"},
             {"path", r.path},
             {"mode", r.graph ? "graph" : "eager"},
@@ -309,6 +357,8 @@ nlohmann::json rowJson(const BenchRow& r) {
             {"n_wrong", r.check ? json(r.check->wrong) : json(nullptr)},
             {"n_out_of_tolerance", r.check ? json(r.check->out_of_tolerance) : json(nullptr)},
             {"n_not_bit_identical", r.check ? json(r.check->not_identical) : json(nullptr)},
+            {"rel_rms_error", r.check && r.check->rel_rms ? json(*r.check->rel_rms) : json(nullptr)},
+            {"rel_max_abs_error", r.check && r.check->rel_max ? json(*r.check->rel_max) : json(nullptr)},
             {"bytes_per_call", nullptr},
             {"metered_bytes_per_call", nullptr}};
   if (r.metered) {
@@ -335,8 +385,12 @@ nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow
     devices.push_back({{"rank", d.rank}, {"device", d.device}, {"bus_id", d.bus_id}, {"name", d.name}});
   json env = json::object();
   for (const auto& [k, v] : ctx.env) env[k] = v;
-  json backends = json::array(), dtypes = json::array();
+  json backends = json::array(), dtypes = json::array(), wires = json::array();
   for (tpsBackend_t b : o.backends) backends.push_back(benchBackendName(b));
+  for (tpsWire_t w : o.wires)
+    wires.push_back(o.wires_given || !ctx.communicator
+                        ? wireLabel(w)
+                        : wireLabel(ctx.communicator->wire, ctx.communicator->wire_error_budget));
   for (tpsDataType_t t : o.dtypes) dtypes.push_back(tpsDataTypeName(t));
   json context = {{"tool", "tpscope bench allreduce"},
                   {"version", ctx.version},
@@ -363,6 +417,7 @@ nlohmann::json benchDocument(const BenchContext& ctx, const std::vector<BenchRow
                   {"graph_replays", o.graph ? json(o.graph_replays) : json(nullptr)},
                   {"check", o.check},
                   {"backends", backends},
+                  {"wires", wires},
                   {"dtypes", dtypes},
                   {"sweep",
                    {{"min_bytes", o.sweep.min_bytes},

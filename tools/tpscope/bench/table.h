@@ -11,8 +11,10 @@
 //
 // Table: every line that is not a data row starts with '#', so awk/gnuplot read the rows as-is. The
 // first eight columns are all_reduce_perf's (in-place only: tpsAllReduce is in place; no root column
-// because an AllReduce has none); ours follow: backend, path, per-call spread, and the bytes each GPU
-// sent (tx) and received (rx) per call over each medium, from the library's own accounting.
+// because an AllReduce has none); ours follow: backend, wire, path, per-call spread, the error against the
+// exact sum (-c 1), and the bytes each GPU sent (tx) and received (rx) per call over each medium, from the
+// library's own accounting (on a compressed wire: its payload, codes and scales). algbw and busbw are
+// always computed on S, the dtype's bytes, whatever the wire moved.
 #pragma once
 
 #include <cstdint>
@@ -51,16 +53,23 @@ struct MeteredBytes {
 
 // Result of -c 1 for one (backend, size): elements (rank, index) outside the tolerance, and elements of
 // ranks 1..n-1 whose bits differ from rank 0's. wrong() counts an element failing either once.
+// rel_rms and rel_max compare rank 0's result with the exact sum (in double) of the inputs: the relative
+// RMS error sqrt(sum e^2 / sum ref^2), and the largest |e| over the RMS of the exact sum; nullopt where
+// not computed (a --procs row).
 struct CheckCounts {
   uint64_t out_of_tolerance = 0;
   uint64_t not_identical = 0;
   uint64_t wrong = 0;
+  std::optional<double> rel_rms, rel_max;
 };
 
 // One measured (backend, dtype, size). Eager mode times `calls` back-to-back calls; graph mode times
 // replays of a graph of -n calls. Times are per call; see docs/cli.md for the exact intervals.
 struct BenchRow {
   tpsBackend_t backend = tpsBackendAuto;
+  // The wire the communicator was asked for (wireLabel: "exact", "int8", "auto:0.01"); what each call
+  // used is in `path` ("host-copy+int8"; a path without a wire's suffix ran exact).
+  std::string wire = "exact";
   std::string path;  // paths that carried the calls ("host-kernel", "host-kernel+host-copy"), "-" if none counted
   tpsDataType_t dtype = tpsBfloat16;
   size_t count = 0;
@@ -114,7 +123,8 @@ const std::vector<std::string>& benchEnvNames();
 std::string formatPreamble(const BenchContext& ctx);
 std::string formatHeader();
 std::string formatRow(const BenchRow& row);
-// "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth : X backend dtype" per backend and dtype.
+// "# Out of bounds values : N OK|FAILED" and "# Avg bus bandwidth : X backend dtype wire" per backend, wire
+// and dtype.
 std::string formatFooter(const std::vector<BenchRow>& rows, const std::vector<tpsBackend_t>& backends);
 
 // Per (dtype, size): each backend's mean time over the reference backend's, and the fastest backend.
@@ -124,11 +134,17 @@ struct RatioRow {
   std::vector<std::optional<double>> ratio;  // per backend, in --backend order; nullopt if not measured
   std::optional<tpsBackend_t> fastest;
 };
-// Rows marked procs are left out: the ratios compare backends within one process.
+// Rows marked procs are left out: the ratios compare backends within one process, on one wire: `wire`
+// (a row's wire label), the first of --wire.
 std::vector<RatioRow> timeRatios(const std::vector<BenchRow>& rows, const std::vector<tpsBackend_t>& backends,
-                                 tpsBackend_t reference);
+                                 tpsBackend_t reference, const std::string& wire = "exact");
 std::string formatRatios(const std::vector<RatioRow>& ratios, const std::vector<tpsBackend_t>& backends,
                          tpsBackend_t reference);
+
+// Per (dtype, size, backend) where the exact wire and another were measured: each wire's path, time over
+// the exact wire's, payload algbw over the exact wire's (its inverse), host bytes per call over the exact
+// wire's, and the relative RMS error; "" when no row has another wire beside an exact one.
+std::string formatWireRatios(const std::vector<BenchRow>& rows);
 
 // --procs: per (dtype, size, backend) with both rows, time with a process per rank over time with every rank
 // in this process; "" when no row is marked procs.

@@ -6,9 +6,12 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "allreduce/auto_table.h"
 #include "allreduce/tuning.h"
+#include "allreduce/wire.h"
 #include "tpscope/tpscope.h"
 
 namespace tpscope::cli {
@@ -35,15 +38,18 @@ std::string pcieText(const std::optional<int>& gen, const std::optional<int>& wi
   return fmt::format("{} {}", orNA(gen, "Gen"), orNA(width, "x"));
 }
 
-// What `auto` would pick here, from the same tune file and host tunables a communicator would read.
+// What `auto` would pick here, from the same tune file, host tunables and wire setting (TPSCOPE_WIRE) a
+// communicator with a default configuration would read.
 AutoSummary autoSummary(const Topology& topo, const std::vector<MediumStatus>& media) {
   tpsConfig_t cfg;
   tpsConfigInit(&cfg);
   detail::HostTuning host;
   const size_t threshold = detail::resolveHostTuning(cfg, &host) == tpsSuccess ? host.copy_threshold : SIZE_MAX;
-  detail::AutoTableLoad load =
-      detail::loadAutoTable(detail::tuneFilePath(), [&] { return detail::boxFingerprint(topo); });
-  return autoPicks(topo, media, load.table ? &*load.table : nullptr, load.why, threshold);
+  const std::string path = detail::tuneFilePath();
+  const detail::AutoTableLoad load = detail::loadAutoTable(path, [&] { return detail::boxFingerprint(topo); });
+  std::ifstream f(path);
+  const nlohmann::json tune = f ? nlohmann::json::parse(f, nullptr, false) : nlohmann::json();
+  return autoSummaryWith(topo, media, load, threshold, std::getenv("TPSCOPE_WIRE"), tune, path);
 }
 
 class TopoCommand : public Command {
@@ -84,6 +90,29 @@ class TopoCommand : public Command {
 }  // namespace
 
 std::unique_ptr<Command> makeTopoCommand(CLI::App& app) { return std::make_unique<TopoCommand>(app); }
+
+AutoSummary autoSummaryWith(const Topology& topo, const std::vector<MediumStatus>& media,
+                            const detail::AutoTableLoad& load, size_t host_copy_threshold, const char* wire_env,
+                            const nlohmann::json& tune, const std::string& tune_path) {
+  detail::WirePolicy policy;
+  std::string refused;
+  if (detail::requestedWire(tpsWireExact, 0, wire_env, &policy, &refused) != tpsSuccess)
+    policy = detail::WirePolicy{};  // a communicator refuses it: shown as the note, the picks exact
+  detail::WireTableLoad wires;
+  if (policy.automatic) wires = detail::selectWireTable(tune, tune_path, [&] { return detail::boxFingerprint(topo); });
+  AutoSummary s =
+      autoPicks(topo, media, load.table ? &*load.table : nullptr, load.why, host_copy_threshold, [&](uint64_t bytes) {
+        if (!policy.automatic) return policy.wire;
+        return wires.table ? wires.table->choose(bytes, policy.budget) : detail::WireCode::kExact;
+      });
+  s.wire_policy = detail::wirePolicyText(policy);
+  if (!refused.empty())
+    s.wire_note = refused + " (a communicator refuses it)";
+  else if (policy.automatic)
+    s.wire_note = wires.table ? fmt::format("wires measured in tune file {}, {}", tune_path, wires.table->measured)
+                              : wires.why + "; every call is exact";
+  return s;
+}
 
 nlohmann::json topologyDocument(const Topology& topo, const std::vector<MediumStatus>& media,
                                 const std::string& nccl_version, const AutoSummary& autos) {
@@ -138,10 +167,13 @@ std::string formatTopologyTable(const Topology& topo, const std::vector<MediumSt
                    autos.fingerprint);
   if (!autos.note.empty()) s += fmt::format("# built-in defaults: {}\n", autos.note);
   if (!autos.tune_file.empty()) s += fmt::format("# {}\n", autos.tune_file);
-  s += fmt::format("  {:<9} {:<8} {:<14} {}\n", "size", "backend", "algorithm", "from");
+  s += fmt::format("# wire: {}{}{} (what a bfloat16 call travels as; a backend without that wire runs exact)\n",
+                   autos.wire_policy, autos.wire_policy == "exact" ? ", the default" : " from TPSCOPE_WIRE",
+                   autos.wire_note.empty() ? "" : "; " + autos.wire_note);
+  s += fmt::format("  {:<9} {:<8} {:<18} {:<6} {}\n", "size", "backend", "algorithm", "wire", "from");
   for (const AutoPick& a : autos.picks)
-    s += fmt::format("  {:<9} {:<8} {:<14} {}\n", detail::bytesLabel(a.bytes),
-                     a.backend == tpsBackendAuto ? "none" : tpsBackendName(a.backend), a.algorithm,
+    s += fmt::format("  {:<9} {:<8} {:<18} {:<6} {}\n", detail::bytesLabel(a.bytes),
+                     a.backend == tpsBackendAuto ? "none" : tpsBackendName(a.backend), a.algorithm, a.wire,
                      a.source == autos.tune_file ? "tune file" : a.source);
   return s;
 }
