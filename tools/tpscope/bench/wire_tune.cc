@@ -13,7 +13,7 @@
 #include "allreduce/auto_table.h"
 #include "allreduce/registry.h"
 #include "bench/procs.h"
-#include "bench/runner.h"
+#include "bench/bench_runner.h"
 
 namespace tpscope::cli {
 
