@@ -150,7 +150,7 @@ tpsResult_t detail::createMeter(const MeterOptions& options, std::unique_ptr<Pla
       if (name == s->name()) impl->ordered.push_back(s.get());
   for (const Source* s : impl->ordered)
     if (!impl->sampler) impl->sampler = s->sampler();
-  // In registry order (sources/registry.cc says why); a failure stops those already started.
+  // In registry order (sources/source_registry.cc says why); a failure stops those already started.
   for (size_t i = 0; i < impl->sources.size(); ++i)
     if (tpsResult_t r = impl->sources[i]->start(reason); r != tpsSuccess) {
       while (i > 0) impl->sources[--i]->stop();

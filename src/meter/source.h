@@ -9,7 +9,7 @@
 // and counter: the bytes it counted, the bounds they lie within, its samples, whether it covered the
 // window and why not, and what its own reads added to the link. The window code (window.h) turns those
 // answers into MB/s, net figures and shares of the ceiling once, for every source;
-// sources/registry.cc lists them by name.
+// sources/source_registry.cc lists them by name.
 //
 // Readers are called from their sampling threads only (a CounterReader from its GPU's two group
 // threads, each group its own state), so they need no locking; read() must not allocate or print
@@ -156,7 +156,7 @@ class Source {
  public:
   virtual ~Source() = default;
   virtual const char* name() const = 0;
-  // Starts sampling. Sources start in registry order (sources/registry.cc says why that order).
+  // Starts sampling. Sources start in registry order (sources/source_registry.cc says why that order).
   virtual tpsResult_t start(std::string* reason) = 0;
   // Takes one last read after the call began and stops; idempotent. Sources stop in reverse order.
   virtual void stop() = 0;
@@ -206,7 +206,7 @@ struct SourceEntry {
   tpsResult_t (*open)(SourceContext& ctx, std::unique_ptr<Source>* out, std::string* reason);
 };
 
-// Every registered source, in the order they start (sources/registry.cc).
+// Every registered source, in the order they start (sources/source_registry.cc).
 const std::vector<const SourceEntry*>& sourceRegistry();
 const SourceEntry* findSource(const std::string& name);
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// sources/registry.cc - every source the meter knows, by name; what a source list says.
+// sources/source_registry.cc - every source the meter knows, by name; what a source list says.
 //
 // A source is a file of this folder, named for it (pm_source.cc), that defines its SourceEntry
 // (source.h), and one line below. The order is the order they start (and the reverse of the order they
