@@ -159,6 +159,10 @@ def main():
         shared = torch.cuda.device_count() < world
         tt.set_config(tpscope.Config(backend=tpscope.Backend.HOST, shared_devices=shared))
         dist.init_process_group("cpu:gloo,cuda:tpscope")
+        # Where one rank works alone (making the model, the TP=1 run) the other waits on the host: a
+        # tpscope barrier on the GPU gives up after the spin timeout, gloo's waits as long as the group's
+        # timeout.
+        alone = dist.new_group(backend="gloo")
         if shared:
             os.environ["LOCAL_RANK"] = str(device)  # HF binds cuda:LOCAL_RANK; here that is the shared GPU
     if rank == 0:
@@ -166,7 +170,7 @@ def main():
         if not os.path.isdir(args.model_dir):
             ex.make_model(args.model_dir, args.layers)
     if tp:
-        dist.barrier(device_ids=[device])
+        dist.barrier(group=alone)
     record = {"wire": args.wire if tp else "none", "tp": world, "backend": "host" if tp else "none",
               "shared_gpu": tp and torch.cuda.device_count() < world, "layers": args.layers,
               "prompt_tokens": args.prompt_tokens, "steps": args.steps, "forced": bool(args.tokens_from),
@@ -220,7 +224,7 @@ def main():
             del model
             torch.cuda.empty_cache()
         if tp:
-            dist.barrier(device_ids=[device])  # rank 1 waits while rank 0 runs TP=1
+            dist.barrier(group=alone)  # rank 1 waits while rank 0 runs TP=1
     if rank == 0:
         with open(os.path.join(args.out, "hf-%s.json" % (args.wire if tp else "tp1")), "w") as f:
             json.dump(record, f, indent=1)
