@@ -116,14 +116,188 @@ __device__ __forceinline__ void warpDecode(WirePayload p, size_t n, size_t k, fl
   }
 }
 
-// Encodes n values of x into the payload at `out`, a warp per block (the copy-engine path's D2H source).
+// ---- the copy-engine path: eight lanes a block ------------------------------------------------------------
+// Whole messages, memory bound: each lane takes 8 consecutive values of a block (one 16-byte load of a
+// 16-bit type, two of a float), so a warp moves four blocks per step with wide loads and stores; the
+// block's largest magnitude is a maximum over its 8 lanes. The arithmetic per value is warpEncode's and
+// warpDecode's (wire_codec.h), so the codes, the decoded values and the sums are the same bits.
+constexpr int kWireLanes = 8;                          // lanes per block of kWireBlock values
+constexpr int kWireLaneValues = kWireBlock / kWireLanes;  // values per lane
+static_assert(kWireLaneValues == 8, "a lane's 8 values are one 16-byte vector of a 16-bit type");
+
+__device__ __forceinline__ float laneGroupMax(float v) {
+#pragma unroll
+  for (int o = kWireLanes / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Values i..i+7 of x (zero past n); `wide`: x is 16-byte aligned, so whole groups load as vectors.
+template <typename T>
+__device__ __forceinline__ void load8(const T* x, size_t n, size_t i, bool wide, float v[8]) {
+  if (wide && i + 8 <= n) {
+    const uint4* p = reinterpret_cast<const uint4*>(x + i);
+    if constexpr (sizeof(T) == 4) {
+      const uint4 a = p[0], b = p[1];
+      const float f[8] = {__uint_as_float(a.x), __uint_as_float(a.y), __uint_as_float(a.z), __uint_as_float(a.w),
+                          __uint_as_float(b.x), __uint_as_float(b.y), __uint_as_float(b.z), __uint_as_float(b.w)};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = f[j];
+    } else {
+      Vec<T> u;
+      u.raw = p[0];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = Elem<T>::toFloat(u.e[j]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = i + j < n ? Elem<T>::toFloat(x[i + j]) : 0.0f;
+}
+
+template <typename T>
+__device__ __forceinline__ void store8(T* x, size_t n, size_t i, bool wide, const float v[8]) {
+  if (wide && i + 8 <= n) {
+    uint4* p = reinterpret_cast<uint4*>(x + i);
+    if constexpr (sizeof(T) == 4) {
+      p[0] = make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+      p[1] = make_uint4(__float_as_uint(v[4]), __float_as_uint(v[5]), __float_as_uint(v[6]), __float_as_uint(v[7]));
+    } else {
+      Vec<T> u;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) u.e[j] = Elem<T>::fromFloat(v[j]);
+      p[0] = u.raw;
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    if (i + j < n) x[i + j] = Elem<T>::fromFloat(v[j]);
+}
+
+// The lane's 8 values v (at i, block k) encoded: their codes stored in p (when kStore; the block's scale
+// by its first lane) and v replaced by what they decode to. Every lane of the warp must call it.
+template <WireCode W, bool kStore>
+__device__ __forceinline__ void encode8(float v[8], size_t n, size_t i, size_t k, bool first, WirePayload p) {
+  if constexpr (W == WireCode::kBf16) {
+    unsigned short h[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const __nv_bfloat16 b = __float2bfloat16_rn(v[j]);
+      h[j] = __bfloat16_as_ushort(b);
+      v[j] = __bfloat162float(b);
+    }
+    if constexpr (kStore) {
+      unsigned short* out = reinterpret_cast<unsigned short*>(p.codes) + i;
+      if (i + 8 <= n) {
+        *reinterpret_cast<uint4*>(out) = make_uint4(h[0] | (unsigned(h[1]) << 16), h[2] | (unsigned(h[3]) << 16),
+                                                    h[4] | (unsigned(h[5]) << 16), h[6] | (unsigned(h[7]) << 16));
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (i + j < n) out[j] = h[j];
+      }
+    }
+  } else {
+    float m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (i + j < n && !wireIsNan(v[j]) && !wireIsInf(v[j])) m = fmaxf(m, fabsf(v[j]));
+    const float s = wireScale(W, laneGroupMax(m));
+    uint8_t c[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      c[j] = wireEncode(W, v[j], s);
+      v[j] = wireDecode(W, c[j], s);
+    }
+    if constexpr (kStore) {
+      if constexpr (W == WireCode::kInt4) {
+        uint8_t* out = p.codes + i / 2;
+        if (i + 8 <= n) {
+          *reinterpret_cast<uint32_t*>(out) = (c[0] | c[1] << 4) | (c[2] | c[3] << 4) << 8 |
+                                              (c[4] | c[5] << 4) << 16 | static_cast<uint32_t>(c[6] | c[7] << 4) << 24;
+        } else {
+#pragma unroll
+          for (int b = 0; b < 4; ++b)
+            if (i + 2 * b < n) out[b] = static_cast<uint8_t>(c[2 * b] | (i + 2 * b + 1 < n ? c[2 * b + 1] << 4 : 0));
+        }
+      } else if (i + 8 <= n) {
+        *reinterpret_cast<uint2*>(p.codes + i) = make_uint2(c[0] | c[1] << 8 | c[2] << 16 | static_cast<uint32_t>(c[3]) << 24,
+                                                            c[4] | c[5] << 8 | c[6] << 16 | static_cast<uint32_t>(c[7]) << 24);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          if (i + j < n) p.codes[i + j] = c[j];
+      }
+      if (first && k < wireBlocks(n)) p.scales[k] = s;
+    }
+  }
+}
+
+// The lane's 8 values (at i, block k) of a payload of n values, decoded (zero past n).
+template <WireCode W>
+__device__ __forceinline__ void decode8(WirePayload p, size_t n, size_t i, size_t k, float v[8]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+  if (i >= n) return;
+  if constexpr (W == WireCode::kBf16) {
+    const unsigned short* in = reinterpret_cast<const unsigned short*>(p.codes) + i;
+    if (i + 8 <= n) {
+      const uint4 u = *reinterpret_cast<const uint4*>(in);
+      const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[2 * j] = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(w[j] & 0xFFFF)));
+        v[2 * j + 1] = __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(w[j] >> 16)));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        if (i + j < n) v[j] = __bfloat162float(__ushort_as_bfloat16(in[j]));
+    }
+  } else {
+    const float s = p.scales[k];
+    uint8_t c[8];
+    if constexpr (W == WireCode::kInt4) {
+      const uint8_t* in = p.codes + i / 2;
+      uint32_t w = 0;
+      if (i + 8 <= n) {
+        w = *reinterpret_cast<const uint32_t*>(in);
+      } else {
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+          if (i + 2 * b < n) w |= static_cast<uint32_t>(in[b]) << (8 * b);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) c[j] = (w >> (4 * j)) & 0xF;
+    } else if (i + 8 <= n) {
+      const uint2 u = *reinterpret_cast<const uint2*>(p.codes + i);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) c[j] = (u.x >> (8 * j)) & 0xFF, c[4 + j] = (u.y >> (8 * j)) & 0xFF;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) c[j] = i + j < n ? p.codes[i + j] : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = i + j < n ? wireDecode(W, c[j], s) : 0.0f;
+  }
+}
+
+// Encodes n values of x into the payload at `out` (the copy-engine path's D2H source).
 template <typename T, WireCode W>
 __global__ void wireEncodeKernel(const T* x, size_t n, void* out) {
   const WirePayload p = WirePayload::at(out, W, n);
+  const int lane = threadIdx.x & 31;
+  const bool wide = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  const size_t per_warp = 32 / kWireLanes;
   const size_t warps = static_cast<size_t>(gridDim.x) * (blockDim.x / 32);
-  float a, b;
-  for (size_t k = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; k < wireBlocks(n); k += warps)
-    warpEncode<T, W>(x, n, k, p, &a, &b);
+  for (size_t k0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * per_warp; k0 < wireBlocks(n);
+       k0 += warps * per_warp) {
+    const size_t k = k0 + lane / kWireLanes;
+    const size_t i = k * kWireBlock + (lane % kWireLanes) * kWireLaneValues;
+    float v[8];
+    load8<T>(x, n, i, wide, v);
+    encode8<W, true>(v, n, i, k, lane % kWireLanes == 0, p);
+  }
 }
 
 // The copy-engine path's add with a wire: buf (n values) becomes the rank-order sum of every rank's
@@ -136,22 +310,32 @@ struct WireAddArgs {
 
 template <typename T, WireCode W>
 __global__ void wireAddPeers(WireAddArgs args, T* buf, size_t n) {
-  const size_t warps = static_cast<size_t>(gridDim.x) * (blockDim.x / 32);
   const int lane = threadIdx.x & 31;
-  for (size_t k = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; k < wireBlocks(n); k += warps) {
-    float mine0, mine1;
-    warpEncode<T, W, false>(buf, n, k, WirePayload{}, &mine0, &mine1);
-    float acc0 = 0.0f, acc1 = 0.0f;
+  const bool wide = (reinterpret_cast<uintptr_t>(buf) & 15) == 0;
+  const size_t per_warp = 32 / kWireLanes;
+  const size_t warps = static_cast<size_t>(gridDim.x) * (blockDim.x / 32);
+  for (size_t k0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * per_warp; k0 < wireBlocks(n);
+       k0 += warps * per_warp) {
+    const size_t k = k0 + lane / kWireLanes;
+    const size_t i = k * kWireBlock + (lane % kWireLanes) * kWireLaneValues;
+    float mine[8], acc[8], d[8];
+    load8<T>(buf, n, i, wide, mine);
+    encode8<W, false>(mine, n, i, k, false, WirePayload{});
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
 #pragma unroll
     for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
       if (q >= args.nranks) break;
-      float a = mine0, b = mine1;
-      if (q != args.rank) warpDecode<W>(WirePayload::at(const_cast<void*>(args.payload[q]), W, n), n, k, &a, &b);
-      acc0 += a, acc1 += b;
+      if (q == args.rank) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] += mine[j];
+      } else {
+        decode8<W>(WirePayload::at(const_cast<void*>(args.payload[q]), W, n), n, i, k, d);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] += d[j];
+      }
     }
-    const size_t i = k * kWireBlock + 2 * lane;
-    if (i < n) buf[i] = Elem<T>::fromFloat(acc0);
-    if (i + 1 < n) buf[i + 1] = Elem<T>::fromFloat(acc1);
+    store8<T>(buf, n, i, wide, acc);
   }
 }
 

@@ -272,7 +272,7 @@ tpsResult_t HostCopy::run(const CallArgs& a) {
         if (q != r) TPS_CUDA_CHECK(cudaStreamWaitEvent(s, h2d_done_[q][half].get(), 0));
       const char* src = static_cast<const char*>(a.bufs[r]) + off;
       if (W != WireCode::kExact) {  // the round's payload, encoded from the message (after its earlier D2H)
-        const int blocks = static_cast<int>(std::min<size_t>(1024, (wireBlocks(elems) + 7) / 8));
+        const int blocks = static_cast<int>(std::min<size_t>(1024, (wireBlocks(elems) + 31) / 32));  // 4 blocks a warp
         wireEncodeKernel<T, W><<<blocks, 256, 0, s>>>(reinterpret_cast<const T*>(src), elems, encoded_[r].get());
         TPS_CUDA_CHECK_LAUNCH();
         src = encoded_[r].as<char>();
@@ -324,7 +324,7 @@ tpsResult_t HostCopy::run(const CallArgs& a) {
         for (int q = 0; q < nr; ++q) args.payload[q] = q == r ? nullptr : peerRegion(r, q, half);
         args.rank = r;
         args.nranks = nr;
-        const int blocks = static_cast<int>(std::min<size_t>(1024, (wireBlocks(elems) + 7) / 8));
+        const int blocks = static_cast<int>(std::min<size_t>(1024, (wireBlocks(elems) + 31) / 32));  // 4 blocks a warp
         wireAddPeers<T, W><<<blocks, 256, 0, s>>>(args, buf, elems);
       }
       TPS_CUDA_CHECK_LAUNCH();
