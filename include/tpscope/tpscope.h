@@ -8,7 +8,7 @@
  *
  * Threads. The functions without a communicator (names, sizes, version, tpsConfigInit) may be called
  * from any thread at any time. A communicator belongs to one thread at a time: tpsCommCreate,
- * tpsCommDestroy and the calls that enqueue work (tpsAllReduce, tpsAllReduceWith,
+ * tpsCommDestroy and the calls that enqueue work (tpsAllReduce, tpsAllReduceWith, tpsAllReduceWire,
  * tpsAllReduceAddRmsNorm) must not run concurrently with each other on the same communicator, as with
  * an ncclComm_t; the caller serialises them (one thread, or its own lock). Three calls may run from any
  * other thread while that happens: tpsCommGetAsyncError (an atomic read), tpsCommGetStats and
@@ -104,13 +104,14 @@ typedef enum {
 
 /* Wires: what a call's bytes travel as between the ranks. tpsWireExact, the dtype's own bytes, is the
  * default and the only wire a communicator uses unless the user names another (tpsConfig_t.wire, or
- * TPSCOPE_WIRE) or gives tpsWireAuto an error budget. A compressed wire encodes each rank's message in
- * blocks of 64 values with one float scale each (bf16: float32 messages rounded to bfloat16, no scale);
- * every rank adds the same decoded payloads, its own included as its peers decode it, in rank order in
- * float, so every rank still holds the same bits. NaN and +-Inf travel as codes of their own and come
- * out of the sum as on the exact wire. The host backend carries every wire, on both of its paths; where
- * the chosen algorithm has no such wire (p2p, NCCL, bf16 for a 16-bit dtype) the call runs exact. The
- * path in the statistics names the wire a call used ("host-copy+int8"). */
+ * TPSCOPE_WIRE) or gives tpsWireAuto an error budget; a call may also name its own (tpsAllReduceWire). A
+ * compressed wire encodes each rank's message in blocks of 64 values with one float scale each (bf16:
+ * float32 messages rounded to bfloat16, no scale); every rank adds the same decoded payloads, its own
+ * included as its peers decode it, in rank order in float, so every rank still holds the same bits. NaN
+ * and +-Inf travel as codes of their own and come out of the sum as on the exact wire. The host backend
+ * carries every wire, on both of its paths; where the chosen algorithm has no such wire (p2p, NCCL, bf16
+ * for a 16-bit dtype) the call runs exact. The path in the statistics names the wire a call used
+ * ("host-copy+int8"). */
 typedef enum {
   tpsWireExact = 0, /* the dtype's bytes: what every other wire is measured against */
   tpsWireBf16 = 1,  /* float32 calls as bfloat16 (half the bytes) */
@@ -266,6 +267,21 @@ tpsResult_t tpsAllReduce(tpsComm_t comm, void* const* bufs, size_t count, tpsDat
  * tpsUnavailable when the communicator was not created with that backend's resources. */
 tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* bufs, size_t count, tpsDataType_t dtype,
                              const tpsStream_t* streams);
+
+/* Like tpsAllReduceWith with the wire (tpsWire_t) chosen for this call. tpsWireAuto: the communicator's
+ * wire, whatever it is (its config's, TPSCOPE_WIRE's, or auto's pick under its budget), as
+ * tpsAllReduceWith runs it; a call has no error budget of its own. tpsWireExact: the dtype's own bytes
+ * whatever the communicator's wire, so the result is the exact sum, the bits a communicator on the exact
+ * wire gives (what a gather or broadcast made of a sum over zeros needs: each value back unchanged). A
+ * compressed wire runs as it does when a config names it, on a communicator of any wire: the host
+ * backend carries it, and a call whose algorithm has no such wire (p2p, NCCL, bf16 for a 16-bit dtype)
+ * runs exact. Every rank must pass the same wire for the same call (in one process one call serves
+ * every rank; across processes, ranks on different wires do not meet: tpsTimeout, or a wrong sum). The
+ * statistics count the call under the path that ran it: "host-kernel" for an exact call on the host
+ * kernel path, "host-kernel+int8" for int8. Errors as tpsAllReduceWith, plus tpsInvalidArgument, with
+ * nothing enqueued, for a wire outside tpsWire_t. */
+tpsResult_t tpsAllReduceWire(tpsComm_t comm, tpsBackend_t backend, tpsWire_t wire, void* const* bufs, size_t count,
+                             tpsDataType_t dtype, const tpsStream_t* streams);
 
 /* The reduction fused with what follows it in a transformer layer, for `rows` rows of `width`
  * elements (count = rows x width) per GPU:

@@ -67,9 +67,10 @@ class Communicator {
     return r;
   }
 
+  // tpsAllReduceWire: the backend and the wire default to the communicator's (tpsAllReduce).
   [[nodiscard]] tpsResult_t allReduce(void* const* bufs, size_t count, tpsDataType_t dtype, const tpsStream_t* streams,
-                                      tpsBackend_t backend = tpsBackendAuto) {
-    return tpsAllReduceWith(comm_, backend, bufs, count, dtype, streams);
+                                      tpsBackend_t backend = tpsBackendAuto, tpsWire_t wire = tpsWireAuto) {
+    return tpsAllReduceWire(comm_, backend, wire, bufs, count, dtype, streams);
   }
   [[nodiscard]] tpsResult_t asyncError() const {
     tpsResult_t e = tpsSuccess;

@@ -20,6 +20,11 @@ Checks, each printed as one line "PASS|FAIL name: detail":
   refusals        bad dtype, non-contiguous and CPU-only (tpscope-only group) tensors get one line
   wrong-device    a tensor on another GPU than the rank's is refused naming both devices (the backend's
                   check on every box; through dist.all_reduce where the box has two GPUs)
+  wire-gather     a group on Config(wire="int8") (host backend, which carries it): all_gather_into_tensor,
+                  all_gather and the functional all_gather_tensor return every rank's bits, every dtype
+  wire-broadcast  the same group: dist.broadcast from each root returns the root's bits, every dtype
+  wire-all-reduce the same group: dist.all_reduce is within the int8 wire's error of the float sum, and
+                  not that sum's bits (the wire is in use)
 Exit status 0 when every check passes; 77 (skipped), with the reason, where torch or a GPU is missing.
 CTest runs it under the label gpu (tests/CMakeLists.txt).
 """
@@ -66,11 +71,12 @@ def bits(t):
     return t.detach().cpu().contiguous().view(INT_VIEW[t.dtype])
 
 
-def setup(rank, nranks, port, backend="cpu:gloo,cuda:tpscope"):
+def setup(rank, nranks, port, backend="cpu:gloo,cuda:tpscope", config=None):
     import tpscope.torch as tt
     device = rank % torch.cuda.device_count()
     torch.cuda.set_device(device)
-    tt.set_config(tpscope.Config(shared_devices=torch.cuda.device_count() < nranks, spin_timeout_ms=SPIN_MS))
+    tt.set_config(tpscope.Config(shared_devices=torch.cuda.device_count() < nranks, spin_timeout_ms=SPIN_MS,
+                                 **(config or {})))
     dist.init_process_group(backend, init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=nranks)
     return device
 
@@ -268,6 +274,95 @@ def check_refusals(rank, out):
     out["refusals"] = (ok, json.dumps(lines))
 
 
+WIRE_SIZES = [1, 63, 4097, 65537]
+
+
+def int8_bound(parts, want, dtype):
+    """The largest error the int8 wire may give each element of the sum of `parts` (float32 CPU tensors,
+    one per rank): half a step of each rank's block scale (its 64-value block's largest magnitude / 126,
+    wire_codec.h), summed over the ranks, plus an ulp of dtype for the rounding of both sums."""
+    n = want.numel()
+    pad = (-n) % 64
+    bound = torch.zeros(n)
+    for p in parts:
+        scale = torch.nn.functional.pad(p.abs(), (0, pad)).view(-1, 64).amax(dim=1) / 126
+        bound += scale.repeat_interleave(64)[:n] / 2
+    ulp = {torch.float32: 2.0 ** -23, torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7}[dtype]
+    return bound * 1.001 + (want.abs() + bound) * ulp + 1e-30
+
+
+def check_wire_collectives(rank, nranks, out):
+    """The group is on the int8 wire: gathers and broadcasts still exact, all_reduce on the wire."""
+    import torch.distributed._functional_collectives as funcol
+    bad = []
+    for name, dtype in DTYPES.items():
+        for n in WIRE_SIZES:
+            x = data(rank, n, dtype).cuda()
+            want = torch.cat([data(r, n, dtype) for r in range(nranks)])
+            got = torch.empty(n * nranks, dtype=dtype, device="cuda")
+            dist.all_gather_into_tensor(got, x)
+            parts = [torch.empty(n, dtype=dtype, device="cuda") for _ in range(nranks)]
+            dist.all_gather(parts, x)
+            f = funcol.wait_tensor(funcol.all_gather_tensor(x, 0, dist.group.WORLD))
+            for label, g in (("all_gather_into_tensor", got), ("all_gather", torch.cat(parts)), ("funcol", f)):
+                if not torch.equal(bits(g), bits(want)):
+                    wrong = int((bits(g) != bits(want)).sum())
+                    bad.append("%s %s n=%d: %d of %d values not the ranks' own" % (label, name, n, wrong, want.numel()))
+    out["wire-gather"] = (not bad, "3 forms, 3 dtypes, %d sizes: every rank's bits" % len(WIRE_SIZES) if not bad
+                          else "; ".join(bad[:4]))
+    bad = []
+    for name, dtype in DTYPES.items():
+        for root in range(nranks):
+            for n in WIRE_SIZES:
+                want = data(root, n, dtype)
+                x = data(rank, n, dtype).cuda()
+                dist.broadcast(x, src=root)
+                if not torch.equal(bits(x), bits(want)):
+                    wrong = int((bits(x) != bits(want)).sum())
+                    bad.append("%s root %d n=%d: %d of %d values not the root's" % (name, root, n, wrong, n))
+    out["wire-broadcast"] = (not bad, "every root, 3 dtypes, %d sizes: the root's bits" % len(WIRE_SIZES) if not bad
+                             else "; ".join(bad[:4]))
+    bad, detail = [], []
+    for name in ("float32", "bfloat16"):
+        dtype, n = DTYPES[name], 65537
+        x = data(rank, n, dtype).cuda()
+        dist.all_reduce(x)
+        got = x.cpu().float()
+        parts = [data(r, n, dtype).float() for r in range(nranks)]
+        exact = sum(parts).to(dtype)  # the exact wire's result: the float sum rounded once
+        err = (got - exact.float()).abs()
+        bound = int8_bound(parts, exact.float(), dtype)
+        over = int((err > bound).sum())
+        differ = int((bits(x) != bits(exact)).sum())
+        if over:
+            worst = float((err - bound).max())
+            bad.append("%s: %d values beyond the int8 bound (worst %.3g over)" % (name, over, worst))
+        if differ < n // 10:  # a bfloat16 sum rounds some of the wire's errors away, never most of them
+            bad.append("%s: only %d of %d values differ from the exact sum: is the wire int8?" % (name, differ, n))
+        detail.append("%s %d/%d values off the exact sum, max error %.3g" % (name, differ, n, float(err.max())))
+    out["wire-all-reduce"] = (not bad, "; ".join(detail) if not bad else "; ".join(bad))
+
+
+def wire_worker(rank, nranks, port, result):
+    """A group whose communicator is on the int8 wire (the host backend carries it). The copy threshold is
+    set, so that a call of WIRE_SIZES runs in one piece whatever a tune file on the box says: int8_bound's
+    blocks are then the wire's."""
+    out = {}
+    try:
+        setup(rank, nranks, port, config={"backend": tpscope.Backend.HOST, "wire": "int8",
+                                          "host_copy_threshold": 1 << 20})
+        check_wire_collectives(rank, nranks, out)
+    except Exception as e:
+        out["wire"] = (False, "raised: %s" % str(e).splitlines()[0])
+    result[rank] = out
+    try:
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+        dist.destroy_process_group()
+    except Exception as e:
+        out["wire-teardown"] = (False, "raised: %s" % str(e).splitlines()[0])
+        result[rank] = out
+
+
 def worker(rank, nranks, port, result):
     out = {}
     try:
@@ -384,6 +479,13 @@ def main():
             prev = checks.get(name)
             checks[name] = (ok and (prev is None or prev[0]), detail if not ok or prev is None else prev[1])
     checks["collectives_s"] = (True, "%.1f" % (time.monotonic() - t0))
+    wire = spawn(wire_worker, args.nranks, 120)
+    for rank in range(args.nranks):
+        code = wire["exitcodes"][rank]
+        got = wire.get(rank, {"wire": (False, "rank %d gave no result (exit code %s)" % (rank, code))})
+        for name, (ok, detail) in got.items():
+            prev = checks.get(name)
+            checks[name] = (ok and (prev is None or prev[0]), detail if not ok or prev is None else prev[1])
     cpu = spawn(cpu_only_worker, args.nranks, 25)
     msg = cpu.get(0)
     checks["cpu-tensor"] = (bool(msg) and "cpu" in msg.lower(), str(msg))

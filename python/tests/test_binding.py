@@ -104,6 +104,24 @@ class Arguments(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "count is needed"):
             c._buffers([FakeTensor(0x10, 8), FakeTensor(0x20, 9)], None, None, [5, 6], "t")
 
+    def test_call_wire(self):
+        self.assertEqual(tpscope._call_wire(tpscope.Wire.EXACT), tpscope.Wire.EXACT)
+        self.assertEqual(tpscope._call_wire("int8"), tpscope.Wire.INT8)
+        self.assertEqual(tpscope._call_wire("auto"), tpscope.Wire.AUTO)
+        self.assertEqual(tpscope._call_wire(3), tpscope.Wire.FP8)
+        for bad in ("auto:0.01", "INT8", "lossy", 6, -1):
+            with self.assertRaisesRegex(ValueError, "wire"):
+                tpscope._call_wire(bad)
+        for bad in (None, 2.0, True):
+            with self.assertRaises(TypeError):
+                tpscope._call_wire(bad)
+        # The wire is checked before anything else of the call; a good one reaches the (closed) handle.
+        c = fake_comm()
+        with self.assertRaisesRegex(ValueError, "not a tpscope.Wire"):
+            c.all_reduce(FakeTensor(0x10, 8), streams=FakeStream(5), wire=99)
+        with self.assertRaisesRegex(ValueError, "closed"):
+            c.all_reduce(FakeTensor(0x10, 8), streams=FakeStream(5), wire="exact")
+
     def test_config_refuses_negative_values(self):
         with self.assertRaises(ValueError):
             tpscope.Config(spin_timeout_ms=-1)
@@ -244,6 +262,12 @@ class Library(unittest.TestCase):
             tpscope.Communicator.init_rank(2, b"short", 0, 0)
         with self.assertRaisesRegex(ValueError, "2 to 8 GPUs"):
             tpscope.Communicator.create([0])
+
+    def test_all_reduce_wire_is_exported(self):
+        lib = tpscope.library()
+        for wire in (tpscope.Wire.EXACT, tpscope.Wire.AUTO, 99):  # a NULL communicator comes first
+            status = lib.tpsAllReduceWire(None, 0, int(wire), None, 1, 0, None)
+            self.assertEqual(status, tpscope.Status.INVALID_ARGUMENT)
 
     def test_missing_rank_times_out(self):
         with self.assertRaises(tpscope.Error) as e:

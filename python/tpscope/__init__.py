@@ -247,6 +247,7 @@ def library():
         "tpsCommCount": ([vp, pi], i),
         "tpsCommUserRank": ([vp, pi], i),
         "tpsAllReduceWith": ([vp, i, ctypes.POINTER(vp), sz, i, ctypes.POINTER(vp)], i),
+        "tpsAllReduceWire": ([vp, i, i, ctypes.POINTER(vp), sz, i, ctypes.POINTER(vp)], i),
         "tpsAllReduceAddRmsNorm": ([vp, i, ctypes.POINTER(vp), ctypes.POINTER(vp), ctypes.POINTER(vp),
                                     ctypes.POINTER(vp), ctypes.POINTER(vp), sz, sz, ctypes.c_float, i,
                                     ctypes.POINTER(vp)], i),
@@ -329,6 +330,23 @@ def _stream(s, tensor, what):
     return s
 
 
+def _call_wire(wire):
+    """One call's Wire from a Wire, its int, or its name ("exact", "int8", ...; "auto": the communicator's).
+    ValueError for anything else: an error budget ("auto:0.01") belongs to a communicator, not a call."""
+    if isinstance(wire, str):
+        names = {w.name.lower(): w for w in Wire}
+        if wire not in names:
+            raise ValueError("a call's wire %r is not one of exact, bf16, int8, fp8, int4, auto (the communicator's)"
+                             % (wire,))
+        return names[wire]
+    if isinstance(wire, bool) or not isinstance(wire, int):
+        raise TypeError("a call's wire must be a tpscope.Wire or its name, not %s" % type(wire).__name__)
+    try:
+        return Wire(wire)
+    except ValueError:
+        raise ValueError("a call's wire %r is not a tpscope.Wire" % (wire,)) from None
+
+
 def _as_list(x, n, what):
     if n == 1 and not isinstance(x, (list, tuple)):
         return [x]
@@ -408,13 +426,17 @@ class Communicator:
         strs = (ctypes.c_void_p * self.local_size)(*handles)
         return ptrs, count, dtype, strs
 
-    def all_reduce(self, bufs, count=None, dtype=None, streams=None, backend=Backend.AUTO):
+    def all_reduce(self, bufs, count=None, dtype=None, streams=None, backend=Backend.AUTO, wire=Wire.AUTO):
         """In-place sum over all ranks, enqueued on the streams (asynchronous, capturable).
 
-        bufs: a tensor or device pointer for a rank-per-process communicator, else one per GPU."""
+        bufs: a tensor or device pointer for a rank-per-process communicator, else one per GPU.
+        wire: this call's wire (tpsAllReduceWire): Wire.AUTO (the default) the communicator's, Wire.EXACT
+        the exact sum whatever the communicator's wire, or a compressed wire; a Wire or its name ("int8").
+        Every rank passes the same wire."""
+        wire = _call_wire(wire)
         ptrs, count, dtype, strs = self._buffers(bufs, count, dtype, streams, "all_reduce")
-        _check(library().tpsAllReduceWith(self._live(), int(Backend(backend)), ptrs, count, int(dtype), strs),
-               "tpsAllReduce")
+        _check(library().tpsAllReduceWire(self._live(), int(Backend(backend)), int(wire), ptrs, count, int(dtype),
+                                          strs), "tpsAllReduce")
 
     def all_reduce_add_rms_norm(self, partial, residual_in, residual_out, weight, normed, rows, width, eps,
                                 dtype=DataType.BFLOAT16, streams=None, backend=Backend.AUTO):

@@ -20,7 +20,7 @@ struct CallArgs {
   size_t count;       // elements per buffer
   tpsDataType_t dtype;
   const cudaStream_t* streams;       // [local ranks] caller streams, one per rank, on its GPU
-  WireCode wire = WireCode::kExact;  // the wire the communicator asks for this call (wire.h)
+  WireCode wire = WireCode::kExact;  // the wire the call asks for: its own (tpsAllReduceWire), else the communicator's
   size_t bytes() const { return count * tpsDataTypeSize(dtype); }
 };
 

@@ -235,8 +235,9 @@ void loadWireTable(tpsComm* c) {
   TPS_LOG_INFO("wire auto:{}: {}; every call is exact", c->wire.budget, load.why);
 }
 
-// The wire a call of `bytes` asks for.
-WireCode callWire(const tpsComm* c, size_t bytes) {
+// The wire a call of `bytes` runs on: the one it names (tpsAllReduceWire), else the communicator's.
+WireCode callWire(const tpsComm* c, std::optional<WireCode> named, size_t bytes) {
+  if (named) return *named;
   if (!c->wire.automatic) return c->wire.wire;
   return c->wire_table ? c->wire_table->choose(bytes, c->wire.budget) : WireCode::kExact;
 }
@@ -339,11 +340,19 @@ static Backend* resolveBackend(tpsComm_t comm, tpsBackend_t backend, size_t byte
   return w == tpsBackendAuto ? nullptr : comm->backends[w].get();
 }
 
-extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* bufs, size_t count,
-                                        tpsDataType_t dtype, const tpsStream_t* streams) {
+extern "C" tpsResult_t tpsAllReduceWire(tpsComm_t comm, tpsBackend_t backend, tpsWire_t wire, void* const* bufs,
+                                        size_t count, tpsDataType_t dtype, const tpsStream_t* streams) {
   TPS_EXPECT(comm != nullptr, tpsInvalidArgument, "tpsAllReduce: comm is NULL");
   TPS_EXPECT(backend >= tpsBackendAuto && backend < tpsNumBackends, tpsInvalidArgument,
              "tpsAllReduceWith: backend {} is not a backend", static_cast<int>(backend));
+  int wire_value = 0;
+  std::memcpy(&wire_value, &wire, sizeof(wire_value));  // a C caller's value outside the enum, read as the int
+  std::optional<WireCode> named;
+  std::string error;
+  if (callWireOverride(wire_value, &named, &error) != tpsSuccess) {
+    TPS_LOG_WARN("tpsAllReduceWire: {}", error);
+    return tpsInvalidArgument;
+  }
   if (checkAsync(comm) != tpsSuccess) {
     TPS_LOG_WARN("tpsAllReduce: the communicator had an asynchronous error ({}); destroy it",
                  tpsGetErrorString(comm->async_error.load()));
@@ -355,13 +364,18 @@ extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, vo
   Backend* b = resolveBackend(comm, backend, bytes, &which);
   TPS_EXPECT(b != nullptr, tpsUnavailable, "tpsAllReduce: backend {} is not available in this communicator",
              tpsBackendName(which));
-  CallArgs args{bufs, count, dtype, reinterpret_cast<const cudaStream_t*>(streams), callWire(comm, bytes)};
+  CallArgs args{bufs, count, dtype, reinterpret_cast<const cudaStream_t*>(streams), callWire(comm, named, bytes)};
   const int path = b->pathFor(args);
   TPS_EXPECT(path >= 0, tpsUnavailable, "tpsAllReduce: no algorithm of backend {} takes {} B of {} on {} ranks",
              tpsBackendName(which), bytes, tpsDataTypeName(dtype), comm->nranks);
   TPS_CHECK(b->launchPath(path, args));
   record(comm, *b, path, args);
   return tpsSuccess;
+}
+
+extern "C" tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* bufs, size_t count,
+                                        tpsDataType_t dtype, const tpsStream_t* streams) {
+  return tpsAllReduceWire(comm, backend, tpsWireAuto, bufs, count, dtype, streams);
 }
 
 // The checks tpsAllReduceAddRmsNorm and allReducePushedAddRmsNorm share (`what` names the call in

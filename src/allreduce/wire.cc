@@ -93,6 +93,16 @@ tpsResult_t requestedWire(int config_wire, float budget, const char* env, WirePo
   return tpsSuccess;
 }
 
+tpsResult_t callWireOverride(int call_wire, std::optional<WireCode>* out, std::string* error) {
+  if (call_wire < tpsWireExact || call_wire >= tpsNumWires) {
+    *error = fmt::format("wire {} is not a wire (tpsWireExact..tpsWireInt4, or tpsWireAuto for the communicator's)",
+                         call_wire);
+    return tpsInvalidArgument;
+  }
+  *out = call_wire == tpsWireAuto ? std::nullopt : std::optional<WireCode>(static_cast<WireCode>(call_wire));
+  return tpsSuccess;
+}
+
 WireCode WireTable::choose(uint64_t bytes, double budget) const {
   std::map<uint64_t, std::vector<const WireTiming*>> by_size;
   for (const WireTiming& r : rows) by_size[r.bytes].push_back(&r);

@@ -48,6 +48,11 @@ std::string wirePolicyText(const WirePolicy& p);
 // parseWirePolicy refuses.
 tpsResult_t requestedWire(int config_wire, float budget, const char* env, WirePolicy* out, std::string* error);
 
+// The wire one call names (tpsAllReduceWire's `call_wire`, a tpsWire_t read as an int): exact or a
+// compressed wire overrides the communicator's; tpsWireAuto leaves it (*out nullopt). tpsInvalidArgument
+// with *error for a value outside tpsWire_t.
+tpsResult_t callWireOverride(int call_wire, std::optional<WireCode>* out, std::string* error);
+
 // The tune file's "wires" table: per message size measured, each wire's time and its relative RMS error
 // against the exact sum, on `bench allreduce --tune`'s data, on one box:
 //   "wires": {"fingerprint": "1xNVIDIA H200", "measured": "2026-12-06T10:00:00Z", "dtype": "bfloat16",

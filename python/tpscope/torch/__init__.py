@@ -17,9 +17,11 @@ What reaches tpscope, in place, ordered on the caller's current CUDA stream:
   also through ``torch.distributed._functional_collectives`` (what DTensor and tensor-parallel
   modules call), and inside a ``torch.cuda.graph`` capture.
 * ``all_gather_into_tensor`` / ``all_gather`` and ``broadcast`` on the same dtypes, computed as an
-  all-reduce over a zero-filled buffer (exact: one value summed with zeros; a negative zero comes
-  back as +0). They cost world-size times a real all-gather's bytes; they are there so that DTensor's
-  Shard -> Replicate (a column-parallel output gathered) stays on one communicator.
+  all-reduce over a zero-filled buffer, always on the exact wire (``tpsAllReduceWire``), whatever the
+  group's: they return every value's own bits (one value summed with zeros; a negative zero comes
+  back as +0), never a compressed wire's approximation. They cost world-size times a real
+  all-gather's bytes; they are there so that DTensor's Shard -> Replicate (a column-parallel output
+  gathered) stays on one communicator.
 
 What does not: other dtypes, other reductions, non-contiguous tensors, tensors on another device and
 every other collective are refused with one line naming the call and what to change (torch's own
@@ -40,8 +42,9 @@ communicators made after it. For example ``shared_devices=True`` to let ranks sh
 setup; never for timings), or the wire the AllReduce travels as: ``tpscope.Config(wire="int8")`` (or
 ``wire=tpscope.Wire.INT8``; ``"auto:0.01"`` picks per size under a relative RMS error budget, from the
 tune file's wire table). The wire left at its default (exact) follows ``TPSCOPE_WIRE`` in each rank's
-environment, as for any communicator; every rank must ask for the same wire. A compressed wire is
-lossy: each rank still ends with the same bits, but not with the exact sum (see tpscope.h, tpsWire_t).
+environment, as for any communicator; every rank must ask for the same wire. The wire applies to
+``all_reduce`` alone (gathers and broadcasts stay exact, above). A compressed wire is lossy: each rank
+still ends with the same bits, but not with the exact sum (see tpscope.h, tpsWire_t).
 
 The extension is compiled on first use with ``torch.utils.cpp_extension`` (g++ and ninja, the CUDA
 headers torch was built against) against the torch this process runs, the libtpscope.so that

@@ -4,14 +4,17 @@
 //
 // What it does with each call (tpscope/torch/__init__.py's docstring is the user's account):
 //  * allreduce / allreduce_coalesced, ReduceOp.SUM on float32, float16 and bfloat16 CUDA tensors that are
-//    contiguous and on this rank's device: tpsAllReduce, in place.
+//    contiguous and on this rank's device: tpsAllReduce, in place, on the communicator's wire (a
+//    compressed one when the config names it).
 //  * _allgather_base / allgather_into_tensor_coalesced / allgather and broadcast, for the same dtypes, as
-//    an all-reduce over a zero-filled buffer: each rank writes its own part (or the root its tensor) and
-//    the sum of one value with zeros is that value, exact (a negative zero comes back as +0). This costs
-//    world-size times the bytes of a real all-gather; it is there so that DTensor's Shard -> Replicate
-//    (a column-parallel output gathered) runs on the same communicator.
+//    an all-reduce over a zero-filled buffer on the exact wire whatever the communicator's
+//    (tpsAllReduceWire, tpsWireExact): each rank writes its own part (or the root its tensor) and the sum
+//    of one value with zeros is that value, bit for bit (a negative zero comes back as +0), where a
+//    compressed wire would quantise it. This costs world-size times the bytes of a real all-gather; it is
+//    there so that DTensor's Shard -> Replicate (a column-parallel output gathered) runs on the same
+//    communicator.
 //  * barrier on a CUDA device (barrier(device_ids=...), a group bound to a device): a one-word
-//    all-reduce the CPU waits for.
+//    all-reduce on the exact wire that the CPU waits for.
 //  * Everything else: torch's own "Backend tpscope does not support X" (with "cpu:gloo,cuda:tpscope",
 //    CPU tensors never reach this backend).
 //
@@ -251,7 +254,7 @@ class TpscopeBackend : public c10d::Backend {
     std::vector<tpsDataType_t> dtypes;
     for (const auto& t : tensors) dtypes.push_back(check_tensor(t, device_, "all_reduce"));
     return enqueue(c10d::OpType::ALLREDUCE, tensors, [&](cudaStream_t s) {
-      for (size_t i = 0; i < tensors.size(); ++i) reduce(tensors[i], dtypes[i], s);
+      for (size_t i = 0; i < tensors.size(); ++i) reduce(tensors[i], dtypes[i], s, tpsWireAuto);
     });
   }
 
@@ -281,7 +284,7 @@ class TpscopeBackend : public c10d::Backend {
         at::Tensor flat = outputs[i].view({-1});
         flat.zero_();
         flat.narrow(0, rank_ * n, n).copy_(inputs[i].view({-1}));
-        reduce(outputs[i], dtypes[i], s);
+        reduce(outputs[i], dtypes[i], s, tpsWireExact);
       }
     });
   }
@@ -304,7 +307,7 @@ class TpscopeBackend : public c10d::Backend {
       int64_t n = input.numel();
       at::Tensor flat = at::zeros({n * size_}, input.options());
       flat.narrow(0, rank_ * n, n).copy_(input.view({-1}));
-      reduce(flat, dtype, s);
+      reduce(flat, dtype, s, tpsWireExact);
       for (int r = 0; r < size_; ++r) outs[r].view({-1}).copy_(flat.narrow(0, r * n, n));
     });
   }
@@ -315,7 +318,7 @@ class TpscopeBackend : public c10d::Backend {
     tpsDataType_t dtype = check_tensor(tensors[0], device_, "broadcast");
     return enqueue(c10d::OpType::BROADCAST, tensors, [&](cudaStream_t s) {
       if (rank_ != opts.rootRank) tensors[0].zero_();
-      reduce(tensors[0], dtype, s);
+      reduce(tensors[0], dtype, s, tpsWireExact);
     });
   }
 
@@ -324,7 +327,8 @@ class TpscopeBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
     c10::cuda::CUDAGuard guard(device_);
     std::vector<at::Tensor> word{at::zeros({2}, at::TensorOptions().device(at::kCUDA, device_).dtype(at::kFloat))};
-    auto work = enqueue(c10d::OpType::BARRIER, word, [&](cudaStream_t s) { reduce(word[0], tpsFloat32, s); });
+    auto work =
+        enqueue(c10d::OpType::BARRIER, word, [&](cudaStream_t s) { reduce(word[0], tpsFloat32, s, tpsWireExact); });
     auto future = work->getFuture();
     if (PyGILState_Check()) {  // torch's binding releases the GIL before a collective; a direct call may not
       pybind11::gil_scoped_release nogil;
@@ -340,11 +344,13 @@ class TpscopeBackend : public c10d::Backend {
     TORCH_CHECK(op.op_ == c10d::ReduceOp::SUM, "tpscope: ", what, " supports ReduceOp.SUM only");
   }
 
-  void reduce(const at::Tensor& t, tpsDataType_t dtype, cudaStream_t s) {
+  // The in-place sum of t over the ranks on `wire`: tpsWireAuto, the communicator's (all_reduce);
+  // tpsWireExact for the collectives that must return values unchanged (all_gather, broadcast).
+  void reduce(const at::Tensor& t, tpsDataType_t dtype, cudaStream_t s, tpsWire_t wire) {
     if (t.numel() == 0) return;
     void* buf = t.data_ptr();
     tpsStream_t stream = reinterpret_cast<tpsStream_t>(s);
-    tpsResult_t r = tpsAllReduce(comm_, &buf, static_cast<size_t>(t.numel()), dtype, &stream);
+    tpsResult_t r = tpsAllReduceWire(comm_, tpsBackendAuto, wire, &buf, static_cast<size_t>(t.numel()), dtype, &stream);
     if (r != tpsSuccess) {
       tpsResult_t async = tpsSuccess;
       tpsCommGetAsyncError(comm_, &async);

@@ -192,10 +192,25 @@ TEST(Api, BadArgumentsAreRefusedBeforeAnyGpuWork) {
   EXPECT_EQ(tpsCommCreate(nullptr, 2, devs, nullptr), tpsInvalidArgument);
   EXPECT_EQ(tpsCommCreate(&comm, 2, nullptr, nullptr), tpsInvalidArgument);
   EXPECT_EQ(tpsAllReduce(nullptr, nullptr, 1, tpsFloat32, nullptr), tpsInvalidArgument);
+  EXPECT_EQ(tpsAllReduceWire(nullptr, tpsBackendAuto, tpsWireExact, nullptr, 1, tpsFloat32, nullptr),
+            tpsInvalidArgument);
   EXPECT_EQ(tpsConfigInit(nullptr), tpsInvalidArgument);
   tpsResult_t e;
   EXPECT_EQ(tpsCommGetAsyncError(nullptr, &e), tpsInvalidArgument);
   EXPECT_EQ(tpsCommDestroy(nullptr), tpsSuccess);
+}
+
+// The call's backend and wire are checked before the communicator is read, so a handle that is no
+// communicator is never dereferenced for them.
+TEST(Api, AllReduceWireRefusesAWireOutsideTheEnum) {
+  const tpsComm_t not_read = reinterpret_cast<tpsComm_t>(0x1);
+  for (int bad : {-1, static_cast<int>(tpsNumWires), 99})
+    EXPECT_EQ(tpsAllReduceWire(not_read, tpsBackendAuto, static_cast<tpsWire_t>(bad), nullptr, 1, tpsFloat32, nullptr),
+              tpsInvalidArgument)
+        << bad;
+  EXPECT_EQ(tpsAllReduceWire(not_read, static_cast<tpsBackend_t>(tpsNumBackends), tpsWireExact, nullptr, 1, tpsFloat32,
+                             nullptr),
+            tpsInvalidArgument);
 }
 
 }  // namespace
@@ -207,6 +222,7 @@ TEST(CppWrapper, EmptyCommunicatorReportsInvalidArgument) {
   tpscope::Communicator c;
   EXPECT_FALSE(c);
   EXPECT_EQ(c.allReduce(nullptr, 1, tpsFloat32, nullptr), tpsInvalidArgument);
+  EXPECT_EQ(c.allReduce(nullptr, 1, tpsFloat32, nullptr, tpsBackendAuto, tpsWireExact), tpsInvalidArgument);
   EXPECT_EQ(c.asyncError(), tpsInvalidArgument);
   tpscope::Communicator d;
   EXPECT_EQ(tpscope::Communicator::create({0}, &d), tpsInvalidArgument);  // one GPU is not a communicator

@@ -8,7 +8,10 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace tpscope::detail {
@@ -187,6 +190,32 @@ TEST(WirePolicy, ConfigAndEnvironment) {
   EXPECT_EQ(requestedWire(-1, 0, nullptr, &p, &error), tpsInvalidArgument);
   EXPECT_EQ(requestedWire(tpsWireExact, 0, "lossy", &p, &error), tpsInvalidArgument);
   EXPECT_NE(error.find("TPSCOPE_WIRE"), std::string::npos) << error;
+}
+
+// A call's own wire (tpsAllReduceWire): exact and each compressed wire override the communicator's,
+// tpsWireAuto leaves it, anything else is refused.
+TEST(WirePolicy, CallWireOverride) {
+  std::optional<WireCode> w;
+  std::string error;
+  const std::pair<tpsWire_t, WireCode> named[] = {{tpsWireExact, WireCode::kExact},
+                                                  {tpsWireBf16, WireCode::kBf16},
+                                                  {tpsWireInt8, WireCode::kInt8},
+                                                  {tpsWireFp8, WireCode::kFp8},
+                                                  {tpsWireInt4, WireCode::kInt4}};
+  for (const auto& [api, code] : named) {
+    w.reset();
+    ASSERT_EQ(callWireOverride(api, &w, &error), tpsSuccess) << api;
+    ASSERT_TRUE(w.has_value()) << api << " must override the communicator's wire";
+    EXPECT_EQ(*w, code) << api;
+  }
+  w = WireCode::kInt8;
+  ASSERT_EQ(callWireOverride(tpsWireAuto, &w, &error), tpsSuccess);
+  EXPECT_FALSE(w.has_value()) << "tpsWireAuto is the communicator's wire";
+  for (int bad : {-1, static_cast<int>(tpsNumWires), 99, std::numeric_limits<int>::min()}) {
+    error.clear();
+    EXPECT_EQ(callWireOverride(bad, &w, &error), tpsInvalidArgument) << bad;
+    EXPECT_NE(error.find(std::to_string(bad)), std::string::npos) << error;
+  }
 }
 
 TEST(WireTable, AutoTakesTheFastestWireWithinTheBudget) {
