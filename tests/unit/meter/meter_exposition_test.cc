@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "meter/exposition.h"
-#include "meter/fake_source.h"
+#include "meter/fake_platform.h"
 #include "meter/meter_internal.h"
 
 namespace tpscope::detail {
@@ -27,6 +27,7 @@ class FlakyReader : public CounterReader {
   explicit FlakyReader(std::unique_ptr<CounterReader> inner) : inner_(std::move(inner)) {}
   uint32_t supported() const override { return inner_->supported(); }
   int widthBits(MeterCounter c) const override { return inner_->widthBits(c); }
+  int nvlinkLinks() const override { return inner_->nvlinkLinks(); }
   bool read(MeterGroup group, Reading* out) override {
     const bool ok = inner_->read(group, out);
     if (group != MeterGroup::kPcie || !armed) return ok;
@@ -41,6 +42,32 @@ class FlakyReader : public CounterReader {
 
  private:
   std::unique_ptr<CounterReader> inner_;
+};
+
+// Scripted GPUs whose first GPU's counter reader is a FlakyReader (`reader`, once the meter asked for it).
+class FlakyPlatform : public Platform {
+ public:
+  explicit FlakyPlatform(std::unique_ptr<Platform> inner) : inner_(std::move(inner)) {}
+  const std::vector<MeterGpu>& gpus() const override { return inner_->gpus(); }
+  std::unique_ptr<CounterReader> counterReader(size_t k, std::string* reason) override {
+    std::unique_ptr<CounterReader> r = inner_->counterReader(k, reason);
+    if (k != 0 || !r) return r;
+    auto flaky = std::make_unique<FlakyReader>(std::move(r));
+    reader = flaky.get();
+    return flaky;
+  }
+  std::unique_ptr<DmonReader> dmonReader(size_t k, std::string* reason) override {
+    return inner_->dmonReader(k, reason);
+  }
+  tpsResult_t pmReaders(std::vector<std::unique_ptr<PmReader>>* out, std::string* reason) override {
+    return inner_->pmReaders(out, reason);
+  }
+  std::optional<std::vector<unsigned>> processes(size_t k) override { return inner_->processes(k); }
+  MeterPcieLink pcieLink(size_t k) override { return inner_->pcieLink(k); }
+  FlakyReader* reader = nullptr;
+
+ private:
+  std::unique_ptr<Platform> inner_;
 };
 
 // Series name + labels as printed -> value, from the text format.
@@ -65,17 +92,17 @@ TEST(MeterExposition, TheMetersOwnSeriesHaveTheirValues) {
   // A ceiling so high that 2^32 bytes pass in 4 us: every space between two PCIe reads could hide a wrap.
   s.pcie_ceiling_mbps = 1e9;
   MeterOptions o;
-  o.method = MeterMethod::kBoth;
+  o.sources = {"nvml", "dmon"};
   o.nvlink = false;
   o.calibrate = true;
   std::string reason;
   ASSERT_EQ(resolveOptions(&o, &reason), tpsSuccess) << reason;
-  SourceSet sources = makeFakeSources({s}, o.method);
-  auto flaky = std::make_unique<FlakyReader>(std::move(sources.counters[0]));
-  FlakyReader* reader = flaky.get();
-  sources.counters[0] = std::move(flaky);
+  auto platform = std::make_unique<FlakyPlatform>(makeFakePlatform({s}));
+  FlakyPlatform* flaky = platform.get();
   std::unique_ptr<Meter> m;
-  ASSERT_EQ(createMeter(o, std::move(sources), &m, &reason), tpsSuccess) << reason;
+  ASSERT_EQ(createMeter(o, std::move(platform), &m, &reason), tpsSuccess) << reason;
+  FlakyReader* reader = flaky->reader;
+  ASSERT_TRUE(reader);
   ASSERT_TRUE(m->calibration().calibrated) << m->calibration().note;
   reader->armed = true;
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
