@@ -82,11 +82,15 @@ PmFigure computePm(const PmSeries& s, int dir, int64_t start_ns, int64_t end_ns,
     covered_to = it->t_end_ns;
   }
   f.edge_bytes = std::max(f.bytes - f.low, f.high - f.bytes);
-  for (const PmHole& h : s.holes)
-    if (h.from_ns < end_ns && h.to_ns > start_ns) {
-      f.why = h.why == "gap" ? "a gap between PM records" : "PM sampling ended (" + h.why + ")";
-      return f;
-    }
+  // Holes are appended in time order and do not overlap (each lies between two records, the end of the
+  // session after the last), so the first that ends after start is the only one that can be the first
+  // to touch the window: a bisection, not a pass over every hole.
+  const auto h =
+      std::partition_point(s.holes.begin(), s.holes.end(), [&](const PmHole& x) { return x.to_ns <= start_ns; });
+  if (h != s.holes.end() && h->from_ns < end_ns) {
+    f.why = h->why == "gap" ? "a gap between PM records" : "PM sampling ended (" + h->why + ")";
+    return f;
+  }
   if (!covers_start || covered_to < end_ns) {
     f.why = std::string(s.samples.empty() ? "no PM records over " : "PM records do not cover ") + what;
     return f;

@@ -79,8 +79,8 @@ struct PmHole {
 
 struct PmSeries {
   std::vector<MeterRecord> samples;  // monotonic clock, in time order
-  std::vector<PmHole> holes;
-  bool ended = false;  // an overflow or a failed decode ended the session
+  std::vector<PmHole> holes;         // in time order, not overlapping (appendRecord, PmSeriesBuilder)
+  bool ended = false;                // an overflow or a failed decode ended the session
 };
 
 // Records are back to back: a space between two longer than half an interval (and than 1 us, what the

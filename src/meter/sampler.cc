@@ -95,6 +95,7 @@ Sampler::Sampler(const MeterOptions& options, const std::vector<MeterGpu>& gpus,
     : options_(options), gpus_(gpus), counters_(std::move(counters)), ledger_(ledger) {
   const size_t n = gpus_.size();
   series_.resize(n);
+  reads_.resize(n);
   builders_.resize(n);
   for (size_t k = 0; k < counters_.size() && k < n; ++k) {
     const CounterReader& reader = *counters_[k];
@@ -246,8 +247,13 @@ void Sampler::collect() {
 void Sampler::drainLocked() const {
   // Each stream's reads arrive in its own order; the builder merges them into the GPU's series by
   // counter, so the order between the two streams of a GPU does not matter.
-  for (const Stream& st : streams_)
-    st.ring->drain([&](const Reading& r) { builders_[st.gpu].append(st.group, r, &series_[st.gpu]); });
+  for (const Stream& st : streams_) {
+    const MeterReadKind kind = st.group == MeterGroup::kPcie ? MeterReadKind::kPcie : MeterReadKind::kNvlink;
+    st.ring->drain([&](const Reading& r) {
+      builders_[st.gpu].append(st.group, r, &series_[st.gpu]);
+      reads_[st.gpu].add(kind, readMidNs(r.t_before_ns, r.t_after_ns));
+    });
+  }
   if (options_.history_s > 0) trimLocked();
 }
 
@@ -255,18 +261,22 @@ namespace {
 
 // Drops what is older than keep_ns before the newest entry, once the oldest is twice that old: each
 // entry is erased once, in batches, so trimming costs O(1) per entry and `v` holds at most 2 x keep_ns.
+// Whether it dropped anything.
 template <typename Samples>
-void trimOlderThan(Samples& v, int64_t keep_ns) {
-  if (v.size() < 2 || v.back().t_after_ns - v.front().t_after_ns < 2 * keep_ns) return;
+bool trimOlderThan(Samples& v, int64_t keep_ns) {
+  if (v.size() < 2 || v.back().t_after_ns - v.front().t_after_ns < 2 * keep_ns) return false;
   const int64_t cut = v.back().t_after_ns - keep_ns;
   v.erase(v.begin(), std::find_if(v.begin(), v.end(), [cut](const auto& m) { return m.t_after_ns >= cut; }));
+  return true;
 }
 
 }  // namespace
 
 void Sampler::trimLocked() const {
   const int64_t keep_ns = static_cast<int64_t>(options_.history_s * 1e9);
-  for (Series& s : series_) trimOlderThan(s, keep_ns);
+  // A trimmed series is indexed again: once per history_s of reads, so still O(1) per read.
+  for (size_t k = 0; k < series_.size(); ++k)
+    if (trimOlderThan(series_[k], keep_ns)) reads_[k] = indexReads(series_[k]);
 }
 
 std::optional<MeterSample> Sampler::latest(int gpu) const {

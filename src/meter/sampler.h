@@ -13,7 +13,9 @@
 //               simply runs back to back.
 //   collector   every 5 ms drains the rings under mu_ and merges each GPU's two streams into its
 //               series (SeriesBuilder). Allocation happens here, off the sampling path.
-// Readers (Meter) see the data through withData(), which drains first, under the same lock.
+// Readers (Meter) see the data through withData(), which drains first, under the same lock. Beside each
+// series the collector keeps its reads' midpoints indexed (ReadIndex, withReads()), so that a window's
+// own reads are counted by bisection, not by a pass over the series.
 #pragma once
 
 #include <atomic>
@@ -93,6 +95,13 @@ class Sampler {
     drainLocked();
     return f(static_cast<const std::vector<Series>&>(series_));
   }
+  // Calls f(reads) the same way: reads[k] indexes the reads of series k (ReadIndex).
+  template <typename F>
+  auto withReads(F&& f) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    drainLocked();
+    return f(static_cast<const std::vector<ReadIndex>&>(reads_));
+  }
   std::optional<MeterSample> latest(int gpu) const;
   std::optional<MeterSample> latestRead(int gpu, MeterGroup group) const;
   std::vector<MeterCadence> cadence() const;  // per stream: GPU, then group
@@ -130,6 +139,7 @@ class Sampler {
 
   mutable std::mutex mu_;  // guards the members below; drainLocked() mutates them under it
   mutable std::vector<Series> series_;
+  mutable std::vector<ReadIndex> reads_;         // per GPU: series_[k]'s reads, indexed as they are appended
   mutable std::vector<SeriesBuilder> builders_;  // per GPU
 };
 

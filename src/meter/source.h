@@ -75,6 +75,8 @@ class CounterReader {
 class DmonReader {
  public:
   virtual ~DmonReader() = default;
+  // One call: t_before_ns and t_after_ns bracket it on the monotonic clock, whether it succeeds or
+  // not (the dmon source keeps its readings in time order and finds a window's by bisection).
   virtual bool read(MeterCounter direction, MeterDmonSample* out) = 0;
 };
 

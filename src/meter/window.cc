@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 
 #include "meter/calibrate.h"
 
@@ -66,12 +67,20 @@ int wrapGapsIn(const Series& series, int64_t start_ns, int64_t end_ns, std::opti
   const double wrap_ns = 4294967296.0 / (*ceiling_mbps * 1e6) * 1e9;
   int gaps = 0;
   for (int c : {static_cast<int>(MeterCounter::kPcieTx), static_cast<int>(MeterCounter::kPcieRx)}) {
+    // A pair counts when it ends after start and begins before end. Pairs that end at or before start
+    // cannot, so the walk begins at the last value read at or before start (t_ns[c] never decreases
+    // along the series) and stops at the first read at or after end: every later pair begins there.
+    size_t i = upperBound(series, c, start_ns);
+    const size_t before = validBefore(series, c, i);
+    if (before != std::string::npos) i = before;
     std::optional<int64_t> prev;
-    for (const MeterSample& m : series) {
-      if (!m.bytes[c]) continue;
+    for (; i < series.size(); ++i) {
+      const MeterSample& m = series[i];
+      if (!has(m, c)) continue;
       const int64_t t = m.t_ns[c];
       if (prev && t - *prev >= wrap_ns && *prev < end_ns && t > start_ns) ++gaps;
       prev = t;
+      if (t >= end_ns) break;
     }
   }
   return gaps;
@@ -121,30 +130,92 @@ SourceFigure counterFigure(const Series& s, MeterCounter counter, int64_t start,
   return f;
 }
 
-SourceFigure dmonFigure(const std::vector<MeterDmonSample>& dmon, int gpu, MeterCounter c, int64_t start, int64_t end) {
+namespace {
+
+int64_t midOf(const MeterDmonSample& d) { return readMidNs(d.t_before_ns, d.t_after_ns); }
+MeterReadKind kindOf(const MeterSample& x) {
+  return x.group == MeterGroup::kPcie ? MeterReadKind::kPcie : MeterReadKind::kNvlink;
+}
+
+// Calls f on each reading of [first, last) (any order) whose midpoint lies in [start, end], in their order.
+template <typename F>
+void forDmonIn(const MeterDmonSample* first, const MeterDmonSample* last, int64_t start, int64_t end, F&& f) {
+  for (const MeterDmonSample* d = first; d != last; ++d) {
+    const int64_t mid = midOf(*d);
+    if (mid >= start && mid <= end) f(*d);
+  }
+}
+
+SourceFigure dmonFigureOf(const MeterDmonSample* first, const MeterDmonSample* last, int gpu, MeterCounter c,
+                          int64_t start, int64_t end) {
   SourceFigure f;
   double sum = 0;
-  for (const MeterDmonSample& d : dmon) {
-    if (d.gpu != gpu || d.counter != c || !d.mbps) continue;
-    const int64_t mid = d.t_before_ns + (d.t_after_ns - d.t_before_ns) / 2;
-    if (mid < start || mid > end) continue;
+  forDmonIn(first, last, start, end, [&](const MeterDmonSample& d) {
+    if (d.gpu != gpu || d.counter != c || !d.mbps) return;
     sum += *d.mbps;
     ++f.samples;
-  }
+  });
   if (f.samples > 0) f.mean_mbps = sum / f.samples;
   return f;
 }
+
+int64_t dmonCallsOf(const MeterDmonSample* first, const MeterDmonSample* last, int gpu, int64_t start, int64_t end) {
+  int64_t n = 0;
+  forDmonIn(first, last, start, end, [&](const MeterDmonSample& d) { n += d.gpu == gpu; });
+  return n;
+}
+
+}  // namespace
+
+SourceFigure dmonFigure(const std::vector<MeterDmonSample>& dmon, int gpu, MeterCounter c, int64_t start, int64_t end) {
+  return dmonFigureOf(dmon.data(), dmon.data() + dmon.size(), gpu, c, start, end);
+}
+
+DmonRange dmonReadingsIn(const std::vector<MeterDmonSample>& dmon, int64_t start, int64_t end) {
+  if (end < start) return {};
+  const MeterDmonSample *b = dmon.data(), *e = dmon.data() + dmon.size();
+  const MeterDmonSample* first = std::partition_point(b, e, [&](const MeterDmonSample& d) { return midOf(d) < start; });
+  return {first, std::partition_point(first, e, [&](const MeterDmonSample& d) { return midOf(d) <= end; })};
+}
+
+// A range is already cut to its window: every reading in it counts.
+SourceFigure dmonFigure(DmonRange r, int gpu, MeterCounter c) {
+  return dmonFigureOf(r.first, r.last, gpu, c, INT64_MIN, INT64_MAX);
+}
+
+int64_t dmonCalls(DmonRange r, int gpu) { return dmonCallsOf(r.first, r.last, gpu, INT64_MIN, INT64_MAX); }
 
 std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vector<MeterDmonSample>& dmon, int gpu,
                                                  int64_t start, int64_t end) {
   std::array<int64_t, kMeterReadKinds> n{};
   for (const MeterSample& x : s) {
-    const int64_t mid = x.t_before_ns + (x.t_after_ns - x.t_before_ns) / 2;
-    if (mid >= start && mid <= end) ++n[x.group == MeterGroup::kPcie ? 0 : 1];
+    const int64_t mid = readMidNs(x.t_before_ns, x.t_after_ns);
+    if (mid >= start && mid <= end) ++n[static_cast<int>(kindOf(x))];
   }
-  for (const MeterDmonSample& d : dmon) {
-    const int64_t mid = d.t_before_ns + (d.t_after_ns - d.t_before_ns) / 2;
-    if (d.gpu == gpu && mid >= start && mid <= end) ++n[static_cast<int>(MeterReadKind::kDmon)];
+  n[static_cast<int>(MeterReadKind::kDmon)] = dmonCallsOf(dmon.data(), dmon.data() + dmon.size(), gpu, start, end);
+  return n;
+}
+
+void ReadIndex::add(MeterReadKind kind, int64_t mid_ns) {
+  std::vector<int64_t>& m = mids[static_cast<int>(kind)];
+  if (m.empty() || m.back() <= mid_ns)
+    m.push_back(mid_ns);
+  else
+    m.insert(std::upper_bound(m.begin(), m.end(), mid_ns), mid_ns);
+}
+
+ReadIndex indexReads(const Series& s) {
+  ReadIndex index;
+  for (const MeterSample& x : s) index.add(kindOf(x), readMidNs(x.t_before_ns, x.t_after_ns));
+  return index;
+}
+
+std::array<int64_t, kMeterReadKinds> readsInside(const ReadIndex& index, int64_t start, int64_t end) {
+  std::array<int64_t, kMeterReadKinds> n{};
+  if (end < start) return n;
+  for (int k = 0; k < kMeterReadKinds; ++k) {
+    const std::vector<int64_t>& m = index.mids[k];
+    n[k] = std::upper_bound(m.begin(), m.end(), end) - std::lower_bound(m.begin(), m.end(), start);
   }
   return n;
 }
@@ -249,7 +320,10 @@ class RecordedCounters : public Source {
   void stop() override {}
   bool measures(size_t k, MeterCounter c) const override { return gpus_[k].supported[static_cast<int>(c)]; }
   SourceFigure figure(size_t k, MeterCounter c, int64_t start, int64_t end, double peak_span_ms) const override {
-    return counterFigure(k < series_.size() ? series_[k] : Series{}, c, start, end, peak_span_ms);
+    // A reference, never `k < n ? series_[k] : Series{}`: that conditional is a temporary, a copy of the
+    // whole series for every window.
+    static const Series kNone;
+    return counterFigure(k < series_.size() ? series_[k] : kNone, c, start, end, peak_span_ms);
   }
   std::optional<OwnBytes> own(size_t k, MeterCounter c, int64_t start, int64_t end) const override {
     if (!cal_ || k >= series_.size()) return std::nullopt;

@@ -12,6 +12,8 @@
 // read crosses the link it reads, and so do PM's records), and its bounds widen by their spread.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +37,7 @@ std::optional<double> cumulativeAt(const Series& s, MeterCounter c, int64_t t);
 
 // Spaces between consecutive PCIe reads of `s` long enough for a 32-bit counter to wrap unseen at
 // `ceiling_mbps`, that overlap [start, end], counted per direction: NVML's blind spot in a window.
+// Costs the reads around the window (the first pair to count is found by bisection on t_ns).
 int wrapGapsIn(const Series& s, int64_t start_ns, int64_t end_ns, std::optional<double> ceiling_mbps);
 
 // ---- the sources' answers ----------------------------------------------------------------------
@@ -43,13 +46,45 @@ int wrapGapsIn(const Series& s, int64_t start_ns, int64_t end_ns, std::optional<
 // peak, the reads inside; complete when c has a value read at or after end.
 SourceFigure counterFigure(const Series& s, MeterCounter c, int64_t start, int64_t end, double peak_span_ms);
 // The dmon method's figure: the mean of the readings of GPU position `gpu` and counter c whose midpoint
-// lies in [start, end] (a rate; no bytes).
+// lies in [start, end] (a rate; no bytes). A pass over every reading (any order): for one window.
 SourceFigure dmonFigure(const std::vector<MeterDmonSample>& dmon, int gpu, MeterCounter c, int64_t start, int64_t end);
 
 // Reads of each kind on GPU position `gpu` whose midpoint lies in [start, end]: the series' rows by
-// group, the dmon readings as calls.
+// group, the dmon readings as calls. A pass over both (any order): for one window.
 std::array<int64_t, kMeterReadKinds> readsInside(const Series& s, const std::vector<MeterDmonSample>& dmon, int gpu,
                                                  int64_t start, int64_t end);
+
+// Where a read is counted: the midpoint of the call.
+inline int64_t readMidNs(int64_t t_before_ns, int64_t t_after_ns) {
+  return t_before_ns + (t_after_ns - t_before_ns) / 2;
+}
+
+// The midpoints of one GPU's reads of each kind, each kind sorted, so that readsInside() costs a
+// bisection per kind instead of a pass over the series (a series holds its groups' rows interleaved as
+// their rings were drained, so its rows are not in time order). A sampler keeps one beside each series.
+struct ReadIndex {
+  std::array<std::vector<int64_t>, kMeterReadKinds> mids;
+  // One more read, at its sorted place: a push_back for reads that come in time order, as each
+  // group's do (one thread reads a group, one call after the other).
+  void add(MeterReadKind kind, int64_t mid_ns);
+};
+// The series' rows by group (the kinds kPcie and kNvlink).
+ReadIndex indexReads(const Series& s);
+// The same count as readsInside(s, {}, gpu, start, end) for the series `index` was made of.
+std::array<int64_t, kMeterReadKinds> readsInside(const ReadIndex& index, int64_t start, int64_t end);
+
+// Dmon readings in time order (their midpoints never decrease: one thread makes them one call after
+// the other, as the dmon source does, and a recording keeps that order): [first, last) holds those
+// whose midpoint lies in [start, end], found by bisection, so that a window costs the readings around it.
+struct DmonRange {
+  const MeterDmonSample *first = nullptr, *last = nullptr;
+};
+DmonRange dmonReadingsIn(const std::vector<MeterDmonSample>& time_ordered, int64_t start, int64_t end);
+// The dmon figure and the dmon calls of GPU position `gpu` over those readings (what dmonFigure and
+// readsInside give over every reading).
+SourceFigure dmonFigure(DmonRange r, int gpu, MeterCounter c);
+int64_t dmonCalls(DmonRange r, int gpu);
+
 // What `reads` reads of each kind added to counter c at the calibrated costs, with the calibration's
 // spread; nullopt when a kind that was read has no cost for c.
 std::optional<OwnBytes> ownOfReads(const MeterGpuCalibration& cal, int c,

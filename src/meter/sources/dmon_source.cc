@@ -43,15 +43,20 @@ class DmonSource : public Source {
 
   bool measures(size_t k, MeterCounter c) const override { return k < readers_.size() && isPcie(c); }
   bool net() const override { return false; }
+  // readings_ are in time order (one thread makes them, one call after the other), so a window's are
+  // found by bisection: it costs the readings around it, not a pass over them all.
   SourceFigure figure(size_t k, MeterCounter c, int64_t start, int64_t end, double) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return dmonFigure(readings_, static_cast<int>(k), c, start, end);
+    return dmonFigure(dmonReadingsIn(readings_, start, end), static_cast<int>(k), c);
   }
   std::optional<OwnBytes> own(size_t k, MeterCounter c, int64_t start, int64_t end) const override {
     const MeterCalibration& cal = ledger_.calibration;
     if (!cal.calibrated || k >= cal.gpus.size()) return std::nullopt;
+    std::array<int64_t, kMeterReadKinds> calls{};
     std::lock_guard<std::mutex> lock(mu_);
-    return ownOfReads(cal.gpus[k], static_cast<int>(c), readsInside({}, readings_, static_cast<int>(k), start, end));
+    calls[static_cast<int>(MeterReadKind::kDmon)] =
+        dmonCalls(dmonReadingsIn(readings_, start, end), static_cast<int>(k));
+    return ownOfReads(cal.gpus[k], static_cast<int>(c), calls);
   }
   bool readAfter(int64_t) const override { return true; }  // a reading is a rate: no edge to bracket
   bool canMiss() const override { return false; }

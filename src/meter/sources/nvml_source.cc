@@ -47,12 +47,13 @@ class NvmlSource : public Source {
     return sampler_.withData(
         [&](const std::vector<Series>& series) { return counterFigure(series[k], c, start, end, peak_span_ms); });
   }
-  // Its reads (pcie, nvlink) with their midpoint in the window, at the calibrated cost per read.
+  // Its reads (pcie, nvlink) with their midpoint in the window, at the calibrated cost per read; counted
+  // in the sampler's index of them, so a window costs a bisection, not a pass over the series.
   std::optional<OwnBytes> own(size_t k, MeterCounter c, int64_t start, int64_t end) const override {
     const MeterCalibration& cal = ledger_.calibration;
     if (!cal.calibrated || k >= cal.gpus.size()) return std::nullopt;
-    return sampler_.withData([&](const std::vector<Series>& series) {
-      return ownOfReads(cal.gpus[k], static_cast<int>(c), readsInside(series[k], {}, static_cast<int>(k), start, end));
+    return sampler_.withReads([&](const std::vector<ReadIndex>& reads) {
+      return ownOfReads(cal.gpus[k], static_cast<int>(c), readsInside(reads[k], start, end));
     });
   }
   bool readAfter(int64_t t) const override {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <random>
 #include <thread>
 
 #include "meter/fake_platform.h"
@@ -121,6 +122,49 @@ TEST(MeterPm, OverflowEndsTheSessionAndMarksLaterWindows) {
   PmFigure f = computePm(e, kPmTx, 400 * kUs, 600 * kUs);
   EXPECT_FALSE(f.complete);
   EXPECT_NE(f.why.find("CUPTI_ERROR_UNKNOWN"), std::string::npos);
+}
+
+// A window touched by a hole is found by bisection among the holes: the same hole, and the same reason,
+// as a pass over every hole finds, over a session with many gaps and an overflow at its end.
+TEST(MeterPm, TheHoleFoundByBisectionIsTheFirstThatTouchesTheWindow) {
+  std::mt19937_64 rng(41);
+  std::vector<PmBatch> batches;
+  int64_t t_us = 0;
+  for (int i = 0; i < 300; ++i) {
+    const int n = 1 + static_cast<int>(rng() % 6);
+    batches.push_back(records(t_us, n, 100, 1000, 500));
+    t_us += n * 100 + (rng() % 3 == 0 ? 0 : static_cast<int64_t>(rng() % 400));  // back to back, or a gap
+  }
+  batches.back().overflow = true;
+  const PmSeries s = build(batches);
+  ASSERT_GT(s.holes.size(), 150u);
+  ASSERT_TRUE(s.ended);
+  // Edges on the holes' own edges (a window that ends where a hole begins, or begins where one ends, is
+  // not touched by it), and anywhere.
+  std::vector<int64_t> instants;
+  for (const PmHole& h : s.holes) instants.insert(instants.end(), {h.from_ns, h.to_ns == INT64_MAX ? 0 : h.to_ns});
+  int holes_seen = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const int64_t any = static_cast<int64_t>(rng() % static_cast<uint64_t>((t_us + 1000) * kUs)) - 500 * kUs;
+    const int64_t len = static_cast<int64_t>(rng() % (i % 2 ? 300 * kUs : 3000 * kUs));
+    const int64_t edge = instants[rng() % instants.size()];
+    const int64_t a = i % 3 == 0 ? edge : i % 3 == 1 ? edge - len : any, b = a + len;
+    std::string want;
+    for (const PmHole& h : s.holes)
+      if (h.from_ns < b && h.to_ns > a) {
+        want = h.why == "gap" ? "a gap between PM records" : "PM sampling ended (" + h.why + ")";
+        break;
+      }
+    const PmFigure f = computePm(s, kPmTx, a, b);
+    if (want.empty()) {
+      ASSERT_TRUE(f.why.empty() || f.why.rfind("PM records do not cover", 0) == 0) << f.why;
+    } else {
+      ASSERT_EQ(f.why, want) << "[" << a << ", " << b << "]";
+      ASSERT_FALSE(f.complete);
+      ++holes_seen;
+    }
+  }
+  EXPECT_GT(holes_seen, 1000);
 }
 
 TEST(MeterPm, QuietRateIsTheMedianSlice) {

@@ -3,6 +3,9 @@
 // merge of a GPU's PCIe and NVLink streams into one series.
 #include <gtest/gtest.h>
 
+#include <random>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "meter/fake_platform.h"
@@ -559,6 +562,119 @@ TEST(MeterSampler, ManyWindowsCostTheReadsAroundEachNotTheWholeSeries) {
   double sum = 0;
   for (const MeterWindow& w : ws) sum += w.cells[0][0].counted_bytes.value_or(0);
   EXPECT_NEAR(sum, 5e9 * (t1 - t0) * 1e-9, 0.02 * 5e9 * (t1 - t0) * 1e-9);
+}
+
+// The first field in which two windows differ, in words; "" when none. Doubles compare exactly: both
+// sides do the same arithmetic on the same reads.
+std::string firstDifference(const MeterWindow& a, const MeterWindow& b) {
+  auto show = [](const std::optional<double>& v) {
+    std::ostringstream o;
+    o.precision(17);
+    if (v) o << *v;
+    return v ? o.str() : std::string("N/A");
+  };
+  auto figure = [&](const MeterFigure& x, const MeterFigure& y, const std::string& where) -> std::string {
+    const std::pair<const char*, std::optional<double> MeterFigure::*> fields[] = {
+        {"bytes", &MeterFigure::bytes},           {"counted_bytes", &MeterFigure::counted_bytes},
+        {"own_bytes", &MeterFigure::own_bytes},   {"bytes_low", &MeterFigure::bytes_low},
+        {"bytes_high", &MeterFigure::bytes_high}, {"mean_mbps", &MeterFigure::mean_mbps},
+        {"peak_mbps", &MeterFigure::peak_mbps},   {"share_of_ceiling", &MeterFigure::share_of_ceiling}};
+    for (const auto& [name, field] : fields)
+      if (x.*field != y.*field) return where + " " + name + ": " + show(x.*field) + " vs " + show(y.*field);
+    if (x.samples != y.samples)
+      return where + " samples: " + std::to_string(x.samples) + " vs " + std::to_string(y.samples);
+    return "";
+  };
+  if (a.complete != b.complete) return "complete";
+  if (a.verdicts.size() != b.verdicts.size()) return "verdicts";
+  for (size_t i = 0; i < a.verdicts.size(); ++i)
+    if (a.verdicts[i].source != b.verdicts[i].source || a.verdicts[i].complete != b.verdicts[i].complete ||
+        a.verdicts[i].why != b.verdicts[i].why)
+      return "verdict of " + a.verdicts[i].source;
+  if (a.cells.size() != b.cells.size()) return "GPUs";
+  for (size_t k = 0; k < a.cells.size(); ++k)
+    for (int c = 0; c < kMeterCounters; ++c) {
+      const MeterCell &x = a.cells[k][c], &y = b.cells[k][c];
+      const std::string where = "GPU " + std::to_string(k) + " " + meterCounterName(static_cast<MeterCounter>(c));
+      if (std::string d = figure(x, y, where); !d.empty()) return d;
+      if (x.beside.size() != y.beside.size()) return where + " beside";
+      for (size_t i = 0; i < x.beside.size(); ++i) {
+        if (x.beside[i].source != y.beside[i].source) return where + " beside";
+        if (std::string d = figure(x.beside[i].figure, y.beside[i].figure, where + " " + x.beside[i].source);
+            !d.empty())
+          return d;
+        if (x.beside[i].ratio != y.beside[i].ratio) return where + " ratio";
+      }
+    }
+  return "";
+}
+
+// What Meter::windows() answers from the sources' indexes (the sampler's ReadIndex, the dmon readings
+// and the NVML wrap gaps found by bisection) is, window by window, what a pass over the whole recording
+// gives for that window alone (computeWindow over samples() and dmonSamples(), a run folder's replay):
+// at every kind of edge (inside, on a read's midpoint, zero-length, before the kept history, past the
+// last read), over series trimmed to their history (and indexed again) during the run.
+TEST(MeterSampler, WindowsFromTheIndexesAreWhatTheWholeRecordingGivesEachWindow) {
+  std::vector<FakeGpuScript> s(2, selfMeasuringGpu());
+  for (FakeGpuScript& g : s) {
+    g.pcie_ceiling_mbps = 1e6;  // 2^32 bytes in 4.3 ms: the idle period's spaces could hide a wrap, the busy's not
+    g.bursts.push_back({1.0, 1.3, MeterCounter::kPcieTx, 8e9});  // after the calibration: busy reads
+  }
+  s[1].bursts.push_back({1.1, 1.2, MeterCounter::kNvlinkRx, 20e9});
+  MeterOptions o;
+  o.sources = {"nvml", "dmon"};
+  o.dmon_period_ms = 0;  // back to back
+  o.history_s = 0.3;     // trimmed at least once over the run below
+  auto m = startFake(s, o, true);
+  ASSERT_TRUE(m->calibration().calibrated) << m->calibration().note;
+  std::this_thread::sleep_for(milliseconds(1000));
+  m->stop();
+
+  const std::vector<MeterGpu>& gpus = m->gpus();
+  std::vector<Series> series(gpus.size());
+  for (const MeterSample& x : m->samples()) series.at(x.gpu).push_back(x);
+  const std::vector<MeterDmonSample> dmon = m->dmonSamples();
+  ASSERT_GT(series[0].size(), 50u);
+  ASSERT_GT(dmon.size(), 20u);
+  ASSERT_GT(series[0].front().t_before_ns, m->calibration().end_ns + 100000000) << "the history was trimmed";
+
+  // Edges: every kind of instant the figures turn on, and a few at random.
+  std::vector<int64_t> at;
+  for (const Series& x : series)
+    for (size_t i = 0; i < x.size(); i += 3) {
+      at.push_back(readMidNs(x[i].t_before_ns, x[i].t_after_ns));
+      at.push_back(x[i].t_ns[static_cast<int>(MeterCounter::kPcieTx)]);
+      at.push_back(x[i].t_ns[static_cast<int>(MeterCounter::kNvlinkRx)]);
+    }
+  for (const MeterDmonSample& d : dmon) at.push_back(readMidNs(d.t_before_ns, d.t_after_ns));
+  const int64_t from = series[0].front().t_before_ns - 50000000, to = series[0].back().t_after_ns + 50000000;
+  std::mt19937_64 rng(39);
+  for (int i = 0; i < 300; ++i) at.push_back(from + static_cast<int64_t>(rng() % static_cast<uint64_t>(to - from)));
+  std::vector<std::pair<int64_t, int64_t>> spans = {{from, to}, {from - 1000000000, from}, {to, to + 1000}};
+  for (size_t i = 0; i < at.size(); ++i) {
+    const int64_t a = at[i], b = at[rng() % at.size()];
+    spans.push_back({std::min(a, b), std::max(a, b)});
+    spans.push_back({a, a});                                           // zero-length
+    spans.push_back({a, a + static_cast<int64_t>(rng() % 30000000)});  // up to 30 ms
+  }
+  for (const auto& [a, b] : spans) ASSERT_EQ(m->addWindow("w", a, b), tpsSuccess);
+  const std::vector<MeterWindow> ws = m->windows();
+  ASSERT_EQ(ws.size(), spans.size());
+
+  int gaps_seen = 0, own_seen = 0;
+  for (const MeterWindow& w : ws) {
+    const MeterWindow want = computeWindow(w.name, w.repetition, w.start_ns, w.end_ns, series, gpus, dmon,
+                                           o.peak_span_ms, &m->calibration());
+    ASSERT_EQ(firstDifference(w, want), "") << "window [" << w.start_ns - from << ", " << w.end_ns - from << "] ns";
+    int gaps = 0;
+    for (size_t k = 0; k < gpus.size(); ++k) gaps += wrapGapsIn(series[k], w.start_ns, w.end_ns, 1e6);
+    ASSERT_EQ(w.verdict("nvml")->gaps, gaps);
+    gaps_seen += gaps > 0;
+    own_seen += w.cells[1][0].own_bytes.value_or(0) > 0;
+  }
+  // The comparison saw what it is about: windows with the meter's own reads and calls in them, and gaps.
+  EXPECT_GT(own_seen, 100);
+  EXPECT_GT(gaps_seen, 100);
 }
 
 TEST(MeterFakeScript, BurstsCountFromTheEpochAndBadScriptsSayWhy) {

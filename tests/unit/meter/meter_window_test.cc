@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// meter_window_test - unwrap, interpolation, proration, bounds, peak, dmon figure, spread, quiescing.
+// meter_window_test - unwrap, interpolation, proration, bounds, peak, dmon figure, spread, quiescing; the
+// sources' counts by bisection against a pass over the data.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
+#include "meter/sampler.h"
 #include "meter/unwrap.h"
 #include "meter/window.h"
 
@@ -163,6 +168,137 @@ TEST(MeterWindow, DmonFigureIsTheMeanOfItsReadingsInsideAndNAWithout) {
   f = dmonFigure(d, 0, MeterCounter::kPcieTx, 100 * kMs, 900 * kMs);  // the 0.8 s between them
   EXPECT_EQ(f.samples, 0);
   EXPECT_FALSE(f.mean_mbps);  // the dmon method did not look: N/A, not 0
+}
+
+// ---- what the sources count by bisection is what a pass over the data counts ------------------------
+
+// A GPU's series as the sampler builds it (SeriesBuilder): PCIe reads every 1-8 ms and slow NVLink reads
+// back to back, drained in batches of either group, one read in seven without a value for a counter.
+Series sampledSeries(std::mt19937_64& rng) {
+  MeterGpu g;
+  g.supported = {true, true, true, true, false, false};
+  SeriesBuilder builder(0, g, {32, 32, 64, 64, 64, 64});
+  std::array<std::vector<Reading>, 2> reads;  // [group], each in time order
+  std::array<uint64_t, kMeterCounters> raw{};
+  for (int grp = 0; grp < 2; ++grp)
+    for (int64_t t = 0; t < 2000 * kMs;) {
+      Reading r;
+      r.t_before_ns = t + static_cast<int64_t>(rng() % (grp == 0 ? 7 * kMs : 100000)) + kMs / 10;
+      r.t_after_ns = r.t_before_ns + static_cast<int64_t>(rng() % (grp == 0 ? 400000 : 15 * kMs));
+      t = r.t_after_ns;
+      for (int c = grp * 2; c < grp * 2 + 2; ++c) {
+        raw[c] += rng() % 100000000;
+        r.raw[c] = grp == 0 ? raw[c] & 0xFFFFFFFF : raw[c];
+        r.t_ns[c] = readMidNs(r.t_before_ns, r.t_after_ns);
+        if (rng() % 7 != 0) r.valid |= 1u << c;
+      }
+      reads[grp].push_back(r);
+    }
+  Series s;
+  std::array<size_t, 2> next = {0, 0};
+  while (next[0] < reads[0].size() || next[1] < reads[1].size()) {
+    const int grp = static_cast<int>(rng() % 2);
+    for (size_t n = rng() % 12; n > 0 && next[grp] < reads[grp].size(); --n)
+      builder.append(grp == 0 ? MeterGroup::kPcie : MeterGroup::kNvlink, reads[grp][next[grp]++], &s);
+  }
+  return s;
+}
+
+// Windows whose edges are the instants the counts turn on (read midpoints, read times), random ones,
+// zero-length ones and empty ones (start one past end, as Meter::ownBytes asks for a zero-length span).
+std::vector<std::pair<int64_t, int64_t>> edgyWindows(const std::vector<int64_t>& instants, std::mt19937_64& rng) {
+  std::vector<std::pair<int64_t, int64_t>> out = {{-kMs, 3000 * kMs}, {-kMs, 0}, {2900 * kMs, 3000 * kMs}};
+  for (size_t i = 0; i < instants.size(); ++i) {
+    const int64_t a = instants[i], b = instants[rng() % instants.size()];
+    out.push_back({std::min(a, b), std::max(a, b)});
+    out.push_back({a, a});
+    out.push_back({a + 1, a});
+    out.push_back({a, a + static_cast<int64_t>(rng() % (40 * kMs))});
+    out.push_back({a - static_cast<int64_t>(rng() % (40 * kMs)), a});
+  }
+  return out;
+}
+
+// The PCIe spaces that could hide a wrap, by their definition: every pair of consecutive values.
+int wrapGapsOfEveryPair(const Series& s, int64_t start, int64_t end, double ceiling_mbps) {
+  const double wrap_ns = 4294967296.0 / (ceiling_mbps * 1e6) * 1e9;
+  int gaps = 0;
+  for (int c : {0, 1}) {
+    std::optional<int64_t> prev;
+    for (const MeterSample& m : s) {
+      if (!m.bytes[c]) continue;
+      if (prev && m.t_ns[c] - *prev >= wrap_ns && *prev < end && m.t_ns[c] > start) ++gaps;
+      prev = m.t_ns[c];
+    }
+  }
+  return gaps;
+}
+
+TEST(MeterWindow, ReadsAndWrapGapsFoundByBisectionAreWhatAPassOverTheSeriesFinds) {
+  std::mt19937_64 rng(39);
+  const Series s = sampledSeries(rng);
+  ASSERT_GT(s.size(), 600u);
+  const ReadIndex index = indexReads(s);
+  // Added in any order, the index is the same: each read at its sorted place.
+  std::vector<size_t> order(s.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  ReadIndex shuffled;
+  for (size_t i : order)
+    shuffled.add(s[i].group == MeterGroup::kPcie ? MeterReadKind::kPcie : MeterReadKind::kNvlink,
+                 readMidNs(s[i].t_before_ns, s[i].t_after_ns));
+  EXPECT_EQ(shuffled.mids, index.mids);
+
+  std::vector<int64_t> instants;
+  for (size_t i = 0; i < s.size(); i += 2) {
+    instants.push_back(readMidNs(s[i].t_before_ns, s[i].t_after_ns));
+    instants.push_back(s[i].t_ns[0]);
+  }
+  int reads_seen = 0, gaps_seen = 0;
+  for (const auto& [a, b] : edgyWindows(instants, rng)) {
+    const auto want = readsInside(s, {}, 0, a, b);
+    ASSERT_EQ(readsInside(index, a, b), want) << "[" << a << ", " << b << "]";
+    // 2^32 bytes in 4 ms: some spaces between PCIe reads could hide a wrap, others not.
+    const int gaps = wrapGapsOfEveryPair(s, a, b, 1.07e6);
+    ASSERT_EQ(wrapGapsIn(s, a, b, 1.07e6), gaps) << "[" << a << ", " << b << "]";
+    reads_seen += want[0] > 0 && want[1] > 0;
+    gaps_seen += gaps > 0;
+  }
+  EXPECT_GT(reads_seen, 500);
+  EXPECT_GT(gaps_seen, 500);
+}
+
+TEST(MeterWindow, DmonReadingsFoundByBisectionAreWhatAPassFinds) {
+  // Two GPUs, both directions, one call after the other as the dmon thread makes them; some without a value.
+  std::mt19937_64 rng(40);
+  std::vector<MeterDmonSample> d;
+  int64_t t = 0;
+  for (int i = 0; i < 800; ++i) {
+    MeterDmonSample x;
+    x.gpu = (i / 2) % 2;
+    x.counter = i % 2 ? MeterCounter::kPcieTx : MeterCounter::kPcieRx;
+    x.t_before_ns = t + static_cast<int64_t>(rng() % kMs);
+    x.t_after_ns = x.t_before_ns + static_cast<int64_t>(rng() % (5 * kMs));
+    t = x.t_after_ns;
+    if (rng() % 9 != 0) x.mbps = static_cast<double>(rng() % 100000) / 7;
+    d.push_back(x);
+  }
+  std::vector<int64_t> instants;
+  for (const MeterDmonSample& x : d) instants.push_back(readMidNs(x.t_before_ns, x.t_after_ns));
+  int seen = 0;
+  for (const auto& [a, b] : edgyWindows(instants, rng)) {
+    const DmonRange r = dmonReadingsIn(d, a, b);
+    for (int gpu : {0, 1}) {
+      ASSERT_EQ(dmonCalls(r, gpu), readsInside({}, d, gpu, a, b)[static_cast<int>(MeterReadKind::kDmon)]);
+      for (MeterCounter c : {MeterCounter::kPcieTx, MeterCounter::kPcieRx}) {
+        const SourceFigure got = dmonFigure(r, gpu, c), want = dmonFigure(d, gpu, c, a, b);
+        ASSERT_EQ(got.samples, want.samples) << "[" << a << ", " << b << "]";
+        ASSERT_EQ(got.mean_mbps, want.mean_mbps) << "[" << a << ", " << b << "]";
+        seen += want.samples > 1;
+      }
+    }
+  }
+  EXPECT_GT(seen, 500);
 }
 
 TEST(MeterSpread, MedianMinMaxOverPresentValues) {
