@@ -20,8 +20,8 @@ t_0 the greedy token of the prompt's last position and t_{i+1} step i's greedy t
 inputs. Two logits per step, float32, rank 0 writes both as [steps][vocabulary] .npy files:
 
   model   what LlamaForCausalLM returns: the LM head's column-parallel output gathered by tpscope.torch,
-          whose all_gather is an all-reduce over zeros, so on a lossy wire the logits themselves travel on
-          it (DIR/hf-<dtype>-tp<N>-<wire>-model.npy)
+          whose all_gather runs on the exact wire whatever the group's, so the logits come through as the
+          model computed them (DIR/hf-<dtype>-tp<N>-<wire>-model.npy)
   head32  the final hidden state (replicated after the last row-parallel all-reduce) through the full LM
           head weight in float32 on each rank: what the AllReduces alone change (...-head32.npy)
 
