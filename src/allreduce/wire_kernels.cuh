@@ -121,7 +121,7 @@ __device__ __forceinline__ void warpDecode(WirePayload p, size_t n, size_t k, fl
 // 16-bit type, two of a float), so a warp moves four blocks per step with wide loads and stores; the
 // block's largest magnitude is a maximum over its 8 lanes. The arithmetic per value is warpEncode's and
 // warpDecode's (wire_codec.h), so the codes, the decoded values and the sums are the same bits.
-constexpr int kWireLanes = 8;                          // lanes per block of kWireBlock values
+constexpr int kWireLanes = 8;                             // lanes per block of kWireBlock values
 constexpr int kWireLaneValues = kWireBlock / kWireLanes;  // values per lane
 static_assert(kWireLaneValues == 8, "a lane's 8 values are one 16-byte vector of a 16-bit type");
 
@@ -213,16 +213,17 @@ __device__ __forceinline__ void encode8(float v[8], size_t n, size_t i, size_t k
       if constexpr (W == WireCode::kInt4) {
         uint8_t* out = p.codes + i / 2;
         if (i + 8 <= n) {
-          *reinterpret_cast<uint32_t*>(out) = (c[0] | c[1] << 4) | (c[2] | c[3] << 4) << 8 |
-                                              (c[4] | c[5] << 4) << 16 | static_cast<uint32_t>(c[6] | c[7] << 4) << 24;
+          *reinterpret_cast<uint32_t*>(out) = (c[0] | c[1] << 4) | (c[2] | c[3] << 4) << 8 | (c[4] | c[5] << 4) << 16 |
+                                              static_cast<uint32_t>(c[6] | c[7] << 4) << 24;
         } else {
 #pragma unroll
           for (int b = 0; b < 4; ++b)
             if (i + 2 * b < n) out[b] = static_cast<uint8_t>(c[2 * b] | (i + 2 * b + 1 < n ? c[2 * b + 1] << 4 : 0));
         }
       } else if (i + 8 <= n) {
-        *reinterpret_cast<uint2*>(p.codes + i) = make_uint2(c[0] | c[1] << 8 | c[2] << 16 | static_cast<uint32_t>(c[3]) << 24,
-                                                            c[4] | c[5] << 8 | c[6] << 16 | static_cast<uint32_t>(c[7]) << 24);
+        *reinterpret_cast<uint2*>(p.codes + i) =
+            make_uint2(c[0] | c[1] << 8 | c[2] << 16 | static_cast<uint32_t>(c[3]) << 24,
+                       c[4] | c[5] << 8 | c[6] << 16 | static_cast<uint32_t>(c[7]) << 24);
       } else {
 #pragma unroll
         for (int j = 0; j < 8; ++j)

@@ -54,7 +54,7 @@ struct ReportArm {
   int positions = 1;  // the split's positions (devices listed): more than gpu_count where positions share a GPU
   int tokens_per_step = 1;
   double acceptance = 1;
-  std::string speculative;  // a server's drafting ("draft self, up to 3"); "" when none
+  std::string speculative;     // a server's drafting ("draft self, up to 3"); "" when none
   std::string wire = "exact";  // the AllReduce's wire (the setting "wire"; "none" where no tpscope AllReduce runs)
   // The error of the arm's decode output (PhaseResult::output) against its reference's: the first arm in
   // spec order on the exact wire whose settings are otherwise this arm's (output_reference; "" for the

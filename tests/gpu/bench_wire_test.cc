@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -46,7 +46,7 @@ TEST(BenchWire, EveryWireSideBySideOnOneGpu) {
   EXPECT_EQ(doc["context"]["wires"], nlohmann::json({"exact", "int8", "fp8", "int4", "bf16"}));
   std::map<std::string, int> rows;
   std::map<std::tuple<std::string, std::string, uint64_t>, nlohmann::json> by;  // (dtype, wire, size)
-  std::map<std::pair<std::string, std::string>, double> lossy_max;  // (dtype, wire): largest rel_rms
+  std::map<std::pair<std::string, std::string>, double> lossy_max;              // (dtype, wire): largest rel_rms
   for (const nlohmann::json& r : doc["results"]) {
     const std::string wire = r["wire"], path = r["path"], dtype = r["dtype"];
     ++rows[wire];

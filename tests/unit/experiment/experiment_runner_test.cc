@@ -817,8 +817,7 @@ wire = "int4"
   EXPECT_NE(o.report_markdown.find("| exact | exact | "), std::string::npos) << o.report_markdown;
   EXPECT_NE(o.report_markdown.find("| reference | - |"), std::string::npos) << o.report_markdown;
   EXPECT_NE(o.report_markdown.find("| int8 | int8 | "), std::string::npos) << o.report_markdown;
-  EXPECT_NE(o.report_markdown.find("2 GPUs, tensor, host, wire int8"), std::string::npos)
-      << o.report_markdown;
+  EXPECT_NE(o.report_markdown.find("2 GPUs, tensor, host, wire int8"), std::string::npos) << o.report_markdown;
   const nlohmann::json j = toJson(rep);
   EXPECT_EQ(j["arms"][0]["wire"], "int8");
   EXPECT_EQ(j["arms"][0]["output_error"]["reference"], "exact");

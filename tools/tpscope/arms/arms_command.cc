@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// arms/arms_command.cc - `tpscope arms SPEC.toml [--out RUN_DIR] [--quick] [--arms A,B]`, `tpscope arms --resume RUN_DIR`.
+// arms/arms_command.cc - `tpscope arms SPEC.toml [--out RUN_DIR] [--quick] [--arms A,B]`, `tpscope arms --resume
+// RUN_DIR`.
 //
 // At the end: the report on stdout, plots in RUN_DIR/plots where python3 has matplotlib. What a box
 // gets: with the GPUs every arm needs, every arm is measured. With fewer (one GPU, for the four-arm

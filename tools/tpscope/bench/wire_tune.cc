@@ -12,8 +12,8 @@
 
 #include "allreduce/auto_table.h"
 #include "allreduce/registry.h"
-#include "bench/procs.h"
 #include "bench/bench_runner.h"
+#include "bench/procs.h"
 
 namespace tpscope::cli {
 
