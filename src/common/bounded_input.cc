@@ -137,19 +137,47 @@ FileReadError readRegularFile(const std::string& path, size_t max_bytes, std::st
   return FileReadError::kNone;
 }
 
+// Counts what a document opens and holds on a first pass, so that the parse that builds it needs no
+// callback: nlohmann's callback parser rescans a container for discarded values each time one of its
+// elements closes, which is quadratic in a container of many objects (an array of 100,000 paths took 2 s).
+class JsonLimits : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit JsonLimits(int max_depth) : max_depth_(max_depth) {}
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { return --depth_, true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  // The depth of the array or object being opened (0 for the outermost); one at max_depth would be the
+  // (max_depth + 1)-th level.
+  bool open() {
+    if (depth_++ >= max_depth_) throw TooDeep{};
+    return value();
+  }
+  bool value() {
+    if (++values_ > kMaxJsonValues) throw TooMany{};
+    return true;
+  }
+  int max_depth_, depth_ = 0;
+  size_t values_ = 0;
+};
+
 std::optional<nlohmann::json> parseJsonBounded(std::string_view text, std::string* error, int max_depth) {
   using nlohmann::json;
-  // The parser reports the depth of each array or object it opens (0 for the outermost); one at
-  // max_depth would be the (max_depth + 1)-th level.
-  size_t values = 0;
-  const json::parser_callback_t limit = [max_depth, &values](int depth, json::parse_event_t event, json&) {
-    const bool opens = event == json::parse_event_t::object_start || event == json::parse_event_t::array_start;
-    if (opens && depth >= max_depth) throw TooDeep{};
-    if ((opens || event == json::parse_event_t::value) && ++values > kMaxJsonValues) throw TooMany{};
-    return true;
-  };
   try {
-    return json::parse(text.begin(), text.end(), limit);
+    JsonLimits limits(max_depth);
+    json::sax_parse(text.begin(), text.end(), &limits);  // a syntax error: the parse below says where
+    return json::parse(text.begin(), text.end());
   } catch (const TooDeep&) {
     const size_t at = tooDeepAt(text, max_depth);
     *error = fmt::format("{}arrays and objects nested deeper than {} levels",

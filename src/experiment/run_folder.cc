@@ -584,6 +584,22 @@ void checkRepetition(const RepetitionResult& r) {
   }
 }
 
+// The same bounds on a line before it is converted: a line of 100,000 paths is refused at the count,
+// not after 100,000 records are made of it.
+void checkRepetitionSize(const json& j) {
+  if (!j.is_object() || !j.contains("phases") || !j.at("phases").is_array()) return;  // the conversion says why
+  for (const json& pj : j.at("phases")) {
+    if (!pj.is_object()) continue;
+    const std::string phase =
+        pj.contains("phase") && pj.at("phase").is_string() ? pj.at("phase").get<std::string>() : "?";
+    if (pj.contains("gpus") && pj.at("gpus").is_array() && pj.at("gpus").size() > kMaxArmDevices)
+      throw RecordError(fmt::format("phase {} holds the traffic of more than {} GPUs", toUtf8(phase), kMaxArmDevices));
+    if (pj.contains("allreduce") && pj.at("allreduce").is_array() && pj.at("allreduce").size() > kMaxRecordedPaths)
+      throw RecordError(fmt::format("phase {} lists {} AllReduce paths, more than the {} a run records", toUtf8(phase),
+                                    pj.at("allreduce").size(), kMaxRecordedPaths));
+  }
+}
+
 }  // namespace
 
 RunRecord readRun(const std::string& dir) {
@@ -614,6 +630,7 @@ RunRecord parseRun(const std::string& dir, const std::string& manifest, const st
   // Each attempt once: the line that first recorded it, by (arm, repetition, attempt).
   std::map<std::tuple<std::string, int, int>, size_t> seen;
   parseJsonl(dir + "/results.jsonl", *results, &run.notes, [&](const json& j, size_t line) {
+    checkRepetitionSize(j);
     RepetitionResult r = repetitionFromJson(j);
     checkRepetition(r);
     if (const auto [it, fresh] = seen.emplace(std::make_tuple(r.arm, r.repetition, r.attempt), line); !fresh)

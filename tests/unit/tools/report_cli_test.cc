@@ -64,7 +64,12 @@ TEST_F(ReportCli, CorruptManifestIsARuntimeError) {
 // engine record of a million numbers, under a 600 MB data limit) is one line and exit 1, never an abort:
 // freeing a parsed document allocates, and a failure there aborted the process.
 TEST(ReportCliErrors, RunningOutOfMemoryIsOneLineAndExitOne) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)  // clang names them so
+#define TPS_UNDER_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(TPS_UNDER_SANITIZER)  // gcc's
   GTEST_SKIP() << "a sanitizer's shadow memory does not start under a 600 MB data limit (scripts/sanitize)";
 #endif
   const std::string dir = tempDir("report_oom");
