@@ -56,6 +56,9 @@ struct Ranks {
       CUDA_OK(cudaMalloc(&bufs[r], in[r].size()));
       CUDA_OK(cudaMemcpy(bufs[r], in[r].data(), in[r].size(), cudaMemcpyHostToDevice));
     }
+    // A copy from pageable memory may return before its DMA lands, and the ranks' streams are
+    // non-blocking: without this the call could read part of an input before it arrives.
+    CUDA_OK(cudaDeviceSynchronize());
   }
   tpsResult_t call(tpsWire_t wire, size_t count, tpsDataType_t t) {
     return tpsAllReduceWire(comm, tpsBackendAuto, wire, bufs.data(), count, t,

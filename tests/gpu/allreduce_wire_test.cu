@@ -112,6 +112,10 @@ void runCase(int nranks, const WireCase& c, unsigned seed) {
     CUDA_OK(cudaMemcpy(bufs[r], in[r].data(), c.count * es, cudaMemcpyHostToDevice));
     CUDA_OK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
   }
+  // A copy from pageable memory may return before its DMA lands, and the streams are non-blocking: the
+  // inputs must be in place before the call, or a rank encodes part of a stale buffer for its peers and
+  // then re-encodes the landed one for itself (the ranks differ, and it is the test's race, not the wire's).
+  CUDA_OK(cudaDeviceSynchronize());
   TPS_OK(tpsAllReduce(comm, bufs.data(), c.count, c.dtype, reinterpret_cast<tpsStream_t*>(streams.data())));
   for (int r = 0; r < nranks; ++r) CUDA_OK(cudaStreamSynchronize(streams[r]));
   tpsResult_t async = tpsInternalError;
