@@ -334,7 +334,7 @@ std::vector<Refusal> checkAvailability(const std::vector<EffectiveSettings>& arm
     const bool named = ar != "none" && ar != "auto";
     // Positions sharing a GPU on host staging passed sharedGpuRefusal(), which knows that case.
     if (named && !shares &&
-        (!detail::parseBackendName(ar, &backend) ||
+        (!::tpscope::detail::parseBackendName(ar, &backend) ||
          std::find(box.backends.begin(), box.backends.end(), backend) == box.backends.end())) {
       const auto why = box.backend_reasons.find(backend);
       out.push_back({e.arm, fmt::format("AllReduce backend \"{}\" is not available here{}", ar,

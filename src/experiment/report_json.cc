@@ -16,10 +16,6 @@ json spreadJson(const std::optional<MeterSpread>& s) {
   if (!s) return nullptr;
   return {{"median", s->median}, {"min", s->min}, {"max", s->max}, {"n", s->n}};
 }
-template <typename T>
-json opt(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
 
 // The decode steps PM sampled: the rule the bursts are counted by, a row per arm and GPU, and the first
 // valid repetition's records for the plot.
@@ -60,11 +56,11 @@ json toJson(const Report& r) {
       if (!ap) continue;
       phases[p] = {{"tok_s", spreadJson(ap->tok_s)},
                    {"step_ms", spreadJson(ap->step_ms)},
-                   {"rx_per_card_mbps", opt(ap->rx_per_card_mbps)},
-                   {"tx_per_card_mbps", opt(ap->tx_per_card_mbps)},
+                   {"rx_per_card_mbps", jsonOrNull(ap->rx_per_card_mbps)},
+                   {"tx_per_card_mbps", jsonOrNull(ap->tx_per_card_mbps)},
                    {"allreduce_calls", spreadJson(ap->allreduce_calls)},
-                   {"allreduce_bytes_per_call", opt(ap->allreduce_bytes_per_call)},
-                   {"allreduce_calls_per_token", opt(ap->allreduce_calls_per_token)},
+                   {"allreduce_bytes_per_call", jsonOrNull(ap->allreduce_bytes_per_call)},
+                   {"allreduce_calls_per_token", jsonOrNull(ap->allreduce_calls_per_token)},
                    {"allreduce_paths", ap->paths}};
       if (ap->client_tok_s) {  // an engine that reports its own timings
         phases[p]["client_tok_s"] = spreadJson(ap->client_tok_s);
@@ -104,8 +100,8 @@ json toJson(const Report& r) {
                      {"library_rx_mbps", spreadJson(c.library_rx_mbps)},
                      {"library_tx_mbps", spreadJson(c.library_tx_mbps)},
                      {"samples_per_repetition", c.samples},
-                     {"pcie_ceiling_mbps", opt(c.ceiling_mbps)},
-                     {"share_of_ceiling", opt(c.share_of_ceiling)}});
+                     {"pcie_ceiling_mbps", jsonOrNull(c.ceiling_mbps)},
+                     {"share_of_ceiling", jsonOrNull(c.share_of_ceiling)}});
   json net = json::array();
   for (const NetCost& n : r.net)
     net.push_back({{"phase", n.phase},

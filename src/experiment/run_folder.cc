@@ -30,10 +30,6 @@ using nlohmann::json;
 
 namespace {
 
-template <typename T>
-json opt(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
 // A whole number of type T, at least `lo`. nlohmann's get<T>() casts whatever number it holds, and a
 // float outside T's range (an integer literal too large for 64 bits parses as one) makes that cast
 // undefined; a run folder is outside input, so every integer field is read through this, which throws
@@ -117,7 +113,7 @@ json toJson(const QuiesceRecord& q) {
   json idle = json::array();
   for (const auto& gpu : q.idle_mbps) {
     json row = json::object();
-    for (int c = 0; c < kMeterCounters; ++c) row[meterCounterName(static_cast<MeterCounter>(c))] = opt(gpu[c]);
+    for (int c = 0; c < kMeterCounters; ++c) row[meterCounterName(static_cast<MeterCounter>(c))] = jsonOrNull(gpu[c]);
     idle.push_back(row);
   }
   return {{"passed", q.passed},         {"idle_ms", (q.end_ns - q.start_ns) / 1000000}, {"start_ns", q.start_ns},
@@ -154,7 +150,7 @@ json toJson(const PmStep& s) {
           {"step", s.step},
           {"step_start_ns", s.start_ns},
           {"step_end_ns", s.end_ns},
-          {"allreduce_calls_per_step", opt(s.allreduce_calls_per_step)},
+          {"allreduce_calls_per_step", jsonOrNull(s.allreduce_calls_per_step)},
           {"complete", s.complete},
           {"note", s.note},
           {"gpus", gpus}};
@@ -299,26 +295,26 @@ json toJson(const RepetitionResult& r) {
     json gpus = json::array();
     for (const GpuTraffic& g : p.gpus)
       gpus.push_back({{"gpu", g.gpu},
-                      {"pcie_rx_bytes", opt(g.rx_bytes)},
-                      {"pcie_tx_bytes", opt(g.tx_bytes)},
-                      {"pcie_rx_own_bytes", opt(g.own_rx_bytes)},
-                      {"pcie_tx_own_bytes", opt(g.own_tx_bytes)},
-                      {"pcie_rx_mbps", opt(g.rx_mbps)},
-                      {"pcie_tx_mbps", opt(g.tx_mbps)},
-                      {"nvlink_rx_mbps", opt(g.nvlink_rx_mbps)},
-                      {"nvlink_tx_mbps", opt(g.nvlink_tx_mbps)},
+                      {"pcie_rx_bytes", jsonOrNull(g.rx_bytes)},
+                      {"pcie_tx_bytes", jsonOrNull(g.tx_bytes)},
+                      {"pcie_rx_own_bytes", jsonOrNull(g.own_rx_bytes)},
+                      {"pcie_tx_own_bytes", jsonOrNull(g.own_tx_bytes)},
+                      {"pcie_rx_mbps", jsonOrNull(g.rx_mbps)},
+                      {"pcie_tx_mbps", jsonOrNull(g.tx_mbps)},
+                      {"nvlink_rx_mbps", jsonOrNull(g.nvlink_rx_mbps)},
+                      {"nvlink_tx_mbps", jsonOrNull(g.nvlink_tx_mbps)},
                       {"samples", g.samples},
-                      {"dmon_rx_mbps", opt(g.dmon_rx_mbps)},
-                      {"dmon_tx_mbps", opt(g.dmon_tx_mbps)},
+                      {"dmon_rx_mbps", jsonOrNull(g.dmon_rx_mbps)},
+                      {"dmon_tx_mbps", jsonOrNull(g.dmon_tx_mbps)},
                       {"dmon_samples", g.dmon_samples},
-                      {"pcie_ceiling_mbps", opt(g.ceiling_mbps)}});
+                      {"pcie_ceiling_mbps", jsonOrNull(g.ceiling_mbps)}});
     json pj = {{"phase", p.phase},     {"start_ns", p.start_ns}, {"end_ns", p.end_ns},
                {"tokens", p.tokens},   {"steps", p.steps},       {"tok_s", p.tok_s},
                {"step_ms", p.step_ms}, {"allreduce", ar},        {"gpus", gpus}};
     // An engine's own figures only where it reports them, so synthetic runs keep their shape.
     if (p.engine_tok_s || p.engine_ms || !p.engine.is_null()) {
-      pj["engine_tok_s"] = opt(p.engine_tok_s);
-      pj["engine_ms"] = opt(p.engine_ms);
+      pj["engine_tok_s"] = jsonOrNull(p.engine_tok_s);
+      pj["engine_ms"] = jsonOrNull(p.engine_ms);
       pj["engine"] = p.engine;
     }
     if (p.pm_step) pj["pm_step"] = toJson(*p.pm_step);  // runs metered by NVML alone keep their shape
@@ -405,14 +401,14 @@ json toJson(const SampleRow& s) {
           {"repetition", s.repetition},
           {"gpu", s.gpu},
           {"t_ns", s.t_ns},
-          {"pcie_rx_bytes", opt(s.pcie_rx_bytes)},
-          {"pcie_tx_bytes", opt(s.pcie_tx_bytes)},
-          {"nvlink_rx_bytes", opt(s.nvlink_rx_bytes)},
-          {"nvlink_tx_bytes", opt(s.nvlink_tx_bytes)},
-          {"pcie_rx_t_ns", opt(s.pcie_rx_t_ns)},
-          {"pcie_tx_t_ns", opt(s.pcie_tx_t_ns)},
-          {"nvlink_rx_t_ns", opt(s.nvlink_rx_t_ns)},
-          {"nvlink_tx_t_ns", opt(s.nvlink_tx_t_ns)}};
+          {"pcie_rx_bytes", jsonOrNull(s.pcie_rx_bytes)},
+          {"pcie_tx_bytes", jsonOrNull(s.pcie_tx_bytes)},
+          {"nvlink_rx_bytes", jsonOrNull(s.nvlink_rx_bytes)},
+          {"nvlink_tx_bytes", jsonOrNull(s.nvlink_tx_bytes)},
+          {"pcie_rx_t_ns", jsonOrNull(s.pcie_rx_t_ns)},
+          {"pcie_tx_t_ns", jsonOrNull(s.pcie_tx_t_ns)},
+          {"nvlink_rx_t_ns", jsonOrNull(s.nvlink_rx_t_ns)},
+          {"nvlink_tx_t_ns", jsonOrNull(s.nvlink_tx_t_ns)}};
 }
 
 SampleRow sampleFromJson(const json& j) {
@@ -696,7 +692,7 @@ std::optional<double> windowBytesFromSamples(const RunRecord& run, const std::st
   if (!field) return std::nullopt;
   // The rows back into the meter's samples: one counter's values and read times, in recorded order.
   const int k = static_cast<int>(c);
-  detail::Series series;
+  ::tpscope::detail::Series series;
   for (const SampleRow& r : run.samples) {
     if (r.arm != arm || r.repetition != repetition || r.gpu != gpu || !(r.*field->bytes)) continue;
     MeterSample m;
@@ -705,8 +701,8 @@ std::optional<double> windowBytesFromSamples(const RunRecord& run, const std::st
     m.t_before_ns = m.t_after_ns = m.t_ns[k];
     series.push_back(m);
   }
-  const std::optional<double> a = detail::cumulativeAt(series, c, start_ns);
-  const std::optional<double> b = detail::cumulativeAt(series, c, end_ns);
+  const std::optional<double> a = ::tpscope::detail::cumulativeAt(series, c, start_ns);
+  const std::optional<double> b = ::tpscope::detail::cumulativeAt(series, c, end_ns);
   if (!a || !b) return std::nullopt;
   return *b - *a;
 }

@@ -31,6 +31,12 @@ namespace tpscope::experiment {
 
 constexpr const char* kRunFormat = "tpscope-run/1";
 
+// A value the GPU or the engine could not give, as the records write it: null, never 0.
+template <typename T>
+nlohmann::json jsonOrNull(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
 struct Manifest {
   std::string format = kRunFormat;
   std::string spec_path;

@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tpscope/tpscope.h"
@@ -83,6 +84,11 @@ struct MeterOptions {
   int nvlink_links_per_call = -1;
   // The sources to run, by name (meterSourceNames()); the first one's figures fill the cells.
   std::vector<std::string> sources = {"nvml"};
+  bool runs(std::string_view source) const {
+    for (const std::string& s : sources)
+      if (s == source) return true;
+    return false;
+  }
   // PM sampling: the GPU's sampling interval (10..1000000 us; 100 us: edges within ~5 us and the
   // sampler's own traffic ~0.3 / 1.4 MB/s on H200, docs/METHOD.md), how often the records are
   // decoded off the hardware buffer, and how long the sampler's own traffic is measured at start.

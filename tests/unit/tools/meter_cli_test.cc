@@ -15,12 +15,12 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_runner.h"
+
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
+using Result = tpscope::testing::CliResult;
+using tpscope::testing::lineCount;
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
@@ -28,8 +28,6 @@ std::string slurp(const std::string& path) {
   ss << f.rdbuf();
   return ss.str();
 }
-
-int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
 // Whether process `pid` has a handler for `sig` (SigCgt in /proc/PID/status).
 bool catches(pid_t pid, int sig) {
@@ -90,7 +88,7 @@ TEST(MeterCli, WrappedCommandMarksWindowsAndItsExitCodeIsReturned) {
   Result r = tpscope({"meter", "--format", "json", "--", "sh", "-c", kMarks});
   EXPECT_EQ(r.exit_code, 3) << r.err;
   // The malformed line is one warning, not a crash.
-  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("unknown command 'bogus'"), std::string::npos) << r.err;
   nlohmann::json doc = nlohmann::json::parse(r.out);
   EXPECT_EQ(doc["context"]["exit_code"], 3);
@@ -203,11 +201,11 @@ TEST(MeterCli, PmOptionsAreCheckedAndAMissingCuptiSaysWhy) {
                                         {"meter", "--source", "cupti", "--", "true"}}) {
     Result r = tpscope(args);
     EXPECT_EQ(r.exit_code, 2) << args[1] << ": " << r.err;
-    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_EQ(lineCount(r.err), 1) << r.err;
   }
   Result r = tpscope({"meter", "--list-pm-metrics"}, {"TPSCOPE_CUPTI_LIBRARY=/nonexistent/libcupti.so"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("libcupti not found (tried /nonexistent/libcupti.so)"), std::string::npos) << r.err;
 }
 
@@ -255,15 +253,15 @@ TEST(MeterCli, OutAsCsvWritesSamplesAndWindowsFiles) {
   std::remove((base + ".csv").c_str());
   std::remove((base + ".windows.csv").c_str());
   EXPECT_EQ(samples.rfind("gpu,group,t_before_ns,", 0), 0u);
-  EXPECT_GT(lines(samples), 2);
+  EXPECT_GT(lineCount(samples), 2);
   EXPECT_EQ(windows.rfind("window,repetition,", 0), 0u);
-  EXPECT_EQ(lines(windows), 1 + 2 * 4) << windows;  // the whole command: 2 GPUs x 4 counters
+  EXPECT_EQ(lineCount(windows), 1 + 2 * 4) << windows;  // the whole command: 2 GPUs x 4 counters
 }
 
 TEST(MeterCli, CommandNotFoundIsOneLineAndExit127WithTheSummaryKept) {
   Result r = tpscope({"meter", "--", "/nonexistent/tpscope-no-such-command"});
   EXPECT_EQ(r.exit_code, 127);
-  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("cannot run '/nonexistent/tpscope-no-such-command'"), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("did not run"), std::string::npos) << r.out;
 }
@@ -271,7 +269,7 @@ TEST(MeterCli, CommandNotFoundIsOneLineAndExit127WithTheSummaryKept) {
 TEST(MeterCli, UnwritableOutFailsBeforeMeasuring) {
   Result r = tpscope({"meter", "--out", "/nonexistent/dir/x.jsonl", "--", "true"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("cannot write --out /nonexistent/dir/x.jsonl"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty());
 }
@@ -279,7 +277,7 @@ TEST(MeterCli, UnwritableOutFailsBeforeMeasuring) {
 TEST(MeterCli, UnknownGpuIsAUsageError) {
   Result r = tpscope({"meter", "-i", "0,7", "-c", "1"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("GPU index 7 does not exist"), std::string::npos) << r.err;
 }
 
@@ -290,14 +288,14 @@ TEST(MeterCli, BadOptionsAreUsageErrors) {
                                         {"meter", "--no-nvlink", "--nvlink-raw"}}) {
     Result r = tpscope(args);
     EXPECT_EQ(r.exit_code, 2) << args[1] << ": " << r.err;
-    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_EQ(lineCount(r.err), 1) << r.err;
   }
 }
 
 TEST(MeterCli, WithoutNvmlItSaysWhyAndExits1) {
   Result r = tpscope({"meter", "-c", "1"}, {"TPSCOPE_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(lineCount(r.err), 1) << r.err;
   EXPECT_TRUE(r.out.empty());
 }
 
@@ -334,7 +332,7 @@ TEST(MeterCli, SigintEndsLiveModeCleanly) {
   // The meter calibrates first (the fake GPUs are busy: it gives up after three rounds), then rows.
   Result r = tpscope({"meter", "-d", "50"}, {"TPSCOPE_METER_FAKE=1"}, SIGINT, 700);
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_GE(lines(r.out), 2 + 2 * 3);
+  EXPECT_GE(lineCount(r.out), 2 + 2 * 3);
 }
 
 }  // namespace

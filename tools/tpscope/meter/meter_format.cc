@@ -37,10 +37,6 @@ std::vector<Column> liveColumns(const LiveLayout& l) {
   return cols;
 }
 
-bool runs(const MeterOptions& o, const char* source) {
-  return std::find(o.sources.begin(), o.sources.end(), source) != o.sources.end();
-}
-
 // The header's words for what was read: the byte counters, the dmon method, other sources by name.
 std::string methodText(const MeterOptions& o) {
   std::string out;
@@ -125,7 +121,7 @@ std::string liveRow(const LiveLayout& l, const LiveRow& r, const std::string& fo
 std::string summaryTable(const MeterSummary& s) {
   const std::vector<MeterCounter> counters = reportedCounters(s.options);
   // The dmon method beside the counters gets a column of its own, as nvidia-smi dmon's figures.
-  const bool dmon = runs(s.options, "dmon");
+  const bool dmon = s.options.runs("dmon");
   std::string out;
   std::string gpus;
   for (const MeterGpu& g : s.gpus) gpus += fmt::format("{}{} {}", gpus.empty() ? "" : " | ", g.index, g.name);
@@ -229,7 +225,7 @@ std::string summaryTable(const MeterSummary& s) {
       }
     }
   }
-  if (runs(s.options, "nvml")) out += ownTrafficLines(s.calibration, s.own_mbps, s.gpus);
+  if (s.options.runs("nvml")) out += ownTrafficLines(s.calibration, s.own_mbps, s.gpus);
   out += sourceLines(s.sources, s.gpus);
   for (const MeterCadence& c : s.cadence) {
     if (c.dropped)

@@ -15,10 +15,6 @@ namespace tpscope::cli {
 
 namespace {
 
-bool runs(const MeterOptions& o, const char* source) {
-  return std::find(o.sources.begin(), o.sources.end(), source) != o.sources.end();
-}
-
 std::string clockText(const char* fmt_str) {
   time_t now = time(nullptr);
   tm local{};
@@ -52,9 +48,9 @@ int runLive(Meter& meter, const MeterArgs& args) {
   layout.date = args.stamp.find_first_of("Dd") != std::string::npos;
   layout.time = args.stamp.find_first_of("Tt") != std::string::npos;
   const MeterOptions& o = meter.options();
-  layout.counters = runs(o, "nvml");
+  layout.counters = o.runs("nvml");
   layout.nvlink = o.nvlink;
-  layout.dmon_beside = layout.counters && runs(o, "dmon");
+  layout.dmon_beside = layout.counters && o.runs("dmon");
   const size_t n = meter.gpus().size();
   std::fputs(liveHeader(layout, args.format).c_str(), stdout);
   std::fflush(stdout);
@@ -94,7 +90,7 @@ int runLive(Meter& meter, const MeterArgs& args) {
         lr.nvltx = rate(meter, static_cast<int>(k), *prev[k], *cur, MeterCounter::kNvlinkTx);
       }
       if (cur) prev[k] = cur;
-      if (runs(o, "dmon")) {
+      if (o.runs("dmon")) {
         auto rx = meter.latestDmon(static_cast<int>(k), MeterCounter::kPcieRx);
         auto tx = meter.latestDmon(static_cast<int>(k), MeterCounter::kPcieTx);
         std::optional<double> rxd = rx ? rx->mbps : std::nullopt, txd = tx ? tx->mbps : std::nullopt;
