@@ -212,6 +212,31 @@ __device__ __forceinline__ void decodeCodes8(const Codes8& c, size_t n, size_t i
   }
 }
 
+// The lane's 8 values of buf (at i, block k) replaced by the rank-order sum of every rank's decoded values:
+// this rank's own re-encoded from buf (the codes its peers received), each peer's from its codes in `in`.
+template <typename T, WireCode W>
+__device__ __forceinline__ void sumInRankOrder(T* buf, size_t n, size_t i, size_t k, bool wide,
+                                               const Codes8 in[TPS_MAX_DEVICES], int rank, int nranks) {
+  float mine[8], acc[8], d[8];
+  load8<T>(buf, n, i, wide, mine);
+  encode8<W, false>(mine, n, i, k, false, WirePayload{});
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
+#pragma unroll
+  for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
+    if (q >= nranks) break;
+    if (q == rank) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] += mine[j];
+    } else {
+      decodeCodes8<W>(in[q], n, i, d);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] += d[j];
+    }
+  }
+  store8<T>(buf, n, i, wide, acc);
+}
+
 // Encodes n values of x into the payload at `out` (the copy-engine path's D2H source).
 template <typename T, WireCode W>
 __global__ void wireEncodeKernel(const T* x, size_t n, void* out) {
@@ -248,25 +273,12 @@ __global__ void wireAddPeers(WireAddArgs args, T* buf, size_t n) {
        k0 += warps * per_warp) {
     const size_t k = k0 + lane / kWireLanes;
     const size_t i = k * kWireBlock + (lane % kWireLanes) * kWireLaneValues;
-    float mine[8], acc[8], d[8];
-    load8<T>(buf, n, i, wide, mine);
-    encode8<W, false>(mine, n, i, k, false, WirePayload{});
+    Codes8 in[TPS_MAX_DEVICES];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
-#pragma unroll
-    for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
-      if (q >= args.nranks) break;
-      if (q == args.rank) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] += mine[j];
-      } else {
-        decodeCodes8<W>(loadCodes8<W, false>(WirePayload::at(const_cast<void*>(args.payload[q]), W, n), n, i, k), n, i,
-                        d);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] += d[j];
-      }
-    }
-    store8<T>(buf, n, i, wide, acc);
+    for (int q = 0; q < TPS_MAX_DEVICES; ++q)
+      if (q < args.nranks && q != args.rank)
+        in[q] = loadCodes8<W, false>(WirePayload::at(const_cast<void*>(args.payload[q]), W, n), n, i, k);
+    sumInRankOrder<T, W>(buf, n, i, k, wide, in, args.rank, args.nranks);
   }
 }
 
@@ -333,24 +345,7 @@ __global__ void __launch_bounds__(kKernelThreads) hostKernelWire(HostKernelHandl
 #pragma unroll
     for (int q = 0; q < TPS_MAX_DEVICES; ++q)
       if (q < h.nranks && q != h.rank) in[q] = loadCodes8<W, true>(payload(q), end, i, k);
-    float mine[8], acc[8], d[8];
-    load8<T>(buf, end, i, wide, mine);
-    encode8<W, false>(mine, end, i, k, false, WirePayload{});
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
-#pragma unroll
-    for (int q = 0; q < TPS_MAX_DEVICES; ++q) {
-      if (q >= h.nranks) break;
-      if (q == h.rank) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] += mine[j];
-      } else {
-        decodeCodes8<W>(in[q], end, i, d);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] += d[j];
-      }
-    }
-    store8<T>(buf, end, i, wide, acc);
+    sumInRankOrder<T, W>(buf, end, i, k, wide, in, h.rank, h.nranks);
   }
   if (tid == 0) h.counters[b] = s;
 }
