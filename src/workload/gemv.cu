@@ -43,7 +43,7 @@ __device__ __forceinline__ float roundBf16(float v) { return __bfloat162float(__
 template <int T, int R, bool kPush>
 __global__ void __launch_bounds__(32 * kGemvWarps)
     gemvKernel(const bf16_t* __restrict__ w, const bf16_t* __restrict__ x, bf16_t* __restrict__ y, int n, int k,
-               ::tpscope::detail::PushChannel push) {
+               detail::PushChannel push) {
   static_assert(!kPush || (R == 1 && kGemvWarps == 4), "a pushed word is one block's four rows of one token");
   constexpr int U = kGemvLoads / R;                                       // 16-byte loads in flight per row and lane
   __shared__ __align__(8) __nv_bfloat16 word[kPush ? T : 1][kGemvWarps];  // kPush: token t's four outputs
@@ -141,7 +141,7 @@ constexpr auto kernelsByTokens(std::integer_sequence<int, I...>) {
 
 template <int R, bool kPush = false>
 cudaError_t launchRows(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k, int tokens, cudaStream_t stream,
-                       const ::tpscope::detail::PushChannel& push = {}) {
+                       const detail::PushChannel& push = {}) {
   static constexpr auto kKernels = kernelsByTokens<R, kPush>(std::make_integer_sequence<int, kGemvMaxTokens>());
   const dim3 grid((n + kGemvWarps - 1) / kGemvWarps), block(32 * kGemvWarps);
   return launchPdl(kKernels[tokens - 1], grid, block, stream, w, x, y, n, k, push);
@@ -160,14 +160,13 @@ cudaError_t launchGemv(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k
   return launchRows<1>(w, x, y, n, k, tokens, stream);
 }
 
-bool gemvPushApplies(const bf16_t* w, const bf16_t* x, int n, int k, int tokens,
-                     const ::tpscope::detail::PushChannel& push) {
+bool gemvPushApplies(const bf16_t* w, const bf16_t* x, int n, int k, int tokens, const detail::PushChannel& push) {
   return gemvApplies(w, x, k, tokens) && n % kGemvWarps == 0 && tokens <= push.max_rows && n <= push.max_width &&
          static_cast<unsigned long long>(tokens) * n / 4 <= push.max_words;
 }
 
 cudaError_t launchGemvPush(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k, int tokens,
-                           const ::tpscope::detail::PushChannel& push, cudaStream_t stream) {
+                           const detail::PushChannel& push, cudaStream_t stream) {
   if (!gemvPushApplies(w, x, n, k, tokens, push) || n < 1) return cudaErrorInvalidValue;
   return launchRows<1, true>(w, x, y, n, k, tokens, stream, push);
 }

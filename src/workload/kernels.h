@@ -85,10 +85,9 @@ cudaError_t launchGemv(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k
 // four outputs of each token to the peers as one word as soon as they are computed, so the reduction
 // after it only waits for them (allReducePushedAddRmsNorm). gemvPushApplies: gemvApplies, n % 4 == 0
 // and the call within the channel's rows, width and words.
-bool gemvPushApplies(const bf16_t* w, const bf16_t* x, int n, int k, int tokens,
-                     const ::tpscope::detail::PushChannel& push);
+bool gemvPushApplies(const bf16_t* w, const bf16_t* x, int n, int k, int tokens, const detail::PushChannel& push);
 cudaError_t launchGemvPush(const bf16_t* w, const bf16_t* x, bf16_t* y, int n, int k, int tokens,
-                           const ::tpscope::detail::PushChannel& push, cudaStream_t stream);
+                           const detail::PushChannel& push, cudaStream_t stream);
 // The FFN's first projection with its activation: w is [2 * ffn][k] (gate rows, then up rows);
 // act[t][j] = silu(gate_j . x_t) * (up_j . x_t), with both dot products rounded to bf16 first.
 cudaError_t launchGemvSwiGlu(const bf16_t* w, const bf16_t* x, bf16_t* act, int ffn, int k, int tokens,

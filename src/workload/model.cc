@@ -164,7 +164,7 @@ tpsResult_t Model::create(const ModelOptions& o, std::unique_ptr<Model>* out, st
     if (k.reduction == Reduction::kPushed && (o.backend == tpsBackendP2p || o.backend == tpsBackendAuto)) {
       m->push_.resize(n);
       for (int r = 0; r < n && !m->push_.empty(); ++r)
-        if (::tpscope::detail::commPushChannel(m->comm_, r, &m->push_[r]) != tpsSuccess) m->push_.clear();
+        if (detail::commPushChannel(m->comm_, r, &m->push_[r]) != tpsSuccess) m->push_.clear();
     }
   }
   *out = std::move(m);
@@ -230,8 +230,8 @@ tpsResult_t Model::reduceThenResidual(int layer, int tokens, Shard::After after,
   const size_t rows = static_cast<size_t>(tokens), width = options_.config.hidden;
   if (pushed) {
     // In place: the by-row kernel reads each residual word before the same thread writes it.
-    TPS_CHECK(::tpscope::detail::allReducePushedAddRmsNorm(comm_, c.partial, c.x, c.x, c.weights(), c.normed, rows,
-                                                           width, options_.config.rms_eps, tpsBfloat16, c.streams));
+    TPS_CHECK(detail::allReducePushedAddRmsNorm(comm_, c.partial, c.x, c.x, c.weights(), c.normed, rows, width,
+                                                options_.config.rms_eps, tpsBfloat16, c.streams));
     for (auto& s : shards_) TPS_CHECK(s->mark("allreduce (pushed) + residual + rmsnorm"));
     return tpsSuccess;
   }

@@ -126,7 +126,7 @@ class Model {
   bool capturing_ = false;
   bool skip_allreduce_ = false;
   AllReduceTap* tap_ = nullptr;
-  std::vector<::tpscope::detail::PushChannel> push_;  // `tensor` with p2p: each shard's push channel (empty: no pushes)
+  std::vector<detail::PushChannel> push_;  // `tensor` with p2p: each shard's push channel (empty: no pushes)
 };
 
 }  // namespace tpscope::workload

@@ -98,7 +98,7 @@ AttentionPdl resolveAttentionPdl(AttentionPdl a, const ModelConfig& config, Spli
 const std::vector<ModelConfig>& presets() {
   static const std::vector<ModelConfig> all = [] {
     std::vector<ModelConfig> out;
-    const nlohmann::json doc = nlohmann::json::parse(detail::kPresetsJson);
+    const nlohmann::json doc = nlohmann::json::parse(kPresetsJson);
     for (const nlohmann::json& p : doc.at("presets")) {
       ModelConfig c;
       c.preset = p.at("name").get<std::string>();

@@ -176,7 +176,7 @@ tpsResult_t Shard::gemm(const bf16_t* w, const bf16_t* xin, bf16_t* y, int n, in
   return tpsSuccess;
 }
 
-bool Shard::canPush(int tokens, const ::tpscope::detail::PushChannel& channel) const {
+bool Shard::canPush(int tokens, const detail::PushChannel& channel) const {
   const int h = config_.hidden;
   for (const LayerWeights& w : layers_)
     if (!gemvPushApplies(w.wo, attn_.as<bf16_t>(), h, dims_.q_heads * config_.head_dim, tokens, channel) ||

@@ -65,8 +65,8 @@ class Shard {
   // the partial (attentionBlock's and ffnBlock's last) send it to the peers as they compute it
   // (launchGemvPush); the caller then reduces with allReducePushedAddRmsNorm instead of
   // tpsAllReduce + residual(). Set only for forwards of `tokens` that canPush(tokens, channel).
-  void setPush(const ::tpscope::detail::PushChannel* channel) { push_ = channel; }
-  bool canPush(int tokens, const ::tpscope::detail::PushChannel& channel) const;
+  void setPush(const detail::PushChannel* channel) { push_ = channel; }
+  bool canPush(int tokens, const detail::PushChannel& channel) const;
 
   // Step profile: while set, every op records an event after itself (profile.h). Not during a capture.
   void setProfile(StepProfile* p) { profile_ = p; }
@@ -108,7 +108,7 @@ class Shard {
   std::vector<LayerWeights> layers_;
   bf16_t* final_norm_ = nullptr;
   StepProfile* profile_ = nullptr;
-  const ::tpscope::detail::PushChannel* push_ = nullptr;
+  const detail::PushChannel* push_ = nullptr;
 };
 
 // Tensor ids for the hash: per layer, and two outside the layers.

@@ -224,7 +224,7 @@ nlohmann::json tokenDecodeJson(const Model& model, const TokenDecodeOptions& o, 
   if (tpsConfig_t cfg; model.comm() && tpsCommGetConfig(model.comm(), &cfg) == tpsSuccess) {
     const int w = static_cast<int>(cfg.wire);
     wire = w == tpsWireAuto            ? "auto"
-           : w >= 0 && w < tpsWireAuto ? ::tpscope::detail::wireName(static_cast<::tpscope::detail::WireCode>(w))
+           : w >= 0 && w < tpsWireAuto ? detail::wireName(static_cast<detail::WireCode>(w))
                                        : "unknown";
   }
   nlohmann::json paths = nlohmann::json::object();

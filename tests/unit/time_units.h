@@ -7,6 +7,6 @@
 
 namespace tpscope::testing {
 
-inline constexpr int64_t kNsPerUs = 1000;
+inline constexpr int64_t kUs = 1000;  // nanoseconds in a microsecond
 
 }  // namespace tpscope::testing

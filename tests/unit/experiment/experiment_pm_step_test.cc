@@ -16,18 +16,18 @@
 namespace tpscope::experiment {
 namespace {
 
-using tpscope::testing::kNsPerUs;
+using tpscope::testing::kUs;
 
 // Back-to-back records of `interval_us` on GPU position `gpu` from t0 to t1 (ns), tx(i) / rx(i) bytes.
 std::vector<MeterRecord> records(int gpu, int64_t t0, int64_t t1, int64_t interval_us,
                                  const std::function<double(int)>& tx, const std::function<double(int)>& rx) {
   std::vector<MeterRecord> out;
   int i = 0;
-  for (int64_t t = t0; t < t1; t += interval_us * kNsPerUs, ++i) {
+  for (int64_t t = t0; t < t1; t += interval_us * kUs, ++i) {
     MeterRecord m;
     m.gpu = gpu;
     m.t_start_ns = t;
-    m.t_end_ns = t + interval_us * kNsPerUs;
+    m.t_end_ns = t + interval_us * kUs;
     m.bytes = {tx(i), rx(i)};
     out.push_back(m);
   }
@@ -55,17 +55,17 @@ TEST(ExperimentPmStep, TheMiddleStepWithEveryRecordOverlappingIt) {
   // A 1 ms window from 3 us, 10 steps of 100 us: step 5 is [503, 603) us. 10 us records from 0 on GPU
   // position 0 (ordinal 4), from 0 on position 1 (ordinal 6) with other bytes.
   std::vector<MeterRecord> s = records(
-      0, 0, 2000 * kNsPerUs, 10, [](int i) { return 100.0 * i; }, [](int) { return 7.0; });
+      0, 0, 2000 * kUs, 10, [](int i) { return 100.0 * i; }, [](int) { return 7.0; });
   const std::vector<MeterRecord> s1 = records(
-      1, 0, 2000 * kNsPerUs, 10, [](int) { return 1.0; }, [](int) { return 2.0; });
+      1, 0, 2000 * kUs, 10, [](int) { return 1.0; }, [](int) { return 2.0; });
   s.insert(s.end(), s1.begin(), s1.end());
   const std::optional<PmStep> st =
-      pmStepFromSamples(3 * kNsPerUs, 1003 * kNsPerUs, 10, {calls(600), calls(40)}, s, gpus({4, 6}), 10);
+      pmStepFromSamples(3 * kUs, 1003 * kUs, 10, {calls(600), calls(40)}, s, gpus({4, 6}), 10);
   ASSERT_TRUE(st);
   EXPECT_EQ(st->interval_us, 10);
   EXPECT_EQ(st->step, 5);
-  EXPECT_EQ(st->start_ns, 503 * kNsPerUs);
-  EXPECT_EQ(st->end_ns, 603 * kNsPerUs);
+  EXPECT_EQ(st->start_ns, 503 * kUs);
+  EXPECT_EQ(st->end_ns, 603 * kUs);
   ASSERT_TRUE(st->allreduce_calls_per_step);
   EXPECT_DOUBLE_EQ(*st->allreduce_calls_per_step, 64);  // (600 + 40) calls / 10 steps
   EXPECT_TRUE(st->complete) << st->note;
@@ -74,15 +74,15 @@ TEST(ExperimentPmStep, TheMiddleStepWithEveryRecordOverlappingIt) {
   EXPECT_EQ(st->gpus[1].gpu, 6);
   // Records [500, 510) .. [600, 610): 11 of them, the first starting 3 us before the step.
   ASSERT_EQ(st->gpus[0].samples.size(), 11u);
-  EXPECT_EQ(st->gpus[0].samples.front().t_ns, -3 * kNsPerUs);
+  EXPECT_EQ(st->gpus[0].samples.front().t_ns, -3 * kUs);
   EXPECT_DOUBLE_EQ(st->gpus[0].samples.front().tx_bytes, 100.0 * 50);
   EXPECT_DOUBLE_EQ(st->gpus[0].samples.front().rx_bytes, 7);
-  EXPECT_EQ(st->gpus[0].samples.back().t_ns, 97 * kNsPerUs);
+  EXPECT_EQ(st->gpus[0].samples.back().t_ns, 97 * kUs);
   EXPECT_DOUBLE_EQ(st->gpus[1].samples.back().tx_bytes, 1);
   // A step edge on a record edge: that record starts the step, and the one ending at the edge is out.
   const std::vector<MeterRecord> s0 = records(
-      0, 0, 2000 * kNsPerUs, 10, [](int) { return 1.0; }, [](int) { return 2.0; });
-  const std::optional<PmStep> aligned = pmStepFromSamples(0, 1000 * kNsPerUs, 10, {}, s0, gpus({6}), 10);
+      0, 0, 2000 * kUs, 10, [](int) { return 1.0; }, [](int) { return 2.0; });
+  const std::optional<PmStep> aligned = pmStepFromSamples(0, 1000 * kUs, 10, {}, s0, gpus({6}), 10);
   ASSERT_TRUE(aligned);
   EXPECT_EQ(aligned->gpus[0].samples.size(), 10u);
   EXPECT_EQ(aligned->gpus[0].samples.front().t_ns, 0);
@@ -91,34 +91,34 @@ TEST(ExperimentPmStep, TheMiddleStepWithEveryRecordOverlappingIt) {
 
 TEST(ExperimentPmStep, NoStepWithoutStepsOrWindow) {
   const std::vector<MeterRecord> s = records(
-      0, 0, 1000 * kNsPerUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; });
-  EXPECT_FALSE(pmStepFromSamples(0, 1000 * kNsPerUs, 0, {}, s, gpus({0}), 10));
-  EXPECT_FALSE(pmStepFromSamples(500 * kNsPerUs, 500 * kNsPerUs, 4, {}, s, gpus({0}), 10));
+      0, 0, 1000 * kUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; });
+  EXPECT_FALSE(pmStepFromSamples(0, 1000 * kUs, 0, {}, s, gpus({0}), 10));
+  EXPECT_FALSE(pmStepFromSamples(500 * kUs, 500 * kUs, 4, {}, s, gpus({0}), 10));
   // One step: the whole window.
-  const std::optional<PmStep> one = pmStepFromSamples(100 * kNsPerUs, 200 * kNsPerUs, 1, {calls(3)}, s, gpus({0}), 10);
+  const std::optional<PmStep> one = pmStepFromSamples(100 * kUs, 200 * kUs, 1, {calls(3)}, s, gpus({0}), 10);
   ASSERT_TRUE(one);
   EXPECT_EQ(one->step, 0);
-  EXPECT_EQ(one->start_ns, 100 * kNsPerUs);
+  EXPECT_EQ(one->start_ns, 100 * kUs);
   EXPECT_DOUBLE_EQ(*one->allreduce_calls_per_step, 3);
 }
 
 TEST(ExperimentPmStep, GapsAndMissingRecordsMarkTheStepIncomplete) {
   std::vector<MeterRecord> s = records(
-      0, 0, 1000 * kNsPerUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; });
+      0, 0, 1000 * kUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; });
   s.erase(s.begin() + 55);  // [550, 560) us lost: more than half an interval
-  std::optional<PmStep> st = pmStepFromSamples(0, 1000 * kNsPerUs, 10, {}, s, gpus({2}), 10);
+  std::optional<PmStep> st = pmStepFromSamples(0, 1000 * kUs, 10, {}, s, gpus({2}), 10);
   ASSERT_TRUE(st);
   EXPECT_FALSE(st->complete);
   EXPECT_EQ(st->note, "GPU 2: a gap between PM records");
   EXPECT_EQ(st->gpus[0].samples.size(), 9u);
   // Records that end inside the step; a GPU with none at all.
   s = records(
-      0, 0, 580 * kNsPerUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; });
-  st = pmStepFromSamples(0, 1000 * kNsPerUs, 10, {}, s, gpus({2, 3}), 10);
+      0, 0, 580 * kUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; });
+  st = pmStepFromSamples(0, 1000 * kUs, 10, {}, s, gpus({2, 3}), 10);
   EXPECT_EQ(st->note, "GPU 2: PM records do not cover the step");
-  st = pmStepFromSamples(0, 1000 * kNsPerUs, 10, {},
+  st = pmStepFromSamples(0, 1000 * kUs, 10, {},
                          records(
-                             0, 0, 1000 * kNsPerUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; }),
+                             0, 0, 1000 * kUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; }),
                          gpus({2, 3}), 10);
   EXPECT_FALSE(st->complete);
   EXPECT_EQ(st->note, "GPU 3: no PM records over the step");
@@ -128,8 +128,8 @@ TEST(ExperimentPmStep, GapsAndMissingRecordsMarkTheStepIncomplete) {
 TEST(ExperimentPmStep, ALongStepKeepsItsFirstRecordsOnly) {
   // One step of 1 s at 10 us: 100000 records, more than a record keeps.
   const std::vector<MeterRecord> s = records(
-      0, 0, 1000000 * kNsPerUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; });
-  const std::optional<PmStep> st = pmStepFromSamples(0, 1000000 * kNsPerUs, 1, {}, s, gpus({0}), 10);
+      0, 0, 1000000 * kUs, 10, [](int) { return 1.0; }, [](int) { return 1.0; });
+  const std::optional<PmStep> st = pmStepFromSamples(0, 1000000 * kUs, 1, {}, s, gpus({0}), 10);
   ASSERT_TRUE(st);
   EXPECT_EQ(st->gpus[0].samples.size(), kPmStepMaxRecords);
   EXPECT_FALSE(st->complete);
@@ -195,12 +195,12 @@ RunRecord pmRun(int reps, int bursts, double calls_per_step) {
     st.interval_us = 10;
     st.step = 64;
     st.start_ns = 320'000'000;
-    st.end_ns = st.start_ns + (5000 + 1000 * rep) * kNsPerUs;  // 5, 6, 7 ms: the median is the middle one
+    st.end_ns = st.start_ns + (5000 + 1000 * rep) * kUs;  // 5, 6, 7 ms: the median is the middle one
     st.allreduce_calls_per_step = calls_per_step;
     PmStepGpu g;
     g.gpu = 0;
-    for (int64_t t = -5 * kNsPerUs; t < st.end_ns - st.start_ns; t += 10 * kNsPerUs) {
-      const int64_t k = (t + 5 * kNsPerUs) / (10 * kNsPerUs);  // record index from the step's first
+    for (int64_t t = -5 * kUs; t < st.end_ns - st.start_ns; t += 10 * kUs) {
+      const int64_t k = (t + 5 * kUs) / (10 * kUs);  // record index from the step's first
       const bool busy = k % 7 < 3 && k / 7 < bursts;
       g.samples.push_back({t, busy ? 20480.0 : 512.0, 40960.0});
     }
@@ -233,7 +233,7 @@ TEST(ExperimentPmStep, ReportSectionSetsTheBurstsBesideTheCalls) {
   const double tx = 64 * 3 * 20480.0 - 10240 + (601 - 64 * 3) * 512.0 - 256;
   EXPECT_NEAR(p.tx_bytes->median, tx, 1e-6);
   EXPECT_EQ(p.repetition, 0);
-  EXPECT_EQ(p.step_ns, 5000 * kNsPerUs);
+  EXPECT_EQ(p.step_ns, 5000 * kUs);
   EXPECT_EQ(p.samples.size(), 501u);  // the first valid repetition's step, for the plot
   const std::string md = formatMarkdown(rep);
   EXPECT_NE(md.find("\n## One decode step on the bus (PM sampling, 10 µs)\n"), std::string::npos) << md;
@@ -253,7 +253,7 @@ TEST(ExperimentPmStep, ReportSectionSetsTheBurstsBesideTheCalls) {
   const nlohmann::json& row = j["decode_step_pm"]["rows"][0];
   EXPECT_EQ(row["bursts"]["median"], 64.0);
   EXPECT_EQ(row["plot"]["samples"].size(), 501u);
-  EXPECT_EQ(row["plot"]["step_ns"], 5000 * kNsPerUs);
+  EXPECT_EQ(row["plot"]["step_ns"], 5000 * kUs);
 }
 
 TEST(ExperimentPmStep, BurstsThatDoNotFollowTheCallsShowInTheRatio) {

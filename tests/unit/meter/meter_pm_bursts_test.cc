@@ -13,7 +13,7 @@
 namespace tpscope::detail {
 namespace {
 
-using tpscope::testing::kNsPerUs;
+using tpscope::testing::kUs;
 
 // Back-to-back 10 us records from t = 0, one per (tx, rx) pair, bytes per record.
 std::vector<MeterRecord> run10us(const std::vector<std::pair<double, double>>& bytes) {
@@ -22,10 +22,10 @@ std::vector<MeterRecord> run10us(const std::vector<std::pair<double, double>>& b
   for (const auto& [tx, rx] : bytes) {
     MeterRecord s;
     s.t_start_ns = t;
-    s.t_end_ns = t + 10 * kNsPerUs;
+    s.t_end_ns = t + 10 * kUs;
     s.bytes = {tx, rx};
     out.push_back(s);
-    t += 10 * kNsPerUs;
+    t += 10 * kUs;
   }
   return out;
 }
@@ -45,7 +45,7 @@ TEST(MeterPmBursts, ThresholdIsExclusive) {
   const std::vector<PmBurst> b = pmBursts(run10us({{10241, 0}}), kTx1024);
   ASSERT_EQ(b.size(), 1u);
   EXPECT_EQ(b[0].start_ns, 0);
-  EXPECT_EQ(b[0].end_ns, 10 * kNsPerUs);
+  EXPECT_EQ(b[0].end_ns, 10 * kUs);
   EXPECT_DOUBLE_EQ(b[0].tx_bytes, 10241);
 }
 
@@ -55,7 +55,7 @@ TEST(MeterPmBursts, GapShorterThanTheMinimumMerges) {
       pmBursts(run10us({{kBusy, 1}, {kQuiet, 2}, {kQuiet, 3}, {kBusy, 4}, {kQuiet, 5}}), kTx1024);
   ASSERT_EQ(b.size(), 1u);
   EXPECT_EQ(b[0].start_ns, 0);
-  EXPECT_EQ(b[0].end_ns, 40 * kNsPerUs);
+  EXPECT_EQ(b[0].end_ns, 40 * kUs);
   EXPECT_DOUBLE_EQ(b[0].tx_bytes, 2 * kBusy);
   EXPECT_DOUBLE_EQ(b[0].rx_bytes, 1 + 4);
 }
@@ -72,8 +72,8 @@ TEST(MeterPmBursts, GapOfTheMinimumOrLongerSplits) {
 TEST(MeterPmBursts, MissingRecordsCountAsGap) {
   // Two busy records 40 us apart with nothing recorded between them (a hole): two bursts.
   std::vector<MeterRecord> r = run10us({{kBusy, 0}, {kBusy, 0}});
-  r[1].t_start_ns += 30 * kNsPerUs;
-  r[1].t_end_ns += 30 * kNsPerUs;
+  r[1].t_start_ns += 30 * kUs;
+  r[1].t_end_ns += 30 * kUs;
   EXPECT_EQ(pmBursts(r, kTx1024).size(), 2u);
 }
 
@@ -89,7 +89,7 @@ TEST(MeterPmBursts, DirectionDecidesWhichBytesAreRead) {
   EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kTx}).size(), 1u);
   EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kRx}).size(), 1u);
   EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kEither}).size(), 2u);
-  EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kRx})[0].start_ns, 40 * kNsPerUs);
+  EXPECT_EQ(pmBursts(r, {1024, 25, PmDirection::kRx})[0].start_ns, 40 * kUs);
 }
 
 // Bursts on tx while rx never rests (the host kernel path's flag polls); tx counts the 30 calls, rx and
@@ -142,7 +142,7 @@ TEST(MeterPmBursts, AStepsFiguresProrateTheEdgesAndNameAGap) {
   std::vector<std::pair<double, double>> bytes(10, {1000, 10});
   bytes[3].first = bytes[4].first = kBusy;
   std::vector<MeterRecord> r = run10us(bytes);
-  PmStepFigures f = pmStepFigures(r, 5 * kNsPerUs, 95 * kNsPerUs, 10, kTx1024);
+  PmStepFigures f = pmStepFigures(r, 5 * kUs, 95 * kUs, 10, kTx1024);
   EXPECT_EQ(f.records, 10);
   EXPECT_DOUBLE_EQ(f.tx_bytes, 7000 + 2 * kBusy);
   EXPECT_DOUBLE_EQ(f.rx_bytes, 90);
@@ -152,11 +152,11 @@ TEST(MeterPmBursts, AStepsFiguresProrateTheEdgesAndNameAGap) {
   // leaves the step uncovered.
   std::vector<MeterRecord> gap = r;
   gap.erase(gap.begin() + 5);
-  f = pmStepFigures(gap, 5 * kNsPerUs, 95 * kNsPerUs, 10, kTx1024);
+  f = pmStepFigures(gap, 5 * kUs, 95 * kUs, 10, kTx1024);
   EXPECT_FALSE(f.complete);
   EXPECT_EQ(f.why, "a gap between PM records");
   r.pop_back();
-  f = pmStepFigures(r, 5 * kNsPerUs, 95 * kNsPerUs, 10, kTx1024);
+  f = pmStepFigures(r, 5 * kUs, 95 * kUs, 10, kTx1024);
   EXPECT_EQ(f.why, "PM records do not cover the step");
 }
 

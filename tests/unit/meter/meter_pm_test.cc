@@ -16,7 +16,7 @@
 namespace tpscope::detail {
 namespace {
 
-using tpscope::testing::kNsPerUs;
+using tpscope::testing::kUs;
 // The source clock runs this far ahead of the monotonic one (CUPTI: CLOCK_REALTIME).
 constexpr int64_t kOffset = 1700000000LL * 1000000000LL;
 
@@ -24,14 +24,13 @@ constexpr int64_t kOffset = 1700000000LL * 1000000000LL;
 PmBatch records(int64_t t0_us, int n, int64_t interval_us, double tx, double rx) {
   PmBatch b;
   for (int i = 0; i < n; ++i)
-    b.records.push_back({kOffset + (t0_us + i * interval_us) * kNsPerUs,
-                         kOffset + (t0_us + (i + 1) * interval_us) * kNsPerUs,
-                         {tx, rx}});
+    b.records.push_back(
+        {kOffset + (t0_us + i * interval_us) * kUs, kOffset + (t0_us + (i + 1) * interval_us) * kUs, {tx, rx}});
   return b;
 }
 
 PmSeries build(const std::vector<PmBatch>& batches, int64_t gap_us = 5) {
-  PmSeriesBuilder b(0, ClockMap{kOffset}, gap_us * kNsPerUs);
+  PmSeriesBuilder b(0, ClockMap{kOffset}, gap_us * kUs);
   PmSeries s;
   for (const PmBatch& x : batches) b.append(x, &s);
   return s;
@@ -48,14 +47,14 @@ TEST(MeterPm, ClockMapTakesTheTightestBracket) {
 }
 
 TEST(MeterPm, FirstRecordIsDroppedAndTimesMapped) {
-  PmSeriesBuilder b(1, ClockMap{kOffset}, 5 * kNsPerUs);
+  PmSeriesBuilder b(1, ClockMap{kOffset}, 5 * kUs);
   PmSeries s;
   b.append(records(0, 3, 100, 1000, 2000), &s);
   ASSERT_EQ(s.samples.size(), 2u);
   EXPECT_EQ(b.dropped(), 1);
   EXPECT_EQ(s.samples[0].gpu, 1);
-  EXPECT_EQ(s.samples[0].t_start_ns, 100 * kNsPerUs);
-  EXPECT_EQ(s.samples[1].t_end_ns, 300 * kNsPerUs);
+  EXPECT_EQ(s.samples[0].t_start_ns, 100 * kUs);
+  EXPECT_EQ(s.samples[1].t_end_ns, 300 * kUs);
   b.append(records(300, 2, 100, 1, 1), &s);  // only the session's first is dropped
   EXPECT_EQ(s.samples.size(), 4u);
   EXPECT_TRUE(s.holes.empty());
@@ -65,7 +64,7 @@ TEST(MeterPm, ProratesEdgesWithBound) {
   // Records of 100 us, 1000 B TX each, from 100 us on (the first, 0-100, is dropped).
   PmSeries s = build({records(0, 11, 100, 1000, 10)});
   // [150, 450]: half of 100-200, all of 200-300 and 300-400, half of 400-500.
-  PmFigure f = computePm(s, kPmTx, 150 * kNsPerUs, 450 * kNsPerUs);
+  PmFigure f = computePm(s, kPmTx, 150 * kUs, 450 * kUs);
   EXPECT_TRUE(f.complete) << f.why;
   EXPECT_DOUBLE_EQ(f.bytes, 3000);
   EXPECT_DOUBLE_EQ(f.low, 2000);
@@ -73,17 +72,17 @@ TEST(MeterPm, ProratesEdgesWithBound) {
   EXPECT_DOUBLE_EQ(f.edge_bytes, 1000);
   EXPECT_EQ(f.samples, 4);
   // Edges on record boundaries: exact, no edge error.
-  PmFigure g = computePm(s, kPmRx, 200 * kNsPerUs, 500 * kNsPerUs);
+  PmFigure g = computePm(s, kPmRx, 200 * kUs, 500 * kUs);
   EXPECT_DOUBLE_EQ(g.bytes, 30);
   EXPECT_DOUBLE_EQ(g.edge_bytes, 0);
   EXPECT_EQ(g.samples, 3);
 }
 
 TEST(MeterPm, WindowOutsideTheRecordsIsIncomplete) {
-  PmSeries s = build({records(0, 5, 100, 1000, 0)});                           // records cover 100..500 us
-  EXPECT_FALSE(computePm(s, kPmTx, 50 * kNsPerUs, 300 * kNsPerUs).complete);   // starts before the first kept record
-  EXPECT_FALSE(computePm(s, kPmTx, 200 * kNsPerUs, 600 * kNsPerUs).complete);  // ends after the last
-  EXPECT_TRUE(computePm(s, kPmTx, 100 * kNsPerUs, 500 * kNsPerUs).complete);
+  PmSeries s = build({records(0, 5, 100, 1000, 0)});                 // records cover 100..500 us
+  EXPECT_FALSE(computePm(s, kPmTx, 50 * kUs, 300 * kUs).complete);   // starts before the first kept record
+  EXPECT_FALSE(computePm(s, kPmTx, 200 * kUs, 600 * kUs).complete);  // ends after the last
+  EXPECT_TRUE(computePm(s, kPmTx, 100 * kUs, 500 * kUs).complete);
   EXPECT_FALSE(computePm(PmSeries{}, kPmTx, 0, 10).complete);
 }
 
@@ -91,14 +90,14 @@ TEST(MeterPm, GapMarksEveryWindowItTouches) {
   // 100..500, then records resume at 800 (a 300 us gap), to 1200.
   PmSeries s = build({records(0, 5, 100, 1000, 0), records(800, 4, 100, 1000, 0)});
   ASSERT_EQ(s.holes.size(), 1u);
-  EXPECT_EQ(s.holes[0].from_ns, 500 * kNsPerUs);
-  EXPECT_EQ(s.holes[0].to_ns, 800 * kNsPerUs);
-  PmFigure across = computePm(s, kPmTx, 400 * kNsPerUs, 900 * kNsPerUs);
+  EXPECT_EQ(s.holes[0].from_ns, 500 * kUs);
+  EXPECT_EQ(s.holes[0].to_ns, 800 * kUs);
+  PmFigure across = computePm(s, kPmTx, 400 * kUs, 900 * kUs);
   EXPECT_FALSE(across.complete);
   EXPECT_NE(across.why.find("gap"), std::string::npos);
-  EXPECT_FALSE(computePm(s, kPmTx, 600 * kNsPerUs, 700 * kNsPerUs).complete);  // inside the gap
-  EXPECT_TRUE(computePm(s, kPmTx, 100 * kNsPerUs, 500 * kNsPerUs).complete);   // ends where it begins
-  EXPECT_TRUE(computePm(s, kPmTx, 800 * kNsPerUs, 1100 * kNsPerUs).complete);
+  EXPECT_FALSE(computePm(s, kPmTx, 600 * kUs, 700 * kUs).complete);  // inside the gap
+  EXPECT_TRUE(computePm(s, kPmTx, 100 * kUs, 500 * kUs).complete);   // ends where it begins
+  EXPECT_TRUE(computePm(s, kPmTx, 800 * kUs, 1100 * kUs).complete);
   // A space within the tolerance (records 2 us apart) is no hole.
   PmSeries t = build({records(0, 3, 100, 1, 1), records(302, 2, 100, 1, 1)});
   EXPECT_TRUE(t.holes.empty());
@@ -111,17 +110,17 @@ TEST(MeterPm, OverflowEndsTheSessionAndMarksLaterWindows) {
   PmBatch c = records(800, 3, 100, 1000, 0);
   PmSeries s = build({a, b, c});
   EXPECT_TRUE(s.ended);
-  EXPECT_EQ(s.samples.back().t_end_ns, 800 * kNsPerUs);  // c never enters
-  EXPECT_TRUE(computePm(s, kPmTx, 100 * kNsPerUs, 800 * kNsPerUs).complete);
-  PmFigure late = computePm(s, kPmTx, 700 * kNsPerUs, 2000 * kNsPerUs);
+  EXPECT_EQ(s.samples.back().t_end_ns, 800 * kUs);  // c never enters
+  EXPECT_TRUE(computePm(s, kPmTx, 100 * kUs, 800 * kUs).complete);
+  PmFigure late = computePm(s, kPmTx, 700 * kUs, 2000 * kUs);
   EXPECT_FALSE(late.complete);
   EXPECT_NE(late.why.find("overflow"), std::string::npos);
-  EXPECT_FALSE(computePm(s, kPmTx, 5000 * kNsPerUs, 6000 * kNsPerUs).complete);
+  EXPECT_FALSE(computePm(s, kPmTx, 5000 * kUs, 6000 * kUs).complete);
   // A failed decode ends it the same way, with the source's reason.
   PmBatch d;
   d.error = "CUPTI_ERROR_UNKNOWN";
   PmSeries e = build({a, d});
-  PmFigure f = computePm(e, kPmTx, 400 * kNsPerUs, 600 * kNsPerUs);
+  PmFigure f = computePm(e, kPmTx, 400 * kUs, 600 * kUs);
   EXPECT_FALSE(f.complete);
   EXPECT_NE(f.why.find("CUPTI_ERROR_UNKNOWN"), std::string::npos);
 }
@@ -147,8 +146,8 @@ TEST(MeterPm, TheHoleFoundByBisectionIsTheFirstThatTouchesTheWindow) {
   for (const PmHole& h : s.holes) instants.insert(instants.end(), {h.from_ns, h.to_ns == INT64_MAX ? 0 : h.to_ns});
   int holes_seen = 0;
   for (int i = 0; i < 5000; ++i) {
-    const int64_t any = static_cast<int64_t>(rng() % static_cast<uint64_t>((t_us + 1000) * kNsPerUs)) - 500 * kNsPerUs;
-    const int64_t len = static_cast<int64_t>(rng() % (i % 2 ? 300 * kNsPerUs : 3000 * kNsPerUs));
+    const int64_t any = static_cast<int64_t>(rng() % static_cast<uint64_t>((t_us + 1000) * kUs)) - 500 * kUs;
+    const int64_t len = static_cast<int64_t>(rng() % (i % 2 ? 300 * kUs : 3000 * kUs));
     const int64_t edge = instants[rng() % instants.size()];
     const int64_t a = i % 3 == 0 ? edge : i % 3 == 1 ? edge - len : any, b = a + len;
     std::string want;
@@ -174,11 +173,11 @@ TEST(MeterPm, QuietRateIsTheMedianSlice) {
   PmBatch b = records(0, 101, 100, 10, 20);
   b.records[50].bytes[kPmTx] = 1e6;
   PmSeries s = build({b});
-  auto r = pmQuietRate(s, 100 * kNsPerUs, 10100 * kNsPerUs, 5);
+  auto r = pmQuietRate(s, 100 * kUs, 10100 * kUs, 5);
   ASSERT_TRUE(r[kPmTx] && r[kPmRx]);
   EXPECT_NEAR(*r[kPmTx], 1e5, 1);
   EXPECT_NEAR(*r[kPmRx], 2e5, 1);
-  EXPECT_FALSE(pmQuietRate(s, 0, 10100 * kNsPerUs)[kPmTx]);  // not covered
+  EXPECT_FALSE(pmQuietRate(s, 0, 10100 * kUs)[kPmTx]);  // not covered
 }
 
 TEST(MeterPm, PeakIsTheBusiestRunOfTheSpan) {
@@ -187,10 +186,10 @@ TEST(MeterPm, PeakIsTheBusiestRunOfTheSpan) {
   for (int i = 11; i < 16; ++i) b.records[i].bytes[kPmTx] = 1000;
   PmSeries s = build({b});
   // Spans of at least 0.5 ms: the five busy records alone.
-  EXPECT_NEAR(*pmPeakMBps(s, kPmTx, 100 * kNsPerUs, 3100 * kNsPerUs, 0.5), 10.0, 1e-9);
+  EXPECT_NEAR(*pmPeakMBps(s, kPmTx, 100 * kUs, 3100 * kUs, 0.5), 10.0, 1e-9);
   // 1 ms spans: five busy and five quiet records at best.
-  EXPECT_NEAR(*pmPeakMBps(s, kPmTx, 100 * kNsPerUs, 3100 * kNsPerUs, 1.0), 5.5, 1e-9);
-  EXPECT_FALSE(pmPeakMBps(s, kPmTx, 100 * kNsPerUs, 400 * kNsPerUs, 1.0));  // no run that long inside
+  EXPECT_NEAR(*pmPeakMBps(s, kPmTx, 100 * kUs, 3100 * kUs, 1.0), 5.5, 1e-9);
+  EXPECT_FALSE(pmPeakMBps(s, kPmTx, 100 * kUs, 400 * kUs, 1.0));  // no run that long inside
 }
 
 // Recorded PM records as a source, their own traffic at a measured rate per direction (nullopt:
@@ -249,7 +248,7 @@ TEST(MeterPm, AWindowIsNetOfEverySourcesOwnTrafficWhicheverSourceComesFirst) {
   g.pcie_ceiling_mbps = 1000;
   g.supported[0] = g.supported[1] = true;
   // pm first: the cell's figures are PM's. 1000 us window: 10000 B TX counted, 1000 B its own.
-  MeterWindow w = computeWindow("w", 0, 100 * kNsPerUs, 1100 * kNsPerUs, std::vector<const Source*>{&pm}, {g}, 0);
+  MeterWindow w = computeWindow("w", 0, 100 * kUs, 1100 * kUs, std::vector<const Source*>{&pm}, {g}, 0);
   const MeterCell& tx = w.cells[0][0];
   const MeterCell& rx = w.cells[0][1];
   EXPECT_TRUE(w.complete);
@@ -264,8 +263,7 @@ TEST(MeterPm, AWindowIsNetOfEverySourcesOwnTrafficWhicheverSourceComesFirst) {
   // nvml first, pm beside: each is net of both sources' own traffic (NVML's 500 B of reads and PM's
   // 1000 B of records cross the same link), and PM's ratio to NVML stands beside.
   const FixedNvml nvml(11400, 500);
-  MeterWindow v =
-      computeWindow("w", 0, 100 * kNsPerUs, 1100 * kNsPerUs, std::vector<const Source*>{&nvml, &pm}, {g}, 0);
+  MeterWindow v = computeWindow("w", 0, 100 * kUs, 1100 * kUs, std::vector<const Source*>{&nvml, &pm}, {g}, 0);
   const MeterCell& vtx = v.cells[0][0];
   EXPECT_DOUBLE_EQ(*vtx.bytes, 9900);
   ASSERT_EQ(vtx.beside.size(), 1u);
@@ -277,8 +275,7 @@ TEST(MeterPm, AWindowIsNetOfEverySourcesOwnTrafficWhicheverSourceComesFirst) {
   ASSERT_EQ(v.verdicts.size(), 2u);
   EXPECT_EQ(v.verdicts[1].source, "pm");
   // A window past the records: marked, with the reason.
-  MeterWindow late =
-      computeWindow("late", 0, 1000 * kNsPerUs, 3000 * kNsPerUs, std::vector<const Source*>{&pm}, {g}, 0);
+  MeterWindow late = computeWindow("late", 0, 1000 * kUs, 3000 * kUs, std::vector<const Source*>{&pm}, {g}, 0);
   EXPECT_FALSE(late.complete);
   EXPECT_FALSE(late.verdicts[0].complete);
   EXPECT_NE(late.verdicts[0].why.find("cover"), std::string::npos) << late.verdicts[0].why;
