@@ -624,14 +624,16 @@ TEST(MeterSampler, WindowsFromTheIndexesAreWhatTheWholeRecordingGivesEachWindow)
   MeterOptions o;
   o.sources = {"nvml", "dmon"};
   o.dmon_period_ms = 0;             // back to back
-  o.history_s = 0.3;                // trimmed at least once over the run below
+  o.history_s = 0.45;               // trimmed at least once over the run below
   const int64_t t0 = Meter::now();  // the script's time 0 is a few us later
   auto m = startFake(s, o, true);
   ASSERT_TRUE(m->calibration().calibrated) << m->calibration().note;
-  // Stopped at the script's 1.4 s (0.45 s after the calibration where that ends late): the 0.3 s kept then
-  // hold the burst's last 0.2 s of busy reads and its end, however long the calibration took or the sleep
-  // overran under a sanitizer (a fixed sleep after the calibration once kept too few busy reads).
-  const int64_t stop_at = std::max<int64_t>(t0 + 1400000000, m->calibration().end_ns + 450000000);
+  // Stopped at the script's 1.6 s (0.65 s after the calibration where that ends late): the 0.45 s kept then
+  // hold the burst's last 0.15 s of busy reads, its end and 0.3 s of idle reads (the period turns idle up to
+  // 0.1 s after the burst under a sanitizer, so a stop 0.1 s after it once kept no idle spaces), however
+  // long the calibration took or the sleep overran (a fixed sleep after the calibration once kept too few
+  // busy reads).
+  const int64_t stop_at = std::max<int64_t>(t0 + 1600000000, m->calibration().end_ns + 650000000);
   std::this_thread::sleep_for(std::chrono::nanoseconds(std::max<int64_t>(0, stop_at - Meter::now())));
   m->stop();
 
