@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench_wire_test - `tpscope bench allreduce --wire` and `--tune` on two ranks sharing GPU 0: every wire's
 // calls checked against what it promises (-c 1), its path and bytes, its error beside the exact wire's; the
-// tune file's wires table written for the box the ranks make, and a communicator under TPSCOPE_WIRE=auto
-// taking the wire it names.
+// tune file's wires table written for the box the ranks make, a communicator under TPSCOPE_WIRE=auto
+// taking the wire it names, and the meter's PCIe bytes per call and rank beside the library's count.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -40,8 +40,9 @@ bool endsWith(const std::string& s, const std::string& tail) {
 // so both host paths carry every wire.
 TEST(BenchWire, EveryWireSideBySideOnOneGpu) {
   TPS_REQUIRE_GPUS(1);
-  const nlohmann::json doc =
-      runJson("--devices 0,0 --backend host --wire exact,int8,fp8,int4,bf16 -b 6 -e 8M -f 4 -n 2 -w 1 -c 1 -d all");
+  const nlohmann::json doc = runJson(
+      "--devices 0,0 --backend host --wire exact,int8,fp8,int4,bf16 -b 6 -e 8M -f 4 -n 2 -w 1 -c 1 -d all "
+      "--no-meter");
   ASSERT_TRUE(doc.contains("results"));
   EXPECT_EQ(doc["context"]["wires"], nlohmann::json({"exact", "int8", "fp8", "int4", "bf16"}));
   std::map<std::string, int> rows;
@@ -83,6 +84,33 @@ TEST(BenchWire, EveryWireSideBySideOnOneGpu) {
     EXPECT_NEAR(moved / exact, want, 0.01) << wire << " at " << bytes;
     // algbw is on the payload: bytes over time, whatever the wire moved.
     EXPECT_NEAR(r["algbw_gbps"].get<double>(), bytes / 1e3 / r["time_us"].get<double>(), 1e-9);
+  }
+}
+
+// The meter reads GPU 0 once for both ranks and gives its bytes per call and rank: the exact wire's PCIe
+// bytes are the library's count plus the link's protocol (docs/METHOD.md: 1.08-1.19 x on the copy path),
+// and int8's are about its payload's share (1.0625 of 2 bytes a value) of the exact wire's.
+TEST(BenchWire, MeteredPcieBytesFollowTheWire) {
+  TPS_REQUIRE_GPUS(1);
+  const nlohmann::json doc =
+      runJson("--devices 0,0 --backend host --wire exact,int8 -d bfloat16 -b 64M -e 64M -n 3 -w 1 -c 0");
+  ASSERT_EQ(doc["results"].size(), 2u) << doc.dump();
+  std::map<std::string, nlohmann::json> by;
+  for (const nlohmann::json& r : doc["results"]) by[r["wire"]] = r;
+  ASSERT_TRUE(by.count("exact") && by.count("int8"));
+  for (const auto& [wire, r] : by)
+    for (const char* dir : {"pcie_tx", "pcie_rx"})
+      ASSERT_TRUE(r["metered_bytes_per_call"][dir].is_number()) << wire << " " << dir << ": " << r.dump();
+  const auto metered = [&](const char* wire, const char* dir) {
+    return by[wire]["metered_bytes_per_call"][dir].get<double>();
+  };
+  const double library = by["exact"]["bytes_per_call"]["host_tx"].get<double>();
+  EXPECT_GT(metered("exact", "pcie_tx") / library, 0.98) << by["exact"].dump();
+  EXPECT_LT(metered("exact", "pcie_tx") / library, 1.30) << by["exact"].dump();
+  for (const char* dir : {"pcie_tx", "pcie_rx"}) {
+    const double share = metered("int8", dir) / metered("exact", dir);
+    EXPECT_GT(share, 0.45) << dir;
+    EXPECT_LT(share, 0.60) << dir;
   }
 }
 

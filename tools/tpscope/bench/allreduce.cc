@@ -305,10 +305,9 @@ int BenchAllReduceCommand::run() {
     return fail(kExitUsage, fmt::format("-g {} asks for {} GPUs; this machine shows {}", ngpus_, ngpus_, visible));
   o_.devices =
       o_.procs != 0 ? procsDevices(o_.procs, givenDevices(), visible) : resolveDevices(ngpus_, devices_, visible);
-  // Ranks that share a GPU (--procs with fewer GPUs than ranks): both sweeps say shared_devices, and the
-  // meter, which would count one GPU's links for two ranks, stays off.
+  // Ranks that share a GPU (--procs with fewer GPUs than ranks): both sweeps say shared_devices. The meter
+  // reads each GPU once and gives its bytes per rank it holds (bench_runner.cc).
   const bool shared = ranksShareGpus(o_.devices);
-  if (shared) o_.meter = false;
   std::vector<int> gpus;
   for (int d : o_.devices)
     if (std::find(gpus.begin(), gpus.end(), d) == gpus.end()) gpus.push_back(d);

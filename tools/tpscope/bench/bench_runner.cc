@@ -42,7 +42,8 @@ AllReduceBench::AllReduceBench(const std::vector<int>& devices, size_t max_bytes
   syncAll();
   if (options.meter && !options.graph) {
     MeterOptions mo;
-    mo.devices = devices;
+    for (int d : devices)  // each GPU once: ranks that share one share its links
+      if (std::find(mo.devices.begin(), mo.devices.end(), d) == mo.devices.end()) mo.devices.push_back(d);
     mo.fake_gpus = fakeMeterGpus();
     std::string reason;
     if (Meter::start(mo, &meter_, &reason) != tpsSuccess) {
@@ -361,7 +362,7 @@ MeteredBytes AllReduceBench::metered(tpsBackend_t backend, tpsDataType_t dtype, 
       if (!b || !q || quiet_s <= 0) return std::nullopt;
       sum += std::max(0.0, *b - *q / quiet_s * total_s);
     }
-    return sum / total->cells.size() / calls;
+    return sum / static_cast<double>(devices_.size()) / calls;  // per rank: a GPU's links carry every rank it holds
   };
   out.pcie_tx = perCall(MeterCounter::kPcieTx);
   out.pcie_rx = perCall(MeterCounter::kPcieRx);

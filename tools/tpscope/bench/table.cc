@@ -149,8 +149,9 @@ std::string formatPreamble(const BenchContext& ctx) {
   }
   if (o.meter && !o.graph)
     s += "# meter: each size also runs >= 20 ms of calls in a meter window whose idle edges each hold a read of\n"
-         "#        every counter (idle background subtracted); pcie_*/nvl_* = link counter bytes per call, mean\n"
-         "#        over GPUs, protocol overhead included; N/A: a counter not read in time\n";
+         "#        every counter (idle background subtracted); pcie_*/nvl_* = link counter bytes per call and\n"
+         "#        rank (the GPUs' counters over the ranks), protocol overhead included; N/A: a counter not read in\n"
+         "#        time\n";
   if (o.graph)
     s += fmt::format(
         "# timer: CUDA events on GPU0's stream around each launch of a graph of {} calls on all GPUs;"

@@ -45,8 +45,9 @@ struct MediumBytes {
   double host_tx = 0, host_rx = 0, peer_tx = 0, peer_rx = 0, nccl_tx = 0, nccl_rx = 0;
 };
 
-// Bytes per call the interconnect meter counted on the links (mean over GPUs, protocol overhead
-// included), from a separate metered run of the same call bracketed by idle time; nullopt: N/A.
+// Bytes per call and rank the interconnect meter counted on the links (the GPUs' counters over the
+// ranks: ranks that share a GPU share its links; protocol overhead included), from a separate metered run of the same
+// call bracketed by idle time; nullopt: N/A.
 struct MeteredBytes {
   std::optional<double> pcie_tx, pcie_rx, nvlink_tx, nvlink_rx;
 };
