@@ -164,14 +164,6 @@ __device__ __forceinline__ void storeCodes8(const Codes8& c, WirePayload p, size
   if (first && k < wireBlocks(n)) p.scales[k] = c.s;
 }
 
-// The lane's 8 values v (at i, block k) encoded: their codes stored in p (when kStore) and v replaced by
-// what they decode to. Every lane of the warp must call it.
-template <WireCode W, bool kStore>
-__device__ __forceinline__ void encode8(float v[8], size_t n, size_t i, size_t k, bool first, WirePayload p) {
-  const Codes8 c = encodeLane<W>(v, n, i);
-  if constexpr (kStore) storeCodes8<W>(c, p, n, i, k, first);
-}
-
 template <typename U, bool kVolatile>
 __device__ __forceinline__ U load(const U* p) {
   if constexpr (kVolatile) return __ldcv(p);
@@ -282,7 +274,7 @@ __global__ void wireEncodeKernel(const T* x, size_t n, void* out) {
     const size_t i = k * kWireBlock + (lane % kWireLanes) * kWireLaneValues;
     float v[8];
     load8<T>(x, n, i, wide, v);
-    encode8<W, true>(v, n, i, k, lane % kWireLanes == 0, p);
+    storeCodes8<W>(encodeLane<W>(v, n, i), p, n, i, k, lane % kWireLanes == 0);
   }
 }
 
@@ -347,7 +339,7 @@ __global__ void __launch_bounds__(kKernelThreads) hostKernelWire(HostKernelHandl
     const size_t i = k * kWireBlock + (lane % kWireLanes) * kWireLaneValues;
     float v[8];
     load8<T>(buf, end, i, wide, v);
-    encode8<W, true>(v, end, i, k, lane % kWireLanes == 0, payload(h.rank));
+    storeCodes8<W>(encodeLane<W>(v, end, i), payload(h.rank), end, i, k, lane % kWireLanes == 0);
   }
   __syncthreads();
   auto flag = [&](int q) { return h.flags + ((static_cast<size_t>(slot) * h.nranks + q) * nb + b) * kFlagStride; };
