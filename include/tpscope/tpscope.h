@@ -109,9 +109,11 @@ typedef enum {
  * float32 messages rounded to bfloat16, no scale); every rank adds the same decoded payloads, its own
  * included as its peers decode it, in rank order in float, so every rank still holds the same bits. NaN
  * and +-Inf travel as codes of their own and come out of the sum as on the exact wire. The host backend
- * carries every wire, on both of its paths; where the chosen algorithm has no such wire (p2p, NCCL, bf16
- * for a 16-bit dtype) the call runs exact. The path in the statistics names the wire a call used
- * ("host-copy+int8"). */
+ * carries every wire, on both of its paths; the p2p backend on its two-shot (calls above its one-shot's
+ * sizes), where each slice's owner sends the sum encoded once more, and every rank, the owner included,
+ * keeps the decoded sum. Where the chosen algorithm has no such wire (p2p below the two-shot's sizes,
+ * NCCL, bf16 for a 16-bit dtype) the call runs exact. The path in the statistics names the wire a call
+ * used ("host-copy+int8", "p2p-twoshot+int8"). */
 typedef enum {
   tpsWireExact = 0, /* the dtype's bytes: what every other wire is measured against */
   tpsWireBf16 = 1,  /* float32 calls as bfloat16 (half the bytes) */
@@ -274,10 +276,10 @@ tpsResult_t tpsAllReduceWith(tpsComm_t comm, tpsBackend_t backend, void* const* 
  * whatever the communicator's wire, so the result is the exact sum, the bits a communicator on the exact
  * wire gives (what a gather or broadcast made of a sum over zeros needs: each value back unchanged). A
  * compressed wire runs as it does when a config names it, on a communicator of any wire: the host
- * backend carries it, and a call whose algorithm has no such wire (p2p, NCCL, bf16 for a 16-bit dtype)
- * runs exact. Every rank must pass the same wire for the same call (in one process one call serves
- * every rank; across processes, ranks on different wires do not meet: tpsTimeout, or a wrong sum). The
- * statistics count the call under the path that ran it: "host-kernel" for an exact call on the host
+ * backend and the p2p two-shot carry it, and a call whose algorithm has no such wire (p2p below the
+ * two-shot's sizes, NCCL, bf16 for a 16-bit dtype) runs exact. Every rank must pass the same wire for the same call (in
+ * one process one call serves every rank; across processes, ranks on different wires do not meet: tpsTimeout, or a
+ * wrong sum). The statistics count the call under the path that ran it: "host-kernel" for an exact call on the host
  * kernel path, "host-kernel+int8" for int8. Errors as tpsAllReduceWith, plus tpsInvalidArgument, with
  * nothing enqueued, for a wire outside tpsWire_t. */
 tpsResult_t tpsAllReduceWire(tpsComm_t comm, tpsBackend_t backend, tpsWire_t wire, void* const* bufs, size_t count,

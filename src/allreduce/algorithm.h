@@ -73,6 +73,7 @@ struct AlgorithmInfo {
   size_t max_bytes = SIZE_MAX;  // the largest call it takes, bytes per GPU
   size_t (*min_bytes)(const HostTuning&) = nullptr;  // the smallest call it takes on a box so tuned (null: any)
   WireCode wire = WireCode::kExact;                  // what its bytes travel as (wire.h); exact: the dtype's own bytes
+  bool sum_on_wire = false;  // the sum travels the wire too (a two-shot's all-gather): every rank ends with its codes
   // Payload one GPU sends and receives for one call of `count` elements, `bytes` in all, on `nranks` ranks.
   Traffic (*traffic)(size_t bytes, size_t count, int nranks) = nullptr;
   size_t selfcheck_count = 0;  // float32 elements of its call in the p2p self-check (selfcheck.h); 0: none

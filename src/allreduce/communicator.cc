@@ -235,11 +235,11 @@ void loadWireTable(tpsComm* c) {
   TPS_LOG_INFO("wire auto:{}: {}; every call is exact", c->wire.budget, load.why);
 }
 
-// The wire a call of `bytes` runs on: the one it names (tpsAllReduceWire), else the communicator's.
-WireCode callWire(const tpsComm* c, std::optional<WireCode> named, size_t bytes) {
+// The wire a call of `bytes` on `backend` runs on: the one it names (tpsAllReduceWire), else the
+// communicator's (policyWire).
+WireCode callWire(const tpsComm* c, std::optional<WireCode> named, size_t bytes, tpsBackend_t backend) {
   if (named) return *named;
-  if (!c->wire.automatic) return c->wire.wire;
-  return c->wire_table ? c->wire_table->choose(bytes, c->wire.budget) : WireCode::kExact;
+  return policyWire(c->wire, c->wire_table ? &*c->wire_table : nullptr, bytes, backend);
 }
 
 }  // namespace
@@ -364,7 +364,8 @@ extern "C" tpsResult_t tpsAllReduceWire(tpsComm_t comm, tpsBackend_t backend, tp
   Backend* b = resolveBackend(comm, backend, bytes, &which);
   TPS_EXPECT(b != nullptr, tpsUnavailable, "tpsAllReduce: backend {} is not available in this communicator",
              tpsBackendName(which));
-  CallArgs args{bufs, count, dtype, reinterpret_cast<const cudaStream_t*>(streams), callWire(comm, named, bytes)};
+  CallArgs args{bufs, count, dtype, reinterpret_cast<const cudaStream_t*>(streams),
+                callWire(comm, named, bytes, which)};
   const int path = b->pathFor(args);
   TPS_EXPECT(path >= 0, tpsUnavailable, "tpsAllReduce: no algorithm of backend {} takes {} B of {} on {} ranks",
              tpsBackendName(which), bytes, tpsDataTypeName(dtype), comm->nranks);

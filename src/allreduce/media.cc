@@ -177,7 +177,7 @@ const std::vector<uint64_t>& autoSizeClasses() {
 
 AutoSummary autoPicks(const Topology& topo, const std::vector<MediumStatus>& media, const detail::AutoTable* table,
                       const std::string& why_no_table, size_t host_copy_threshold,
-                      const std::function<detail::WireCode(uint64_t bytes)>& wire) {
+                      const std::function<detail::WireCode(uint64_t bytes, tpsBackend_t backend)>& wire) {
   auto available = [&](const char* id) {
     for (const MediumStatus& p : media)
       if (p.id == id) return p.state == MediumState::kAvailable;
@@ -208,9 +208,9 @@ AutoSummary autoPicks(const Topology& topo, const std::vector<MediumStatus>& med
     bool from_table = false;
     pick.backend = detail::chooseAuto(a, bytes, table, &from_table);
     // The registry's choice within the backend (registry.h), as a communicator of these GPUs makes it.
-    const int path =
-        detail::chooseAlgorithm(detail::pathsOf(pick.backend, nranks, detail::kOneProcess), bytes, tpsBfloat16, nranks,
-                                detail::kOneProcess, tuning, wire ? wire(bytes) : detail::WireCode::kExact);
+    const int path = detail::chooseAlgorithm(detail::pathsOf(pick.backend, nranks, detail::kOneProcess), bytes,
+                                             tpsBfloat16, nranks, detail::kOneProcess, tuning,
+                                             wire ? wire(bytes, pick.backend) : detail::WireCode::kExact);
     const detail::AlgorithmInfo* algo = detail::algorithmOf(path);
     pick.algorithm = algo ? algo->label : "-";
     pick.wire = algo ? detail::wireName(algo->wire) : "-";

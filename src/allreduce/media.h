@@ -81,11 +81,12 @@ const std::vector<uint64_t>& autoSizeClasses();
 // What `auto` picks per size class on `topo`, without a communicator: availability from `media` (the
 // peer-access matrix decides p2p), the choice from the selector (selector.h) with `table` (may be null,
 // already matched to this box) and `why_no_table` as the note; `host_copy_threshold` names the host path.
-// `wire` (empty: exact) is the wire a call of that size asks for; the pick's algorithm is the one that
-// carries it, and the pick's wire what that algorithm travels as (exact where the backend has no such wire).
+// `wire` (empty: exact) is the wire a call of that size on the picked backend asks for; the pick's
+// algorithm is the one that carries it, and the pick's wire what that algorithm travels as (exact where the backend has
+// no such wire).
 AutoSummary autoPicks(const Topology& topo, const std::vector<MediumStatus>& media, const detail::AutoTable* table,
                       const std::string& why_no_table, size_t host_copy_threshold,
-                      const std::function<detail::WireCode(uint64_t bytes)>& wire = {});
+                      const std::function<detail::WireCode(uint64_t bytes, tpsBackend_t backend)>& wire = {});
 nlohmann::json toJson(const AutoSummary& summary);
 
 }  // namespace tpscope

@@ -23,7 +23,11 @@ namespace tpscope::detail {
   X(hostKernelBf16Algorithm) \
   X(hostKernelInt8Algorithm) \
   X(hostKernelFp8Algorithm)  \
-  X(hostKernelInt4Algorithm)
+  X(hostKernelInt4Algorithm) \
+  X(p2pTwoShotBf16Algorithm) \
+  X(p2pTwoShotInt8Algorithm) \
+  X(p2pTwoShotFp8Algorithm)  \
+  X(p2pTwoShotInt4Algorithm)
 
 #define TPS_DECLARE_ALGORITHM(fn) const AlgorithmInfo& fn();
 TPS_ALGORITHMS(TPS_DECLARE_ALGORITHM)

@@ -103,6 +103,11 @@ tpsResult_t callWireOverride(int call_wire, std::optional<WireCode>* out, std::s
   return tpsSuccess;
 }
 
+WireCode policyWire(const WirePolicy& policy, const WireTable* table, uint64_t bytes, tpsBackend_t backend) {
+  if (!policy.automatic) return policy.wire;
+  return table != nullptr && backend == tpsBackendHost ? table->choose(bytes, policy.budget) : WireCode::kExact;
+}
+
 WireCode WireTable::choose(uint64_t bytes, double budget) const {
   std::map<uint64_t, std::vector<const WireTiming*>> by_size;
   for (const WireTiming& r : rows) by_size[r.bytes].push_back(&r);

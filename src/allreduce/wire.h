@@ -48,6 +48,13 @@ std::string wirePolicyText(const WirePolicy& p);
 // parseWirePolicy refuses.
 tpsResult_t requestedWire(int config_wire, float budget, const char* env, WirePolicy* out, std::string* error);
 
+struct WireTable;
+// The wire a call of `bytes` on `backend` takes from the communicator's policy: the wire it names; under
+// auto, `table`'s pick (null: no table, exact) on the host backend, where `bench allreduce --tune` measured
+// it, and exact on any other backend (the p2p two-shot's wires were not measured, and carry the sum on the
+// wire too: their error is not the table's).
+WireCode policyWire(const WirePolicy& policy, const WireTable* table, uint64_t bytes, tpsBackend_t backend);
+
 // The wire one call names (tpsAllReduceWire's `call_wire`, a tpsWire_t read as an int): exact or a
 // compressed wire overrides the communicator's; tpsWireAuto leaves it (*out nullopt). tpsInvalidArgument
 // with *error for a value outside tpsWire_t.

@@ -3,7 +3,8 @@
 // and those bits are the CPU model's (each rank's message encoded and decoded as wire.h's reference does,
 // summed in rank order in float, rounded once), for 2, 3 and 4 ranks, every dtype, lengths around a block,
 // the kernel path and the copy engines, a misaligned buffer, zero blocks, subnormals, +-Inf and NaN (which
-// come out as on the exact wire). The path the statistics name is the wire's.
+// come out as on the exact wire). The path the statistics name is the wire's. The p2p two-shot's wires
+// likewise, against their own model (each slice summed by its owner, the sum encoded once more).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/p2p_algo.h"
 #include "allreduce/wire.h"
 #include "dtype_values.h"
 #include "gpu_test_util.h"
@@ -23,7 +25,9 @@ namespace {
 
 using tpscope::detail::decodeMessage;
 using tpscope::detail::encodeMessage;
+using tpscope::detail::kP2pTwoShotPiece;
 using tpscope::detail::kWireBlock;
+using tpscope::detail::wireBlocks;
 using tpscope::detail::WireCode;
 using tpscope::detail::wireName;
 using tpscope::detail::wirePayloadBytes;
@@ -80,6 +84,42 @@ std::vector<unsigned char> model(WireCode w, tpsDataType_t t, const std::vector<
   return out;
 }
 
+// One message of n floats through wire w and back, as a peer decodes it.
+std::vector<float> throughWire(WireCode w, const std::vector<float>& x) {
+  std::vector<uint8_t> payload(wirePayloadBytes(w, x.size()));
+  std::vector<float> y(x.size());
+  encodeMessage(w, x.data(), x.size(), payload.data());
+  decodeMessage(w, payload.data(), x.size(), y.data());
+  return y;
+}
+
+// The CPU model of a p2p two-shot call on a wire: each piece cut into N slices of the same whole number of
+// wire blocks; each slice the rank-order float sum of every rank's slice through the wire, then the sum
+// through the wire once more (what its owner sends every peer), rounded to t.
+std::vector<unsigned char> twoShotModel(WireCode w, tpsDataType_t t, const std::vector<std::vector<unsigned char>>& in,
+                                        size_t n) {
+  const size_t es = tpsDataTypeSize(t), nranks = in.size(), unit = nranks * kWireBlock;
+  const size_t piece = kP2pTwoShotPiece / es / unit * unit;
+  std::vector<unsigned char> out(n * es);
+  for (size_t off = 0; off < n; off += piece) {
+    const size_t cnt = std::min(piece, n - off);
+    const size_t sv = (wireBlocks(cnt) + nranks - 1) / nranks * kWireBlock;
+    for (size_t q = 0; q < nranks; ++q) {
+      const size_t a = std::min(cnt, q * sv), len = std::min(cnt, a + sv) - a;
+      if (len == 0) continue;
+      std::vector<float> sum(len, 0.0f), x(len);
+      for (const auto& rank : in) {
+        for (size_t i = 0; i < len; ++i) x[i] = toFloat(t, rank.data(), off + a + i);
+        const std::vector<float> y = throughWire(w, x);
+        for (size_t i = 0; i < len; ++i) sum[i] += y[i];
+      }
+      const std::vector<float> z = throughWire(w, sum);
+      for (size_t i = 0; i < len; ++i) fromFloat(t, out.data(), off + a + i, z[i]);
+    }
+  }
+  return out;
+}
+
 struct WireCase {
   WireCode wire;
   tpsDataType_t dtype;
@@ -95,7 +135,8 @@ void runCase(int nranks, const WireCase& c, unsigned seed) {
   std::vector<int> devs(nranks, 0);
   tpsConfig_t cfg;
   tpsConfigInit(&cfg);
-  cfg.backend = tpsBackendHost;
+  const bool p2p = c.path.find("p2p") == 0;
+  cfg.backend = p2p ? tpsBackendP2p : tpsBackendHost;
   cfg.shared_devices = 1;
   cfg.wire = static_cast<tpsWire_t>(c.wire);
   tpsComm_t comm = nullptr;
@@ -134,7 +175,8 @@ void runCase(int nranks, const WireCase& c, unsigned seed) {
   }();
   const bool copy = c.path.find("host-copy") == 0;
   const size_t piece = copy ? (size_t{32} << 20) / es : (std::min<size_t>(resolved.host_copy_threshold, 4u << 20)) / es;
-  const std::vector<unsigned char> want = model(c.wire, c.dtype, in, c.count, piece);
+  const std::vector<unsigned char> want =
+      p2p ? twoShotModel(c.wire, c.dtype, in, c.count) : model(c.wire, c.dtype, in, c.count, piece);
   size_t wrong = 0, first = c.count;
   for (size_t i = 0; i < c.count; ++i)
     if (!sameBits(c.dtype, out[0].data(), want.data(), i)) {
@@ -176,6 +218,11 @@ std::vector<WireCase> cases() {
         v.push_back({w, t, n, 0, k});
       v.push_back({w, t, 4097, 1, k});                                           // misaligned
       v.push_back({w, t, ((size_t{6} << 20) + 5) / tpsDataTypeSize(t), 0, cp});  // copy engines, two chunks+
+      // p2p two-shot, from its sizes up: slices ending inside a wire block, a misaligned buffer.
+      const std::string ts = std::string("p2p-twoshot+") + wireName(w);
+      const size_t over = (size_t{1} << 20) / tpsDataTypeSize(t);
+      for (size_t extra : {size_t{1}, size_t{65}, size_t{4097}}) v.push_back({w, t, over + extra, 0, ts});
+      v.push_back({w, t, over + 4097, 1, ts});
     }
   return v;
 }
@@ -195,6 +242,12 @@ TEST(AllReduceWires, RankIdenticalAndTheModelsBits) {
 TEST(AllReduceWires, CopyEngineRounds) {
   TPS_REQUIRE_GPUS(1);
   runCase(2, {WireCode::kInt8, tpsBfloat16, (size_t{80} << 20) / 2 + 7, 0, "host-copy+int8"}, 99);
+}
+
+// Two launches of the p2p two-shot on fp8 (a 64 MiB piece, then the rest), three ranks.
+TEST(AllReduceWires, P2pTwoShotPieces) {
+  TPS_REQUIRE_GPUS(1);
+  runCase(3, {WireCode::kFp8, tpsBfloat16, (size_t{72} << 20) / 2 + 7, 0, "p2p-twoshot+fp8"}, 98);
 }
 
 }  // namespace

@@ -161,13 +161,14 @@ TEST(AutoPicks, AMatchingTableIsShownWithItsFileAndDate) {
   EXPECT_EQ(j["tune_file"], s.tune_file);
 }
 
-// The wire a call asks for: carried by the host backend's algorithm of that wire (its label says so);
-// where the backend has no such wire (p2p), or the dtype does not take it (bf16 for bfloat16), exact.
+// The wire a call asks for: carried by the backend's algorithm of that wire (its label says so); where the
+// backend has none at that size (p2p below the two-shot's sizes), or the dtype does not take it (bf16 for
+// bfloat16), exact.
 TEST(AutoPicks, TheWireEachSizeTravelsAs) {
   Topology t = testing::pcieNoP2pPair();
   AutoSummary s = autoPicks(t, evaluateMedia(t, allBuilt()), nullptr, "", kThreshold);
   for (const AutoPick& p : s.picks) EXPECT_EQ(p.wire, "exact");  // the default
-  s = autoPicks(t, evaluateMedia(t, allBuilt()), nullptr, "", kThreshold, [](uint64_t bytes) {
+  s = autoPicks(t, evaluateMedia(t, allBuilt()), nullptr, "", kThreshold, [](uint64_t bytes, tpsBackend_t) {
     return bytes >= (16u << 20) ? detail::WireCode::kInt8 : detail::WireCode::kExact;
   });
   std::vector<std::string> wires;
@@ -178,12 +179,17 @@ TEST(AutoPicks, TheWireEachSizeTravelsAs) {
   EXPECT_EQ(toJson(s)["picks"][4]["wire"], "int8");
   EXPECT_EQ(toJson(s)["wire_policy"], "exact");
   s = autoPicks(t, evaluateMedia(t, allBuilt()), nullptr, "", kThreshold,
-                [](uint64_t) { return detail::WireCode::kBf16; });
+                [](uint64_t, tpsBackend_t) { return detail::WireCode::kBf16; });
   for (const AutoPick& p : s.picks) EXPECT_EQ(p.wire, "exact") << "bf16 is for float32 calls";
   Topology nv = testing::h200Pair();
   s = autoPicks(nv, evaluateMedia(nv, allBuilt()), nullptr, "", kThreshold,
-                [](uint64_t) { return detail::WireCode::kFp8; });
-  for (const AutoPick& p : s.picks) EXPECT_EQ(p.wire, "exact") << "p2p carries no compressed wire";
+                [](uint64_t, tpsBackend_t) { return detail::WireCode::kFp8; });
+  wires.clear();
+  for (const AutoPick& p : s.picks) wires.push_back(p.wire);
+  EXPECT_EQ(wires, (std::vector<std::string>{"exact", "exact", "exact", "exact", "fp8", "fp8", "fp8"}))
+      << "p2p carries a wire from the two-shot's sizes up";
+  EXPECT_EQ(s.picks[4].algorithm, "two-shot, fp8");
+  EXPECT_EQ(s.picks[3].algorithm, "one-shot");
 }
 
 TEST(AutoPicks, OneGpuPicksNothing) {

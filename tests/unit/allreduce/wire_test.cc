@@ -239,6 +239,13 @@ TEST(WireTable, AutoTakesTheFastestWireWithinTheBudget) {
   EXPECT_EQ(t.choose(8 << 20, 0.1), WireCode::kInt4);
   EXPECT_EQ(t.choose(8 << 20, 0.001), WireCode::kExact) << "no wire within the budget";
   EXPECT_EQ(WireTable{}.choose(8 << 20, 0.5), WireCode::kExact);
+  // The table is the host backend's: auto takes it there only; a named wire holds on every backend.
+  const WirePolicy automatic{true, WireCode::kExact, 0.01}, named{false, WireCode::kFp8, 0};
+  EXPECT_EQ(policyWire(automatic, &t, 16 << 20, tpsBackendHost), WireCode::kInt8);
+  EXPECT_EQ(policyWire(automatic, &t, 16 << 20, tpsBackendP2p), WireCode::kExact);
+  EXPECT_EQ(policyWire(automatic, nullptr, 16 << 20, tpsBackendHost), WireCode::kExact);
+  EXPECT_EQ(policyWire(named, &t, 16 << 20, tpsBackendP2p), WireCode::kFp8);
+  EXPECT_EQ(policyWire(named, nullptr, 4096, tpsBackendNccl), WireCode::kFp8);
   WireTable back;
   ASSERT_TRUE(parseWireTable(wireTableJson(t), &back, &error)) << error;
   EXPECT_EQ(back.rows.size(), t.rows.size());

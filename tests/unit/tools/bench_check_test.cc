@@ -145,8 +145,10 @@ TEST(BenchCheck, LargeArraysAreCheckedOnSeveralThreadsWithTheSameCounts) {
 
 // What every GPU holds after a call on a compressed wire, as the wire's GPU tests pin it: each rank's
 // message encoded and decoded by the codec's CPU reference (blocks of 64 from element 0), summed in rank
-// order in float, rounded once to the type.
-std::vector<std::vector<unsigned char>> wireResults(tpsDataType_t t, int n, size_t count, detail::WireCode w) {
+// order in float, rounded once to the type; `sum_on_wire`: that float sum encoded and decoded once more
+// before the rounding (a two-shot's wire).
+std::vector<std::vector<unsigned char>> wireResults(tpsDataType_t t, int n, size_t count, detail::WireCode w,
+                                                    bool sum_on_wire = false) {
   std::vector<std::vector<float>> carried(n, std::vector<float>(count));
   for (int r = 0; r < n; ++r) {
     std::vector<float> x(count);
@@ -155,12 +157,17 @@ std::vector<std::vector<unsigned char>> wireResults(tpsDataType_t t, int n, size
     detail::encodeMessage(w, x.data(), count, payload.data());
     detail::decodeMessage(w, payload.data(), count, carried[r].data());
   }
-  std::vector<std::vector<unsigned char>> out(n, std::vector<unsigned char>(count * tpsDataTypeSize(t)));
-  for (size_t i = 0; i < count; ++i) {
-    float acc = 0;
-    for (int r = 0; r < n; ++r) acc += carried[r][i];
-    for (int r = 0; r < n; ++r) store(t, out[r].data(), i, acc);
+  std::vector<float> sum(count, 0.0f);
+  for (size_t i = 0; i < count; ++i)
+    for (int r = 0; r < n; ++r) sum[i] += carried[r][i];
+  if (sum_on_wire) {
+    std::vector<uint8_t> payload(detail::wirePayloadBytes(w, count));
+    detail::encodeMessage(w, sum.data(), count, payload.data());
+    detail::decodeMessage(w, payload.data(), count, sum.data());
   }
+  std::vector<std::vector<unsigned char>> out(n, std::vector<unsigned char>(count * tpsDataTypeSize(t)));
+  for (size_t i = 0; i < count; ++i)
+    for (int r = 0; r < n; ++r) store(t, out[r].data(), i, sum[i]);
   return out;
 }
 
@@ -180,6 +187,26 @@ TEST(BenchCheckWire, ACorrectWireResultPassesAgainstTheWiresReferenceOnly) {
   }
   auto bf16 = wireResults(tpsFloat32, 2, 1000, WireCode::kBf16);
   EXPECT_EQ(checkResults(kBenchSeed, tpsFloat32, 1000, views(bf16), WireCode::kBf16).wrong, 0u);
+}
+
+// A two-shot's wire carries the sum too: its result passes against that reference, and only that one; on
+// two ranks too, where the sum's own bound is tightest and the wire may round it up past it.
+TEST(BenchCheckWire, TheSumOnTheWireHasItsOwnReference) {
+  for (int n : {2, 3})
+    for (WireCode w : {WireCode::kInt8, WireCode::kFp8, WireCode::kInt4}) {
+      const std::string what = std::string(detail::wireName(w)) + " N=" + std::to_string(n);
+      const size_t count = (1u << 17) + 37;
+      const uint64_t many = w == WireCode::kInt8 ? count / 1024 : count / 8;  // int8's steps are the finest
+      auto twice = wireResults(tpsBfloat16, n, count, w, true);
+      EXPECT_EQ(checkResults(kBenchSeed, tpsBfloat16, count, views(twice), w, true).wrong, 0u) << what;
+      EXPECT_GT(checkResults(kBenchSeed, tpsBfloat16, count, views(twice), w).out_of_tolerance, many)
+          << what << ": judged as a one-encode wire";
+      auto once = wireResults(tpsBfloat16, n, count, w);
+      EXPECT_GT(checkResults(kBenchSeed, tpsBfloat16, count, views(once), w, true).out_of_tolerance, many)
+          << what << ": a one-encode result judged as a two-shot's";
+    }
+  auto bf16 = wireResults(tpsFloat32, 4, 1000, WireCode::kBf16, true);
+  EXPECT_EQ(checkResults(kBenchSeed, tpsFloat32, 1000, views(bf16), WireCode::kBf16, true).wrong, 0u);
 }
 
 TEST(BenchCheckWire, AMissingContributionIsStillWrong) {

@@ -107,6 +107,18 @@ TEST(BenchStats, TheWireOfTheCountedPaths) {
   Snapshot exact = before;
   add(&exact, tpsPathHostKernel, 8192, 1, 10, 10);
   EXPECT_EQ(statsWire(before.paths, exact.paths), detail::WireCode::kExact);
+  // A two-shot's wire carries the sum too; beside a host path of the same wire, no single reference.
+  const int int8_twoshot = tpsGetPathByName("p2p-twoshot+int8");
+  ASSERT_GE(int8_twoshot, 0);
+  Snapshot p2p = before;
+  add(&p2p, int8_twoshot, 64 << 20, 1, 100, 100);
+  bool sum_on_wire = false;
+  EXPECT_EQ(statsWire(before.paths, p2p.paths, &sum_on_wire), detail::WireCode::kInt8);
+  EXPECT_TRUE(sum_on_wire);
+  EXPECT_EQ(statsWire(before.paths, exact.paths, &sum_on_wire), detail::WireCode::kExact);
+  EXPECT_FALSE(sum_on_wire);
+  add(&p2p, int8_copy, 64 << 20, 1, 100, 100);
+  EXPECT_FALSE(statsWire(before.paths, p2p.paths, &sum_on_wire).has_value());
 }
 
 }  // namespace

@@ -214,14 +214,15 @@ CheckCounts AllReduceBench::check(tpsBackend_t backend, tpsDataType_t dtype, siz
   syncAll();
   throwIfAsyncError(backend, bytes);
   tpsOk(allPathStats(comm_, &after), "tpsCommGetPathStats");
-  const std::optional<detail::WireCode> wire = statsWire(before, after);
+  bool sum_on_wire = false;
+  const std::optional<detail::WireCode> wire = statsWire(before, after, &sum_on_wire);
   if (!wire) throw std::runtime_error(fmt::format("the check's call of {} bytes ran on more than one wire", bytes));
   for (size_t r = 0; r < devices_.size(); ++r)
     TPS_BENCH_CUDA(cudaMemcpyAsync(host_[r].data(), ptrs[r], bytes, cudaMemcpyDeviceToHost, streams_[r].get()));
   syncAll();
   for (size_t r = 0; r < devices_.size(); ++r)  // timing runs on zeros again (see bench/bench_runner.h)
     TPS_BENCH_CUDA(cudaMemsetAsync(ptrs[r], 0, bytes, streams_[r].get()));
-  return checkResults(kBenchSeed, dtype, count, results, *wire);
+  return checkResults(kBenchSeed, dtype, count, results, *wire, sum_on_wire);
 }
 
 bool AllReduceBench::awaited(size_t g, MeterGroup group) const {

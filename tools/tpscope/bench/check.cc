@@ -125,7 +125,7 @@ struct CheckPart {
 }  // namespace
 
 CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const std::vector<const void*>& results,
-                         detail::WireCode wire) {
+                         detail::WireCode wire, bool sum_on_wire) {
   const int n = static_cast<int>(results.size());
   const size_t elem = tpsDataTypeSize(dtype);
   const bool lossy = wire != detail::WireCode::kExact;
@@ -138,12 +138,22 @@ CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const
         std::vector<float> x(lossy ? kPiece : 0);
         std::vector<uint8_t> payload(lossy ? detail::wirePayloadBytes(wire, kPiece) : 0);
         std::vector<float> carried(lossy ? static_cast<size_t>(n) * kPiece : 0);  // [rank][i]: what the wire carried
+        std::vector<float> resent(sum_on_wire ? kPiece : 0);  // the float sum of `carried`, carried once more
         for (size_t piece = b; piece < e; ++piece) {
           const size_t i0 = piece * kPiece, len = std::min(kPiece, count - i0);
           for (int r = 0; r < n && lossy; ++r) {
             for (size_t i = 0; i < len; ++i) x[i] = static_cast<float>(benchInputValue(seed, r, i0 + i));
             detail::encodeMessage(wire, x.data(), len, payload.data());
             detail::decodeMessage(wire, payload.data(), len, carried.data() + r * kPiece);
+          }
+          if (lossy && sum_on_wire) {
+            for (size_t i = 0; i < len; ++i) {
+              float s = 0.0f;
+              for (int r = 0; r < n; ++r) s += carried[r * kPiece + i];
+              x[i] = s;
+            }
+            detail::encodeMessage(wire, x.data(), len, payload.data());
+            detail::decodeMessage(wire, payload.data(), len, resent.data());
           }
           for (size_t i = 0; i < len; ++i) {
             double exact = 0, exact_abs = 0, sent = 0, sent_abs = 0;
@@ -157,8 +167,11 @@ CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const
                 sent_abs += std::fabs(c);
               }
             }
-            const double ref = lossy ? sent : exact;
-            const double tol = benchTolerance(dtype, n, lossy ? sent_abs : exact_abs);
+            const double ref = !lossy ? exact : sum_on_wire ? resent[i] : sent;
+            // A sum carried once more is the reference exactly, but for its one rounding to the type,
+            // which may exceed the sum's own bound where the wire rounded the sum up.
+            const double tol = benchTolerance(dtype, n, lossy ? sent_abs : exact_abs) +
+                               (sum_on_wire ? unitRoundoff(dtype) * std::fabs(ref) : 0.0);
             const auto* first = static_cast<const unsigned char*>(results[0]) + (i0 + i) * elem;
             for (int r = 0; r < n; ++r) {
               const bool bad = !(std::fabs(decodeElement(dtype, results[r], i0 + i) - ref) <= tol);  // NaN fails too

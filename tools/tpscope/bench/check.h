@@ -48,8 +48,11 @@ double benchTolerance(tpsDataType_t dtype, int nranks, double sum_abs);
 uint64_t countOutOfTolerance(uint64_t seed, tpsDataType_t dtype, size_t count, int nranks, const void* result);
 
 // Checks every rank's result (host copies, results[r] holds `count` elements) of a call on `wire` against
-// the reference, and measures its error against the exact sum (rel_rms, rel_max).
+// the reference, and measures its error against the exact sum (rel_rms, rel_max). The reference of a lossy
+// wire is the sum of each rank's message as the wire carries it; with `sum_on_wire` (a two-shot's wire:
+// AlgorithmInfo::sum_on_wire), that sum taken in float in rank order, as the GPU does, and carried by the
+// wire once more.
 CheckCounts checkResults(uint64_t seed, tpsDataType_t dtype, size_t count, const std::vector<const void*>& results,
-                         detail::WireCode wire = detail::WireCode::kExact);
+                         detail::WireCode wire = detail::WireCode::kExact, bool sum_on_wire = false);
 
 }  // namespace tpscope::cli

@@ -54,16 +54,20 @@ StatsDelta statsDelta(const std::vector<PathStats>& before, const std::vector<Pa
   return d;
 }
 
-std::optional<detail::WireCode> statsWire(const std::vector<PathStats>& before, const std::vector<PathStats>& after) {
+std::optional<detail::WireCode> statsWire(const std::vector<PathStats>& before, const std::vector<PathStats>& after,
+                                          bool* sum_on_wire) {
   std::optional<detail::WireCode> wire;
+  bool on_wire = false;
   for (size_t p = 0; p < std::min(before.size(), after.size()); ++p) {
     unsigned long long calls = 0;
     for (int c = 0; c < TPS_NUM_SIZE_CLASSES; ++c) calls += after[p].cells[c].calls - before[p].cells[c].calls;
     const detail::AlgorithmInfo* a = detail::algorithmOf(static_cast<int>(p));
     if (calls == 0 || a == nullptr) continue;
-    if (wire && *wire != a->wire) return std::nullopt;
+    if (wire && (*wire != a->wire || on_wire != a->sum_on_wire)) return std::nullopt;
     wire = a->wire;
+    on_wire = a->sum_on_wire;
   }
+  if (sum_on_wire) *sum_on_wire = on_wire;
   return wire.value_or(detail::WireCode::kExact);
 }
 

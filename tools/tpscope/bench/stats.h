@@ -35,7 +35,9 @@ StatsDelta statsDelta(const std::vector<PathStats>& before, const std::vector<Pa
 
 // The wire the calls between two snapshots travelled on: the wire of every path that counted calls (its
 // algorithm's, allreduce/registry.h); exact when none counted (NCCL's own calls beside the library's);
-// nullopt when those paths differ in wire.
-std::optional<detail::WireCode> statsWire(const std::vector<PathStats>& before, const std::vector<PathStats>& after);
+// nullopt when those paths differ in wire, or in whether the sum travels it too (*sum_on_wire, when given:
+// AlgorithmInfo::sum_on_wire of those paths).
+std::optional<detail::WireCode> statsWire(const std::vector<PathStats>& before, const std::vector<PathStats>& after,
+                                          bool* sum_on_wire = nullptr);
 
 }  // namespace tpscope::cli

@@ -100,11 +100,10 @@ AutoSummary autoSummaryWith(const Topology& topo, const std::vector<MediumStatus
     policy = detail::WirePolicy{};  // a communicator refuses it: shown as the note, the picks exact
   detail::WireTableLoad wires;
   if (policy.automatic) wires = detail::selectWireTable(tune, tune_path, [&] { return detail::boxFingerprint(topo); });
-  AutoSummary s =
-      autoPicks(topo, media, load.table ? &*load.table : nullptr, load.why, host_copy_threshold, [&](uint64_t bytes) {
-        if (!policy.automatic) return policy.wire;
-        return wires.table ? wires.table->choose(bytes, policy.budget) : detail::WireCode::kExact;
-      });
+  AutoSummary s = autoPicks(topo, media, load.table ? &*load.table : nullptr, load.why, host_copy_threshold,
+                            [&](uint64_t bytes, tpsBackend_t backend) {
+                              return detail::policyWire(policy, wires.table ? &*wires.table : nullptr, bytes, backend);
+                            });
   s.wire_policy = detail::wirePolicyText(policy);
   if (!refused.empty())
     s.wire_note = refused + " (a communicator refuses it)";
