@@ -59,8 +59,12 @@ tpsResult_t selfCheckP2p(Backend& p2p, const std::vector<int>& devices, int firs
     TPS_CHECK(Stream::create(devices[r], &streams[r]));
     for (size_t c = 0; c < calls.size(); ++c)
       for (size_t i = 0; i < calls[c].count; ++i) host[offset[c] / sizeof(float) + i] = checkValue(q, i);
+    // On the call's stream: a cudaMemcpy from pageable memory returns once the bytes are staged, before
+    // they land, and the call's stream (non-blocking) would not wait for them; a rank could then send
+    // its peers zeros (seen with ranks in processes time-slicing one GPU). The staging makes `host` free
+    // for the next rank as soon as this returns.
     DeviceGuard g(devices[r]);
-    TPS_CUDA_CHECK(cudaMemcpy(bufs[r].get(), host.data(), total, cudaMemcpyHostToDevice));
+    TPS_CUDA_CHECK(cudaMemcpyAsync(bufs[r].get(), host.data(), total, cudaMemcpyHostToDevice, streams[r].get()));
   }
   // Every local rank's part of a call is enqueued before the next call's (as the communicator does).
   std::vector<void*> ptrs(local);
