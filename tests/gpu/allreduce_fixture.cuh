@@ -69,6 +69,9 @@ struct Fixture {
       ASSERT_EQ(cudaMalloc(&alloc[r], (count + offset_elems) * es + 64), cudaSuccess);
       bufs[r] = static_cast<char*>(alloc[r]) + offset_elems * es;
       ASSERT_EQ(cudaMemcpy(bufs[r], input[r].data(), count * es, cudaMemcpyHostToDevice), cudaSuccess);
+      // A pageable upload may still be in flight when cudaMemcpy returns, and the calls' streams are
+      // non-blocking: without this a rank could send part of its input before it lands.
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     }
   }
   void sync() {
@@ -164,6 +167,7 @@ void graphReplay(const std::vector<int>& devs, const tpsConfig_t* cfg, tpsBacken
     CUDA_OK(cudaSetDevice(devs[r]));
     CUDA_OK(cudaMalloc(&pristine[r], bytes));
     CUDA_OK(cudaMemcpy(pristine[r], f.input[r].data(), bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize());  // the upload lands before the streams copy from it
   }
   // Capture on stream 0; the others join through an event so one graph spans every rank.
   std::vector<cudaEvent_t> join(n);

@@ -131,6 +131,7 @@ void hundredThousandCalls(tpsBackend_t backend) {
     CUDA_OK(cudaMalloc(&acc[r], big * 4));
     CUDA_OK(cudaMemset(acc[r], 0, big * 4));
     CUDA_OK(cudaMemcpy(pristine[r], host[r].data(), big * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize());  // the upload lands before the streams copy from it
   }
   const int kCalls = 100000;
   for (int k = 0; k < kCalls; ++k) {

@@ -74,8 +74,14 @@ struct PerGpu {
     }
   }
   void up() {
-    for (size_t i = 0; i < dev.size(); ++i)
+    int current = 0;
+    cudaGetDevice(&current);
+    for (size_t i = 0; i < dev.size(); ++i) {
+      cudaSetDevice(gpu[i]);
       cudaMemcpy(dev[i], host[i].data(), host[i].size() * sizeof(Bf), cudaMemcpyHostToDevice);
+      cudaDeviceSynchronize();  // a pageable upload may still be in flight; the calls' streams are non-blocking
+    }
+    cudaSetDevice(current);
   }
   std::vector<Bf> down(int i) const {
     std::vector<Bf> out(host[i].size());
